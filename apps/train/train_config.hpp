@@ -1,0 +1,48 @@
+// Options of strata-train, parsed and validated before any work starts.
+#pragma once
+
+#include "layers/layer.hpp"
+#include "layers/activation.hpp"
+#include "layers/loss.hpp"
+#include "layers/optimizer.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::app {
+
+enum class Normalize { automatic, none, global, per_feature };
+
+struct TrainConfig {
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic | csv:PATH
+  std::string data_dir;                   // empty: default directory
+  std::size_t samples = 1024;             // synthetic
+  double test_fraction = 0.1;             // synthetic and csv
+  std::vector<std::size_t> layers{784, 256, 128, 10};
+  ActivationKind activation = ActivationKind::relu;
+  double dropout = 0.0;
+  LossKind loss = LossKind::cross_entropy;
+  std::size_t epochs = 1;
+  std::size_t steps = 0;  // > 0: stop after this many steps (overrides epochs)
+  std::size_t batch_size = 128;
+  OptimizerConfig optimizer;
+  Init init = Init::kaiming_uniform;
+  Normalize normalize = Normalize::automatic;
+  bool shuffle = true;
+  std::uint64_t seed = 42;
+  std::string metrics;      // JSON-lines file
+  std::size_t log_every = 100;
+  std::size_t warmup_steps = 5;  // excluded from samples_per_sec
+  bool evaluate = true;
+  bool quiet = false;
+  std::string gemm = "auto";  // auto | vendor | portable
+};
+
+// Parses the program's arguments (argv without argv[0] and without Kokkos
+// options). Returns nullopt after printing --help or --version output.
+// Throws strata::Error (config) for bad or contradictory options.
+std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args);
+
+}  // namespace strata::app

@@ -1,0 +1,31 @@
+// Vendor GEMM on the host: CBLAS (OpenBLAS, BLIS, MKL, ...). Compiled when the
+// kernels' memory space is host memory and a CBLAS was found.
+#include "backends/blas.hpp"
+
+#include <cblas.h>
+
+namespace strata::detail {
+
+static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible,
+              "the CBLAS backend needs host-accessible kernel memory");
+
+bool vendor_available() { return true; }
+std::string vendor_name() { return STRATA_CBLAS_NAME; }
+void* vendor_create(const ExecSpace&) { return nullptr; }
+void vendor_destroy(void*) {}
+
+namespace {
+CBLAS_TRANSPOSE op(Op o) { return o == Op::N ? CblasNoTrans : CblasTrans; }
+}  // namespace
+
+void vendor_gemm(void*, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
+                 int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void vendor_gemm(void*, Op ta, Op tb, int m, int n, int k, double alpha, const double* A,
+                 int lda, const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace strata::detail

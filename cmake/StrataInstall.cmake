@@ -1,0 +1,24 @@
+# Installs the library, its headers and a CMake package so that downstream
+# projects can find_package(Strata) and link Strata::strata.
+include(CMakePackageConfigHelpers)
+
+install(TARGETS strata EXPORT StrataTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)
+foreach(dir backends layers data strategies)
+  install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir}
+    FILES_MATCHING PATTERN "*.hpp")
+endforeach()
+install(FILES "${PROJECT_BINARY_DIR}/generated/strata_config.hpp"
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)
+
+set(STRATA_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Strata)
+install(EXPORT StrataTargets NAMESPACE Strata:: DESTINATION ${STRATA_CMAKE_DIR})
+configure_package_config_file(cmake/StrataConfig.cmake.in
+  "${PROJECT_BINARY_DIR}/StrataConfig.cmake" INSTALL_DESTINATION ${STRATA_CMAKE_DIR})
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/StrataConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
+install(FILES "${PROJECT_BINARY_DIR}/StrataConfig.cmake"
+  "${PROJECT_BINARY_DIR}/StrataConfigVersion.cmake" DESTINATION ${STRATA_CMAKE_DIR})

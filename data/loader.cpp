@@ -1,0 +1,106 @@
+#include "data/loader.hpp"
+
+#include "backends/error.hpp"
+#include "backends/random.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace strata::data {
+
+std::vector<std::size_t> shuffled_order(std::size_t n, std::uint64_t seed, std::size_t epoch) {
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  const std::uint64_t stream = random::stream_shuffle + epoch;
+  for (std::size_t i = n; i > 1; --i) {
+    const std::size_t j = random::below(seed, stream, i, i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+template <class T>
+BatchLoader<T>::BatchLoader(const Dataset& data, std::size_t batch, bool shuffle,
+                            std::uint64_t seed, bool drop_last)
+    : data_(data), batch_(batch), shuffle_(shuffle), drop_last_(drop_last), seed_(seed) {
+  STRATA_REQUIRE(batch > 0, config, "batch size must be positive");
+  STRATA_REQUIRE(data.size() > 0, data, data.name, ": the data set has no samples");
+  STRATA_REQUIRE(!drop_last || data.size() >= batch, config, "batch size ", batch,
+                 " is larger than the ", data.size(), " samples of ", data.name);
+  const std::size_t rows = std::min(batch, data.size());
+  x_ = MatrixBuffer<T>("strata::batch::x", rows, data.features);
+  x_host_ = Kokkos::create_mirror_view(x_);
+  if (data.is_classification()) {
+    labels_ = LabelsBuffer("strata::batch::labels", rows);
+    labels_host_ = Kokkos::create_mirror_view(labels_);
+  } else {
+    values_ = MatrixBuffer<T>("strata::batch::targets", rows, data.target_width);
+    values_host_ = Kokkos::create_mirror_view(values_);
+  }
+  seek(0, 0);
+}
+
+template <class T>
+std::size_t BatchLoader<T>::batches_per_epoch() const {
+  const std::size_t n = data_.size();
+  return drop_last_ ? n / batch_ : (n + batch_ - 1) / batch_;
+}
+
+template <class T>
+void BatchLoader<T>::make_permutation() {
+  if (shuffle_) {
+    order_ = shuffled_order(data_.size(), seed_, epoch_);
+  } else if (order_.size() != data_.size()) {
+    order_.resize(data_.size());
+    std::iota(order_.begin(), order_.end(), std::size_t(0));
+  }
+}
+
+template <class T>
+void BatchLoader<T>::seek(std::size_t epoch, std::size_t index) {
+  const bool new_epoch = epoch != epoch_ || order_.empty();
+  epoch_ = epoch;
+  index_ = index;
+  if (new_epoch) make_permutation();
+}
+
+template <class T>
+Batch<T> BatchLoader<T>::next() {
+  Batch<T> b;
+  if (index_ >= batches_per_epoch()) return b;
+  const std::size_t first = index_ * batch_;
+  const std::size_t rows = std::min(batch_, data_.size() - first);
+  const std::size_t f = data_.features;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t s = order_[first + r];
+    const float* src = data_.x.data() + s * f;
+    T* dst = x_host_.data() + r * f;
+    for (std::size_t j = 0; j < f; ++j) dst[j] = static_cast<T>(src[j]);
+    if (data_.is_classification()) {
+      labels_host_(r) = data_.labels[s];
+    } else {
+      const std::size_t w = data_.target_width;
+      for (std::size_t j = 0; j < w; ++j) values_host_(r, j) = static_cast<T>(data_.targets[s * w + j]);
+    }
+  }
+  const auto rr = Kokkos::make_pair(std::size_t(0), rows);
+  auto x = Kokkos::subview(x_, rr, Kokkos::ALL);
+  Kokkos::deep_copy(x, Kokkos::subview(x_host_, rr, Kokkos::ALL));
+  b.x = x;
+  if (data_.is_classification()) {
+    auto l = Kokkos::subview(labels_, rr);
+    Kokkos::deep_copy(l, Kokkos::subview(labels_host_, rr));
+    b.targets.labels = l;
+  } else {
+    auto v = Kokkos::subview(values_, rr, Kokkos::ALL);
+    Kokkos::deep_copy(v, Kokkos::subview(values_host_, rr, Kokkos::ALL));
+    b.targets.values = v;
+  }
+  ++index_;
+  return b;
+}
+
+template class BatchLoader<float>;
+template class BatchLoader<double>;
+
+}  // namespace strata::data

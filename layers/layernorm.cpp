@@ -1,0 +1,115 @@
+#include "layers/layernorm.hpp"
+
+#include "backends/error.hpp"
+
+namespace strata {
+
+template <class T>
+LayerNorm<T>::LayerNorm(std::size_t features, double eps) : features_(features), eps_(eps) {
+  STRATA_REQUIRE(features > 0, config, "LayerNorm: features must be positive");
+  STRATA_REQUIRE(eps > 0, config, "LayerNorm: eps must be positive, got ", eps);
+}
+
+template <class T>
+std::string LayerNorm<T>::name() const {
+  return "LayerNorm(" + std::to_string(features_) + ")";
+}
+
+template <class T>
+std::size_t LayerNorm<T>::out_features(std::size_t in) const {
+  STRATA_REQUIRE(in == features_, config, name(), " expects inputs of width ", features_,
+                 " but gets width ", in);
+  return in;
+}
+
+template <class T>
+void LayerNorm<T>::bind(Vector<T> params, Vector<T> grads) {
+  const auto g = Kokkos::make_pair(std::size_t(0), features_);
+  const auto b = Kokkos::make_pair(features_, 2 * features_);
+  gamma_ = Kokkos::subview(params, g);
+  beta_ = Kokkos::subview(params, b);
+  dgamma_ = Kokkos::subview(grads, g);
+  dbeta_ = Kokkos::subview(grads, b);
+}
+
+template <class T>
+void LayerNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t) const {
+  for (std::size_t i = 0; i < features_; ++i) {
+    params(i) = T(1);
+    params(features_ + i) = T(0);
+  }
+}
+
+template <class T>
+void LayerNorm<T>::reserve(std::size_t batch, std::size_t) {
+  if (mean_.extent(0) < batch) {
+    mean_ = VectorBuffer<T>("strata::LayerNorm::mean", batch);
+    rstd_ = VectorBuffer<T>("strata::LayerNorm::rstd", batch);
+  }
+}
+
+template <class T>
+void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  x_ = x;
+  const std::size_t batch = x.extent(0);
+  STRATA_REQUIRE(mean_.extent(0) >= batch, runtime, name(), ": batch of ", batch,
+                 " rows exceeds the reserved ", mean_.extent(0));
+  const int n = static_cast<int>(features_);
+  const T eps = static_cast<T>(eps_);
+  Vector<T> mean = mean_, rstd = rstd_;
+  auto gamma = gamma_, beta = beta_;
+  Kokkos::parallel_for("strata::LayerNorm::forward", Range(ctx.exec, 0, batch),
+                       KOKKOS_LAMBDA(const int i) {
+                         T sum = 0;
+                         for (int j = 0; j < n; ++j) sum += x(i, j);
+                         const T mu = sum / T(n);
+                         T var = 0;
+                         for (int j = 0; j < n; ++j) var += (x(i, j) - mu) * (x(i, j) - mu);
+                         const T r = T(1) / kmath::sqrt(var / T(n) + eps);
+                         mean(i) = mu;
+                         rstd(i) = r;
+                         for (int j = 0; j < n; ++j)
+                           y(i, j) = (x(i, j) - mu) * r * gamma(j) + beta(j);
+                       });
+}
+
+template <class T>
+void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
+  auto x = x_;
+  const int batch = static_cast<int>(dy.extent(0));
+  const int n = static_cast<int>(features_);
+  ConstVector<T> mean = mean_, rstd = rstd_, gamma = gamma_;
+  auto dgamma = dgamma_, dbeta = dbeta_;
+  // Parameter gradients: one thread per feature, rows summed in order.
+  Kokkos::parallel_for("strata::LayerNorm::param_grad", Range(ctx.exec, 0, n),
+                       KOKKOS_LAMBDA(const int j) {
+                         T dg = 0, db = 0;
+                         for (int i = 0; i < batch; ++i) {
+                           dg += dy(i, j) * (x(i, j) - mean(i)) * rstd(i);
+                           db += dy(i, j);
+                         }
+                         dgamma(j) += dg;
+                         dbeta(j) += db;
+                       });
+  if (dx.data() == nullptr) return;
+  Kokkos::parallel_for("strata::LayerNorm::input_grad", Range(ctx.exec, 0, batch),
+                       KOKKOS_LAMBDA(const int i) {
+                         T s1 = 0, s2 = 0;  // sums of dxhat and dxhat * xhat
+                         for (int j = 0; j < n; ++j) {
+                           const T g = dy(i, j) * gamma(j);
+                           s1 += g;
+                           s2 += g * (x(i, j) - mean(i)) * rstd(i);
+                         }
+                         s1 /= T(n);
+                         s2 /= T(n);
+                         for (int j = 0; j < n; ++j) {
+                           const T xhat = (x(i, j) - mean(i)) * rstd(i);
+                           dx(i, j) = rstd(i) * (dy(i, j) * gamma(j) - s1 - xhat * s2);
+                         }
+                       });
+}
+
+template class LayerNorm<float>;
+template class LayerNorm<double>;
+
+}  // namespace strata

@@ -1,0 +1,38 @@
+// Layer normalisation over the features of each row, with a learned scale
+// (gamma, initialised to 1) and shift (beta, initialised to 0), as PyTorch's
+// nn.LayerNorm(features, eps).
+//
+// forward:  y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps)
+//           (biased variance); mean and rstd are kept per row for backward.
+// backward: dgamma += sum_rows dy * xhat; dbeta += sum_rows dy;
+//           dx = rstd * (dy*gamma - mean(dy*gamma) - xhat * mean(dy*gamma*xhat))
+#pragma once
+
+#include "layers/layer.hpp"
+
+namespace strata {
+
+template <class T>
+class LayerNorm final : public Layer<T> {
+ public:
+  explicit LayerNorm(std::size_t features, double eps = 1e-5);
+
+  std::string name() const override;
+  std::size_t out_features(std::size_t in) const override;
+  std::size_t num_params() const override { return 2 * features_; }
+  void bind(Vector<T> params, Vector<T> grads) override;
+  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+            std::uint64_t layer_index) const override;
+  void reserve(std::size_t batch, std::size_t in) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+
+ private:
+  std::size_t features_;
+  double eps_;
+  Vector<T> gamma_, beta_, dgamma_, dbeta_;
+  VectorBuffer<T> mean_, rstd_;  // (max batch)
+  ConstMatrix<T> x_;
+};
+
+}  // namespace strata

@@ -1,0 +1,101 @@
+#include "layers/linear.hpp"
+
+#include "backends/error.hpp"
+#include "backends/random.hpp"
+
+#include <cmath>
+
+namespace strata {
+
+template <class T>
+Linear<T>::Linear(std::size_t in, std::size_t out, bool bias) : in_(in), out_(out), bias_(bias) {
+  STRATA_REQUIRE(in > 0 && out > 0, config, "Linear(", in, ", ", out,
+                 "): widths must be positive");
+}
+
+template <class T>
+std::string Linear<T>::name() const {
+  return "Linear(" + std::to_string(in_) + ", " + std::to_string(out_) +
+         (bias_ ? ")" : ", bias=false)");
+}
+
+template <class T>
+std::size_t Linear<T>::out_features(std::size_t in) const {
+  STRATA_REQUIRE(in == in_, config, name(), " expects inputs of width ", in_, " but gets width ",
+                 in);
+  return out_;
+}
+
+template <class T>
+void Linear<T>::bind(Vector<T> params, Vector<T> grads) {
+  weight_ = reshape(params, 0, out_, in_);
+  dweight_ = reshape(grads, 0, out_, in_);
+  if (bias_) {
+    b_ = Kokkos::subview(params, Kokkos::make_pair(out_ * in_, out_ * in_ + out_));
+    db_ = Kokkos::subview(grads, Kokkos::make_pair(out_ * in_, out_ * in_ + out_));
+  }
+}
+
+template <class T>
+void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
+                     std::uint64_t layer_index) const {
+  const double fan_in = static_cast<double>(in_), fan_out = static_cast<double>(out_);
+  const std::uint64_t stream = random::stream_init + layer_index;
+  const std::size_t nw = out_ * in_;
+  auto uniform = [&](std::size_t i, double bound) {
+    return static_cast<T>((2.0 * random::uniform_double(seed, stream, i) - 1.0) * bound);
+  };
+  auto normal = [&](std::size_t i, double sd) {
+    return static_cast<T>(random::normal(seed, stream, i) * sd);
+  };
+  for (std::size_t i = 0; i < nw; ++i) {
+    switch (scheme) {
+      case Init::kaiming_uniform: params(i) = uniform(i, std::sqrt(6.0 / fan_in)); break;
+      case Init::kaiming_normal: params(i) = normal(i, std::sqrt(2.0 / fan_in)); break;
+      case Init::xavier_uniform:
+        params(i) = uniform(i, std::sqrt(6.0 / (fan_in + fan_out)));
+        break;
+      case Init::xavier_normal: params(i) = normal(i, std::sqrt(2.0 / (fan_in + fan_out))); break;
+      case Init::torch_default: params(i) = uniform(i, 1.0 / std::sqrt(fan_in)); break;
+    }
+  }
+  if (bias_)
+    for (std::size_t i = 0; i < out_; ++i)
+      params(nw + i) =
+          scheme == Init::torch_default ? uniform(nw + i, 1.0 / std::sqrt(fan_in)) : T(0);
+}
+
+template <class T>
+void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  x_ = x;
+  ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
+  if (!bias_) return;
+  auto b = b_;
+  const int out = static_cast<int>(out_);
+  Kokkos::parallel_for(
+      "strata::Linear::bias", Range2D(ctx.exec, {0, 0}, {static_cast<int>(y.extent(0)), out}),
+      KOKKOS_LAMBDA(const int i, const int j) { y(i, j) += b(j); });
+}
+
+template <class T>
+void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
+  // dW(out, in) += dy^T (out, batch) x (batch, in)
+  ctx.blas.gemm(Op::T, Op::N, T(1), dy, x_, T(1), dweight_);
+  if (bias_) {
+    auto db = db_;
+    const int batch = static_cast<int>(dy.extent(0));
+    // One thread per output feature sums its column in a fixed order.
+    Kokkos::parallel_for(
+        "strata::Linear::bias_grad", Range(ctx.exec, 0, out_), KOKKOS_LAMBDA(const int j) {
+          T acc = 0;
+          for (int i = 0; i < batch; ++i) acc += dy(i, j);
+          db(j) += acc;
+        });
+  }
+  if (dx.data() != nullptr) ctx.blas.gemm(Op::N, Op::N, T(1), dy, ConstMatrix<T>(weight_), T(0), dx);
+}
+
+template class Linear<float>;
+template class Linear<double>;
+
+}  // namespace strata

@@ -1,0 +1,40 @@
+// Linear layer: y = x W^T + b, with W (out, in) and b (out) as in PyTorch.
+//
+// Parameters in the flat buffer: W row-major (out * in values), then b (out).
+// forward:  y(batch, out) = x(batch, in) W^T            GEMM (N, T), then bias pass
+// backward: dW += dy^T x; db += column sums of dy       GEMM (T, N), reduction
+//           dx  = dy W                                  GEMM (N, N), skipped when dx is empty
+#pragma once
+
+#include "layers/layer.hpp"
+
+namespace strata {
+
+template <class T>
+class Linear final : public Layer<T> {
+ public:
+  Linear(std::size_t in, std::size_t out, bool bias = true);
+
+  std::string name() const override;
+  std::size_t out_features(std::size_t in) const override;
+  std::size_t num_params() const override { return out_ * in_ + (bias_ ? out_ : 0); }
+  void bind(Vector<T> params, Vector<T> grads) override;
+  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+            std::uint64_t layer_index) const override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+
+  std::size_t in() const { return in_; }
+  std::size_t out() const { return out_; }
+  ConstMatrix<T> weight() const { return weight_; }
+  ConstVector<T> bias() const { return b_; }
+
+ private:
+  std::size_t in_, out_;
+  bool bias_;
+  Matrix<T> weight_, dweight_;  // (out, in)
+  Vector<T> b_, db_;            // (out)
+  ConstMatrix<T> x_;            // input of the last forward
+};
+
+}  // namespace strata

@@ -1,0 +1,125 @@
+#include "layers/loss.hpp"
+
+#include "backends/error.hpp"
+
+namespace strata {
+
+LossKind parse_loss(const std::string& name) {
+  if (name == "cross-entropy" || name == "ce") return LossKind::cross_entropy;
+  if (name == "mse") return LossKind::mse;
+  STRATA_THROW(config, "unknown loss '", name, "' (expected cross-entropy or mse)");
+}
+
+const char* to_string(LossKind kind) {
+  return kind == LossKind::cross_entropy ? "cross-entropy" : "mse";
+}
+
+template <class T>
+void SoftmaxCrossEntropy<T>::check(std::size_t batch, std::size_t width,
+                                   const Targets<T>& t) const {
+  STRATA_REQUIRE(t.labels.data() != nullptr || batch == 0, config, name(),
+                 ": needs integer class labels, but the targets are values of shape (",
+                 t.values.extent(0), ", ", t.values.extent(1), ")");
+  STRATA_REQUIRE(t.labels.extent(0) == batch, config, name(), ": ", t.labels.extent(0),
+                 " labels for a model output of shape (", batch, ", ", width, ")");
+  STRATA_REQUIRE(width >= 1, config, name(), ": model output has width 0");
+}
+
+template <class T>
+double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
+                                                const Targets<T>& t, Matrix<T> dout, T scale) {
+  check(out.extent(0), out.extent(1), t);
+  const int width = static_cast<int>(out.extent(1));
+  const bool grad = dout.data() != nullptr;
+  Labels labels = t.labels;
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "strata::SoftmaxCrossEntropy", Range(ctx.exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(const int i, double& acc) {
+        const int label = labels(i);
+        STRATA_EXPECT(label >= 0 && label < width);
+        T mx = out(i, 0);
+        for (int j = 1; j < width; ++j) mx = out(i, j) > mx ? out(i, j) : mx;
+        T s = 0;
+        for (int j = 0; j < width; ++j) s += kmath::exp(out(i, j) - mx);
+        const T lse = mx + kmath::log(s);
+        acc += static_cast<double>(lse - out(i, label));
+        if (grad) {
+          const T inv = T(1) / s;
+          for (int j = 0; j < width; ++j)
+            dout(i, j) = (kmath::exp(out(i, j) - mx) * inv - (j == label ? T(1) : T(0))) * scale;
+        }
+      },
+      sum);
+  return sum;
+}
+
+template <class T>
+void MeanSquaredError<T>::check(std::size_t batch, std::size_t width, const Targets<T>& t) const {
+  STRATA_REQUIRE(t.values.data() != nullptr || batch == 0, config, name(),
+                 ": needs target values of shape (", batch, ", ", width,
+                 "), but the targets are class labels");
+  STRATA_REQUIRE(t.values.extent(0) == batch && t.values.extent(1) == width, config, name(),
+                 ": target shape (", t.values.extent(0), ", ", t.values.extent(1),
+                 ") does not match model output shape (", batch, ", ", width,
+                 "); Strata does not broadcast targets");
+}
+
+template <class T>
+double MeanSquaredError<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
+                                             const Targets<T>& t, Matrix<T> dout, T scale) {
+  check(out.extent(0), out.extent(1), t);
+  const int width = static_cast<int>(out.extent(1));
+  const bool grad = dout.data() != nullptr;
+  ConstMatrix<T> target = t.values;
+  const T gscale = T(2) / T(width) * scale;
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "strata::MeanSquaredError", Range(ctx.exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(const int i, double& acc) {
+        T s = 0;
+        for (int j = 0; j < width; ++j) {
+          const T d = out(i, j) - target(i, j);
+          s += d * d;
+          if (grad) dout(i, j) = d * gscale;
+        }
+        acc += static_cast<double>(s / T(width));
+      },
+      sum);
+  return sum;
+}
+
+template <class T>
+std::unique_ptr<Loss<T>> make_loss(LossKind kind) {
+  if (kind == LossKind::cross_entropy) return std::make_unique<SoftmaxCrossEntropy<T>>();
+  return std::make_unique<MeanSquaredError<T>>();
+}
+
+template <class T>
+std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) {
+  const int width = static_cast<int>(out.extent(1));
+  STRATA_REQUIRE(labels.extent(0) == out.extent(0), config, "count_correct: ", labels.extent(0),
+                 " labels for ", out.extent(0), " rows");
+  std::size_t correct = 0;
+  Kokkos::parallel_reduce(
+      "strata::count_correct", Range(ctx.exec, 0, out.extent(0)),
+      KOKKOS_LAMBDA(const int i, std::size_t& acc) {
+        int best = 0;
+        for (int j = 1; j < width; ++j)
+          if (out(i, j) > out(i, best)) best = j;
+        acc += best == labels(i) ? 1 : 0;
+      },
+      correct);
+  return correct;
+}
+
+template class SoftmaxCrossEntropy<float>;
+template class SoftmaxCrossEntropy<double>;
+template class MeanSquaredError<float>;
+template class MeanSquaredError<double>;
+template std::unique_ptr<Loss<float>> make_loss<float>(LossKind);
+template std::unique_ptr<Loss<double>> make_loss<double>(LossKind);
+template std::size_t count_correct<float>(Context&, ConstMatrix<float>, Labels);
+template std::size_t count_correct<double>(Context&, ConstMatrix<double>, Labels);
+
+}  // namespace strata

@@ -1,0 +1,75 @@
+// Losses: fused softmax cross-entropy over integer labels, and mean squared
+// error. Each computes the loss and its gradient with respect to the model
+// output in one pass.
+//
+// out: (batch, width) model output, device memory.
+// Targets: labels (batch) for cross-entropy, values (batch, width) for MSE.
+// Return value: the SUM over the batch of the per-sample losses (the caller
+// divides by the global batch, so that data-parallel ranks can add sums).
+// dout: gradient of (scale * sum) with respect to out; scale is 1 / global batch
+// for a mean loss. dout may be empty (evaluation).
+#pragma once
+
+#include "backends/context.hpp"
+
+#include <memory>
+#include <string>
+
+namespace strata {
+
+template <class T>
+struct Targets {
+  Labels labels;          // classification
+  ConstMatrix<T> values;  // regression
+};
+
+enum class LossKind { cross_entropy, mse };
+LossKind parse_loss(const std::string& name);  // throws config
+const char* to_string(LossKind kind);
+
+template <class T>
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  virtual std::string name() const = 0;
+  virtual LossKind kind() const = 0;
+  // Throws config naming the loss and both shapes when targets do not fit out.
+  virtual void check(std::size_t batch, std::size_t width, const Targets<T>& t) const = 0;
+  virtual double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+                                  Matrix<T> dout, T scale) = 0;
+};
+
+// Per-sample loss: log(sum_j exp(z_j)) - z_label, computed stably (max shift).
+// Gradient: (softmax(z) - onehot(label)) * scale.
+template <class T>
+class SoftmaxCrossEntropy final : public Loss<T> {
+ public:
+  std::string name() const override { return "softmax cross-entropy"; }
+  LossKind kind() const override { return LossKind::cross_entropy; }
+  void check(std::size_t batch, std::size_t width, const Targets<T>& t) const override;
+  double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+                          Matrix<T> dout, T scale) override;
+};
+
+// Per-sample loss: mean over the width of (out - target)^2, so that the mean
+// over the batch equals PyTorch's MSELoss(reduction='mean').
+// Gradient: 2 (out - target) / width * scale.
+template <class T>
+class MeanSquaredError final : public Loss<T> {
+ public:
+  std::string name() const override { return "MSE loss"; }
+  LossKind kind() const override { return LossKind::mse; }
+  void check(std::size_t batch, std::size_t width, const Targets<T>& t) const override;
+  double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+                          Matrix<T> dout, T scale) override;
+};
+
+template <class T>
+std::unique_ptr<Loss<T>> make_loss(LossKind kind);
+
+// Number of rows whose largest output is at the label's position (ties go to
+// the first index).
+template <class T>
+std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels);
+
+}  // namespace strata

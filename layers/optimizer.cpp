@@ -1,0 +1,101 @@
+#include "layers/optimizer.hpp"
+
+#include "backends/error.hpp"
+
+#include <cmath>
+
+namespace strata {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw})
+    if (name == to_string(k)) return k;
+  STRATA_THROW(config, "unknown optimizer '", name, "' (expected sgd, adam or adamw)");
+}
+
+const char* to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adam: return "adam";
+    case OptimizerKind::adamw: return "adamw";
+  }
+  return "?";
+}
+
+void validate(const OptimizerConfig& config) {
+  STRATA_REQUIRE(config.lr >= 0 && std::isfinite(config.lr), config,
+                 "optimizer: learning rate must be finite and >= 0, got ", config.lr);
+  STRATA_REQUIRE(config.momentum >= 0 && config.momentum < 1, config,
+                 "optimizer: momentum must be in [0, 1), got ", config.momentum);
+  STRATA_REQUIRE(config.weight_decay >= 0, config,
+                 "optimizer: weight decay must be >= 0, got ", config.weight_decay);
+  STRATA_REQUIRE(!config.nesterov || config.momentum > 0, config,
+                 "optimizer: Nesterov momentum needs momentum > 0");
+  STRATA_REQUIRE(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1,
+                 config, "optimizer: betas must be in [0, 1), got ", config.beta1, ", ",
+                 config.beta2);
+  STRATA_REQUIRE(config.eps > 0, config, "optimizer: eps must be > 0, got ", config.eps);
+}
+
+template <class T>
+Optimizer<T>::Optimizer(const OptimizerConfig& config, std::size_t n) : config_(config), n_(n) {
+  validate(config);
+  if (config.kind == OptimizerKind::sgd) {
+    if (config.momentum > 0) state0_ = VectorBuffer<T>("strata::sgd::momentum", n);
+  } else {
+    state0_ = VectorBuffer<T>("strata::adam::m", n);
+    state1_ = VectorBuffer<T>("strata::adam::v", n);
+  }
+}
+
+template <class T>
+void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
+  STRATA_REQUIRE(p.extent(0) == n_ && g.extent(0) == n_, config, "optimizer for ", n_,
+                 " parameters got buffers of ", p.extent(0), " and ", g.extent(0));
+  ++steps_;
+  const T lr = static_cast<T>(config_.lr);
+  const T wd = static_cast<T>(config_.weight_decay);
+  Vector<T> s0 = state0_, s1 = state1_;
+  if (config_.kind == OptimizerKind::sgd) {
+    const T mu = static_cast<T>(config_.momentum);
+    const bool first = steps_ == 1, nesterov = config_.nesterov;
+    if (config_.momentum == 0) {
+      Kokkos::parallel_for("strata::sgd", Range(ctx.exec, 0, n_), KOKKOS_LAMBDA(const std::size_t i) {
+        p(i) -= lr * (g(i) + wd * p(i));
+      });
+    } else {
+      Kokkos::parallel_for("strata::sgd_momentum", Range(ctx.exec, 0, n_),
+                           KOKKOS_LAMBDA(const std::size_t i) {
+                             const T d = g(i) + wd * p(i);
+                             const T b = first ? d : mu * s0(i) + d;
+                             s0(i) = b;
+                             p(i) -= lr * (nesterov ? d + mu * b : b);
+                           });
+    }
+    return;
+  }
+  const T b1 = static_cast<T>(config_.beta1), b2 = static_cast<T>(config_.beta2);
+  const T eps = static_cast<T>(config_.eps);
+  // Bias corrections in double on the host, as PyTorch computes them.
+  const T c1 = static_cast<T>(1.0 - std::pow(config_.beta1, static_cast<double>(steps_)));
+  const T c2 = static_cast<T>(std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(steps_))));
+  const T step_size = lr / c1;
+  const bool decoupled = config_.kind == OptimizerKind::adamw;
+  Kokkos::parallel_for("strata::adam", Range(ctx.exec, 0, n_), KOKKOS_LAMBDA(const std::size_t i) {
+    T pi = p(i);
+    T gi = g(i);
+    if (decoupled)
+      pi -= lr * wd * pi;
+    else
+      gi += wd * pi;
+    const T m = b1 * s0(i) + (T(1) - b1) * gi;
+    const T v = b2 * s1(i) + (T(1) - b2) * gi * gi;
+    s0(i) = m;
+    s1(i) = v;
+    p(i) = pi - step_size * m / (kmath::sqrt(v) / c2 + eps);
+  });
+}
+
+template class Optimizer<float>;
+template class Optimizer<double>;
+
+}  // namespace strata

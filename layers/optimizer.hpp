@@ -1,0 +1,60 @@
+// Optimizers on the flat parameter and gradient buffers: one kernel per step
+// over every parameter. Semantics follow PyTorch's torch.optim:
+//   SGD:   g += wd p; buf = momentum buf + g (buf = g on the first step);
+//          g = nesterov ? g + momentum buf : buf (when momentum > 0); p -= lr g
+//   Adam:  g += wd p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//          p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+//   AdamW: p -= lr wd p, then Adam without the g += wd p term.
+#pragma once
+
+#include "backends/context.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+enum class OptimizerKind { sgd, adam, adamw };
+OptimizerKind parse_optimizer(const std::string& name);  // throws config
+const char* to_string(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
+  double lr = 0.01;
+  double momentum = 0.0;  // SGD
+  bool nesterov = false;  // SGD
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam, AdamW
+};
+
+// Throws config naming the first setting out of range.
+void validate(const OptimizerConfig& config);
+
+template <class T>
+class Optimizer {
+ public:
+  // n: number of parameters it updates (state buffers are allocated here).
+  Optimizer(const OptimizerConfig& config, std::size_t n);
+
+  // params -= update(grads); both (n), device memory.
+  void step(Context& ctx, Vector<T> params, ConstVector<T> grads);
+
+  const OptimizerConfig& config() const { return config_; }
+  void set_lr(double lr) { config_.lr = lr; }
+  std::int64_t steps() const { return steps_; }
+  std::size_t size() const { return n_; }
+  // State for checkpoints: momentum buffer (SGD) or first and second moments.
+  Vector<T> state0() const { return state0_; }
+  Vector<T> state1() const { return state1_; }
+  void set_steps(std::int64_t steps) { steps_ = steps; }
+  // Bytes of optimizer state.
+  std::size_t state_bytes() const { return (state0_.extent(0) + state1_.extent(0)) * sizeof(T); }
+
+ private:
+  OptimizerConfig config_;
+  std::size_t n_;
+  std::int64_t steps_ = 0;
+  VectorBuffer<T> state0_, state1_;
+};
+
+}  // namespace strata

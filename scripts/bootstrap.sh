@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs what Strata needs on Debian 12 (bookworm) and, when no Kokkos is
+# installed, builds Kokkos 3.4.1 from Debian's trilinos source package into a
+# cache prefix that later runs reuse.
+#
+# Usage: scripts/bootstrap.sh [--print-kokkos-root] [--kokkos-flavour NAME]
+#   flavours: openmp (default; Serial + OpenMP), debug (OpenMP with
+#   Kokkos_ENABLE_DEBUG and bounds checking)
+#
+# Environment:
+#   Kokkos_ROOT         use this Kokkos as it is (nothing is built)
+#   STRATA_CACHE        cache folder (default: ${XDG_CACHE_HOME:-$HOME/.cache}/strata)
+#   STRATA_NO_APT=1     never call apt-get (report what is missing instead)
+#
+# Idempotent: when everything is present it returns in well under a second.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/common.sh
+source "$here/common.sh"
+
+flavour=openmp
+print_root=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --print-kokkos-root) print_root=1 ;;
+    --kokkos-flavour) flavour="$2"; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bootstrap.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# ---------------------------------------------------------------- packages
+packages=(
+  g++ cmake ninja-build ccache pkg-config make
+  libopenblas-openmp-dev
+  libopenmpi-dev openmpi-bin
+  libtbb-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist
+)
+strata_apt_install "${packages[@]}"
+
+# ---------------------------------------------------------------- Kokkos
+if [ -n "${Kokkos_ROOT:-}" ]; then
+  [ "$print_root" = 1 ] && echo "$Kokkos_ROOT"
+  exit 0
+fi
+
+prefix="$(strata_kokkos_prefix "$flavour")"
+if [ -f "$prefix/.strata-complete" ]; then
+  [ "$print_root" = 1 ] && echo "$prefix"
+  exit 0
+fi
+
+case "$flavour" in
+  openmp) kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_BUILD_TYPE=Release) ;;
+  debug)  kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+                       -DKokkos_ENABLE_DEBUG=ON -DKokkos_ENABLE_DEBUG_BOUNDS_CHECK=ON) ;;
+  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug)" >&2; exit 2 ;;
+esac
+
+src="$(strata_kokkos_source)"
+build="$(strata_cache)/build-kokkos-$flavour"
+rm -rf "$build"
+echo "bootstrap: building Kokkos 3.4.1 ($flavour) into $prefix" >&2
+cmake -S "$src" -B "$build" -G Ninja \
+  -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_STANDARD=17 \
+  -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=OFF \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+  -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF \
+  "${kokkos_opts[@]}" >"$build.log" 2>&1 || { tail -30 "$build.log" >&2; exit 1; }
+cmake --build "$build" --parallel >>"$build.log" 2>&1 || { tail -30 "$build.log" >&2; exit 1; }
+cmake --install "$build" >>"$build.log" 2>&1 || { tail -30 "$build.log" >&2; exit 1; }
+touch "$prefix/.strata-complete"
+rm -rf "$build"
+[ "$print_root" = 1 ] && echo "$prefix"
+exit 0

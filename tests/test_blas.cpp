@@ -1,0 +1,101 @@
+// GEMM backends against a naive host reference (double accumulation), for odd
+// shapes and every transpose combination; vendor against portable.
+#include "backends/blas.hpp"
+#include "backends/error.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+namespace strata {
+namespace {
+
+// C = alpha op(A) op(B) + beta C on host, row-major.
+template <class T>
+std::vector<T> reference_gemm(Op ta, Op tb, int m, int n, int k, T alpha, const std::vector<T>& A,
+                              int lda, const std::vector<T>& B, int ldb, T beta, std::vector<T> C,
+                              int ldc) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int p = 0; p < k; ++p) {
+        const double a = ta == Op::N ? A[i * lda + p] : A[p * lda + i];
+        const double b = tb == Op::N ? B[p * ldb + j] : B[j * ldb + p];
+        acc += a * b;
+      }
+      C[i * ldc + j] = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0 : beta * double(C[i * ldc + j])));
+    }
+  return C;
+}
+
+template <class T>
+void check_gemm(GemmBackend backend, Op ta, Op tb, int m, int n, int k, T alpha, T beta) {
+  // Stored shapes: A (m,k) or (k,m); B (k,n) or (n,k).
+  const int ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m;
+  const int br = tb == Op::N ? k : n, bc = tb == Op::N ? n : k;
+  auto a = test::randn<T>(ar * ac, 1), b = test::randn<T>(br * bc, 2), c = test::randn<T>(m * n, 3);
+  auto expect = reference_gemm(ta, tb, m, n, k, alpha, a, ac, b, bc, beta, c, n);
+  auto da = test::to_device(a, ar, ac), db = test::to_device(b, br, bc), dc = test::to_device(c, m, n);
+  Blas blas(backend);
+  blas.gemm<T>(ta, tb, alpha, da, db, beta, dc);
+  auto got = test::to_host(dc);
+  const double tol = std::is_same<T, float>::value ? 2e-5 : 1e-12;
+  for (int i = 0; i < m * n; ++i)
+    ASSERT_NEAR(got[i], expect[i], tol * (std::sqrt(double(k)) + std::fabs(expect[i])))
+        << to_string(backend) << " m=" << m << " n=" << n << " k=" << k << " ta="
+        << (ta == Op::T) << " tb=" << (tb == Op::T) << " at " << i;
+}
+
+using Shape = std::tuple<int, int, int>;
+class GemmShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(GemmShapes, PortableMatchesReference) {
+  auto [m, n, k] = GetParam();
+  for (Op ta : {Op::N, Op::T})
+    for (Op tb : {Op::N, Op::T}) {
+      check_gemm<float>(GemmBackend::portable, ta, tb, m, n, k, 1.0f, 0.0f);
+      check_gemm<double>(GemmBackend::portable, ta, tb, m, n, k, 0.5, 2.0);
+    }
+}
+
+TEST_P(GemmShapes, VendorMatchesReference) {
+  if (!Blas::vendor_available()) GTEST_SKIP() << "no vendor BLAS compiled in";
+  auto [m, n, k] = GetParam();
+  for (Op ta : {Op::N, Op::T})
+    for (Op tb : {Op::N, Op::T}) {
+      check_gemm<float>(GemmBackend::vendor, ta, tb, m, n, k, 1.0f, 1.0f);
+      check_gemm<double>(GemmBackend::vendor, ta, tb, m, n, k, -1.5, 0.0);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(OddShapes, GemmShapes,
+                         ::testing::Combine(::testing::Values(1, 7, 33, 257),
+                                            ::testing::Values(1, 7, 33, 257),
+                                            ::testing::Values(1, 7, 33, 257)));
+
+TEST(Gemm, BetaZeroIgnoresNaNInOutput) {
+  for (GemmBackend backend : {GemmBackend::portable, GemmBackend::vendor}) {
+    if (backend == GemmBackend::vendor && !Blas::vendor_available()) continue;
+    auto da = test::to_device(std::vector<float>{1, 2, 3, 4}, 2, 2);
+    auto dc = test::to_device(std::vector<float>(4, std::nanf("")), 2, 2);
+    Blas(backend).gemm<float>(Op::N, Op::N, 1.0f, da, da, 0.0f, dc);
+    EXPECT_EQ(test::to_host(dc), (std::vector<float>{7, 10, 15, 22})) << to_string(backend);
+  }
+}
+
+TEST(Gemm, ShapeMismatchIsAConfigError) {
+  auto da = test::to_device(std::vector<float>(6, 1.0f), 2, 3);
+  auto dc = test::to_device(std::vector<float>(4, 0.0f), 2, 2);
+  try {
+    Blas(GemmBackend::portable).gemm<float>(Op::N, Op::N, 1.0f, da, da, 0.0f, dc);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(std::string(e.what()).find("shapes do not match"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata

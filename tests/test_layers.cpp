@@ -1,0 +1,466 @@
+// Every layer against its naive host reference (forward) and against central
+// finite differences in double precision (backward: input and parameter
+// gradients). Losses likewise; Sequential against the composition of layers.
+#include "backends/error.hpp"
+#include "layers/layernorm.hpp"
+#include "layers/loss.hpp"
+#include "layers/mlp.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+namespace strata {
+namespace {
+
+using Vec = std::vector<double>;
+
+// A standalone layer with its own parameter and gradient buffers.
+struct Bound {
+  LayerPtr<double> layer;
+  std::size_t batch, in, out;
+  VectorBuffer<double> params, grads;
+  Context ctx;
+
+  Bound(LayerPtr<double> l, std::size_t batch_, std::size_t in_, std::uint64_t seed,
+        GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
+      : layer(std::move(l)), batch(batch_), in(in_), out(layer->out_features(in_)), ctx(gemm) {
+    const std::size_t n = layer->num_params();
+    params = VectorBuffer<double>("params", n);
+    grads = VectorBuffer<double>("grads", n);
+    layer->bind(params, grads);
+    layer->reserve(batch, in);
+    // Random parameters (not the initialiser's), so that every term matters.
+    Kokkos::deep_copy(params, test::to_device(test::randn<double>(n, seed)));
+  }
+  Vec forward(const Vec& x) {
+    auto dx = test::to_device(x, batch, in);
+    MatrixBuffer<double> y("y", batch, out);
+    layer->forward(ctx, dx, y);
+    Kokkos::fence();
+    return test::to_host(y);
+  }
+  // Returns dx for upstream gradient dy (after a forward on x); parameter
+  // gradients accumulate into `grads` (zeroed first).
+  Vec backward(const Vec& x, const Vec& dy) {
+    Kokkos::deep_copy(grads, 0.0);
+    auto dxin = test::to_device(x, batch, in);
+    MatrixBuffer<double> y("y", batch, out), dx("dx", batch, in);
+    layer->forward(ctx, dxin, y);
+    layer->backward(ctx, test::to_device(dy, batch, out), dx);
+    Kokkos::fence();
+    return test::to_host(dx);
+  }
+  Vec param_values() { return test::to_host(params); }
+  void set_params(const Vec& p) { Kokkos::deep_copy(params, test::to_device(p)); }
+};
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks backward against central differences of L = sum(forward(x) * r).
+// skip(x_i): true where the function is not smooth near x_i.
+void check_gradients(Bound& b, const Vec& x, std::uint64_t seed,
+                     const std::function<bool(double)>& skip = nullptr,
+                     const std::function<void()>& before_forward = nullptr) {
+  const Vec r = test::randn<double>(b.batch * b.out, seed + 100);
+  auto loss = [&](const Vec& xv) {
+    if (before_forward) before_forward();
+    return dot(b.forward(xv), r);
+  };
+  if (before_forward) before_forward();
+  const Vec dx = b.backward(x, r);
+  const Vec dp = test::to_host(b.grads);
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (skip && skip(x[i])) continue;
+    Vec xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    const double fd = (loss(xp) - loss(xm)) / (2 * h);
+    ASSERT_NEAR(dx[i], fd, 1e-6 * (1 + std::fabs(fd))) << b.layer->name() << " dx[" << i << "]";
+  }
+  const Vec p0 = b.param_values();
+  for (std::size_t i = 0; i < p0.size(); ++i) {
+    Vec pp = p0, pm = p0;
+    pp[i] += h;
+    pm[i] -= h;
+    b.set_params(pp);
+    const double lp = loss(x);
+    b.set_params(pm);
+    const double lm = loss(x);
+    const double fd = (lp - lm) / (2 * h);
+    ASSERT_NEAR(dp[i], fd, 1e-6 * (1 + std::fabs(fd))) << b.layer->name() << " dparam[" << i << "]";
+  }
+  b.set_params(p0);
+}
+
+void expect_near(const Vec& got, const Vec& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " at " << i;
+}
+
+// ---------------------------------------------------------------- Linear
+Vec linear_reference(const Vec& x, const Vec& p, std::size_t batch, std::size_t in,
+                     std::size_t out) {
+  Vec y(batch * out);
+  for (std::size_t i = 0; i < batch; ++i)
+    for (std::size_t o = 0; o < out; ++o) {
+      double s = p[out * in + o];
+      for (std::size_t k = 0; k < in; ++k) s += x[i * in + k] * p[o * in + k];
+      y[i * out + o] = s;
+    }
+  return y;
+}
+
+TEST(Linear, ForwardMatchesReference) {
+  for (GemmBackend g : {GemmBackend::portable, GemmBackend::vendor}) {
+    if (g == GemmBackend::vendor && !Blas::vendor_available()) continue;
+    for (auto [batch, in, out] : {std::tuple{1, 1, 1}, {7, 33, 5}, {32, 10, 5}}) {
+      Bound b(std::make_unique<Linear<double>>(in, out), batch, in, 1, g);
+      const Vec x = test::randn<double>(batch * in, 2);
+      expect_near(b.forward(x), linear_reference(x, b.param_values(), batch, in, out), 1e-12,
+                  "Linear forward");
+    }
+  }
+}
+
+TEST(Linear, GradientsMatchFiniteDifferences) {
+  Bound b(std::make_unique<Linear<double>>(6, 4), 5, 6, 3);
+  check_gradients(b, test::randn<double>(5 * 6, 4), 5);
+}
+
+TEST(Linear, GradientsAccumulate) {
+  Bound b(std::make_unique<Linear<double>>(3, 2), 4, 3, 3);
+  const Vec x = test::randn<double>(12, 1), dy = test::randn<double>(8, 2);
+  b.backward(x, dy);
+  const Vec once = test::to_host(b.grads);
+  // A second backward without zeroing doubles every parameter gradient.
+  auto xd = test::to_device(x, 4, 3);
+  MatrixBuffer<double> y("y", 4, 2), dx("dx", 4, 3);
+  b.layer->forward(b.ctx, xd, y);
+  b.layer->backward(b.ctx, test::to_device(dy, 4, 2), dx);
+  const Vec twice = test::to_host(b.grads);
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-12);
+}
+
+TEST(Linear, WrongInputWidthNamesBothWidths) {
+  Linear<float> l(784, 10);
+  try {
+    l.out_features(100);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(e.message().find("784"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("100"), std::string::npos) << e.message();
+  }
+}
+
+// ---------------------------------------------------------------- activations
+double act_reference(ActivationKind k, double x) {
+  switch (k) {
+    case ActivationKind::relu: return x > 0 ? x : 0;
+    case ActivationKind::gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case ActivationKind::tanh: return std::tanh(x);
+    case ActivationKind::sigmoid: return 1 / (1 + std::exp(-x));
+  }
+  return 0;
+}
+
+class Activations : public ::testing::TestWithParam<ActivationKind> {};
+
+TEST_P(Activations, ForwardMatchesReference) {
+  Bound b(make_activation<double>(GetParam()), 9, 7, 1);
+  Vec x = test::randn<double>(63, 6);
+  x[0] = 0;
+  x[1] = 30;
+  x[2] = -30;
+  const Vec y = b.forward(x);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(y[i], act_reference(GetParam(), x[i]), 1e-14) << b.layer->name() << " x=" << x[i];
+}
+
+TEST_P(Activations, GradientsMatchFiniteDifferences) {
+  Bound b(make_activation<double>(GetParam()), 9, 7, 1);
+  // ReLU is not differentiable at 0: skip inputs within reach of the step.
+  auto skip = [&](double x) { return GetParam() == ActivationKind::relu && std::fabs(x) < 1e-4; };
+  check_gradients(b, test::randn<double>(63, 7), 8, skip);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Activations,
+                         ::testing::Values(ActivationKind::relu, ActivationKind::gelu,
+                                           ActivationKind::tanh, ActivationKind::sigmoid),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(Activation, UnknownNameIsAConfigError) {
+  EXPECT_THROW(parse_activation("swish"), Error);
+}
+
+// ---------------------------------------------------------------- Dropout
+TEST(Dropout, KeepsOrZeroesWithTheRightRateAndScale) {
+  const std::size_t rows = 200, cols = 500;
+  const double p = 0.3;
+  Bound b(std::make_unique<Dropout<double>>(p, 7), rows, cols, 1);
+  const Vec x = test::randn<double>(rows * cols, 1);
+  const Vec y = b.forward(x);
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (y[i] == 0) ++dropped;
+    else ASSERT_NEAR(y[i], x[i] / (1 - p), 1e-14);
+  }
+  // 100000 Bernoulli(0.3) draws: the standard deviation of the rate is 0.0015.
+  EXPECT_NEAR(double(dropped) / x.size(), p, 0.01);
+}
+
+TEST(Dropout, SameSeedSameMaskNewMaskEachCall) {
+  auto d1 = std::make_unique<Dropout<double>>(0.5, 11);
+  auto d2 = std::make_unique<Dropout<double>>(0.5, 11);
+  Bound a(std::move(d1), 10, 10, 1), b(std::move(d2), 10, 10, 1);
+  const Vec x = test::randn<double>(100, 3);
+  const Vec ya = a.forward(x), yb = b.forward(x), ya2 = a.forward(x);
+  EXPECT_EQ(ya, yb);
+  EXPECT_NE(ya, ya2);
+}
+
+TEST(Dropout, BackwardUsesTheForwardMask) {
+  Bound b(std::make_unique<Dropout<double>>(0.4, 5), 8, 16, 1);
+  const Vec x = test::randn<double>(128, 2), dy = test::randn<double>(128, 3);
+  const Vec dx = b.backward(x, dy);
+  static_cast<Dropout<double>&>(*b.layer).set_calls(0);
+  const Vec y = b.forward(x);  // same call number as in backward() above
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(dx[i], y[i] / x[i] * dy[i], 1e-12);
+}
+
+TEST(Dropout, GradientsMatchFiniteDifferences) {
+  Bound b(std::make_unique<Dropout<double>>(0.25, 9), 4, 6, 1);
+  auto& d = static_cast<Dropout<double>&>(*b.layer);
+  check_gradients(b, test::randn<double>(24, 4), 5, nullptr, [&] { d.set_calls(0); });
+}
+
+TEST(Dropout, EvaluationModeIsIdentity) {
+  Bound b(std::make_unique<Dropout<double>>(0.9, 5), 4, 4, 1);
+  b.layer->set_training(false);
+  const Vec x = test::randn<double>(16, 2);
+  EXPECT_EQ(b.forward(x), x);
+}
+
+// ---------------------------------------------------------------- LayerNorm
+TEST(LayerNorm, ForwardMatchesReference) {
+  const std::size_t batch = 5, n = 12;
+  Bound b(std::make_unique<LayerNorm<double>>(n), batch, n, 3);
+  Vec x = test::randn<double>(batch * n, 4);
+  for (auto& v : x) v = 3 * v + 10;  // offset and scale: normalisation must undo them
+  const Vec p = b.param_values(), y = b.forward(x);
+  for (std::size_t i = 0; i < batch; ++i) {
+    double mean = 0, var = 0;
+    for (std::size_t j = 0; j < n; ++j) mean += x[i * n + j] / n;
+    for (std::size_t j = 0; j < n; ++j) var += (x[i * n + j] - mean) * (x[i * n + j] - mean) / n;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double want = (x[i * n + j] - mean) / std::sqrt(var + 1e-5) * p[j] + p[n + j];
+      ASSERT_NEAR(y[i * n + j], want, 1e-12);
+    }
+  }
+}
+
+TEST(LayerNorm, GradientsMatchFiniteDifferences) {
+  Bound b(std::make_unique<LayerNorm<double>>(6), 4, 6, 3);
+  check_gradients(b, test::randn<double>(24, 4), 5);
+}
+
+TEST(LayerNorm, InitIsOnesAndZeros) {
+  Sequential<float> m(4);
+  m.add(std::make_unique<LayerNorm<float>>(4));
+  m.build(2);
+  m.init(Init::kaiming_uniform, 1);
+  EXPECT_EQ(test::to_host(m.params()), (std::vector<float>{1, 1, 1, 1, 0, 0, 0, 0}));
+}
+
+// ---------------------------------------------------------------- losses
+struct LossCase {
+  std::size_t batch = 6, width = 5;
+  Vec out = test::randn<double>(30, 1);
+  std::vector<std::int32_t> labels{0, 4, 2, 2, 1, 3};
+  Vec values = test::randn<double>(30, 2);
+};
+
+double loss_sum(Loss<double>& loss, const LossCase& c, const Vec& out, Vec* grad, double scale) {
+  Context ctx;
+  auto dout = test::to_device(out, c.batch, c.width);
+  LabelsBuffer labels("labels", c.batch);
+  Kokkos::deep_copy(labels, Kokkos::View<const std::int32_t*, Kokkos::HostSpace,
+                                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>(c.labels.data(), c.batch));
+  auto values = test::to_device(c.values, c.batch, c.width);
+  Targets<double> t;
+  if (loss.kind() == LossKind::cross_entropy) t.labels = labels;
+  else t.values = values;
+  MatrixBuffer<double> g("g", c.batch, c.width);
+  const double s = loss.forward_backward(ctx, dout, t, grad ? Matrix<double>(g) : Matrix<double>(), scale);
+  if (grad) *grad = test::to_host(g);
+  return s;
+}
+
+TEST(SoftmaxCrossEntropy, MatchesReferenceAndFiniteDifferences) {
+  LossCase c;
+  SoftmaxCrossEntropy<double> loss;
+  double want = 0;
+  for (std::size_t i = 0; i < c.batch; ++i) {
+    double s = 0;
+    for (std::size_t j = 0; j < c.width; ++j) s += std::exp(c.out[i * c.width + j]);
+    want += std::log(s) - c.out[i * c.width + c.labels[i]];
+  }
+  Vec grad;
+  EXPECT_NEAR(loss_sum(loss, c, c.out, &grad, 0.25), want, 1e-12);
+  for (std::size_t i = 0; i < c.out.size(); ++i) {
+    Vec p = c.out, m = c.out;
+    p[i] += 1e-6;
+    m[i] -= 1e-6;
+    const double fd = 0.25 * (loss_sum(loss, c, p, nullptr, 1) - loss_sum(loss, c, m, nullptr, 1)) / 2e-6;
+    ASSERT_NEAR(grad[i], fd, 1e-7) << i;
+  }
+}
+
+TEST(SoftmaxCrossEntropy, StableForHugeLogits) {
+  LossCase c;
+  c.batch = 2;
+  c.width = 3;
+  c.labels = {0, 2};
+  const Vec out{1000, -1000, 0, 500, 500, -500};
+  Vec grad;
+  SoftmaxCrossEntropy<double> loss;
+  const double s = loss_sum(loss, c, out, &grad, 1);
+  // Row 0: label 0 dominates, loss ~ 0; row 1: label 2 is 1000 below the max.
+  EXPECT_NEAR(s, std::log(2.0) + 1000, 1e-9);
+  for (double g : grad) EXPECT_TRUE(std::isfinite(g));
+}
+
+TEST(MeanSquaredError, MatchesReferenceAndFiniteDifferences) {
+  LossCase c;
+  MeanSquaredError<double> loss;
+  double want = 0;
+  for (std::size_t i = 0; i < c.out.size(); ++i)
+    want += (c.out[i] - c.values[i]) * (c.out[i] - c.values[i]) / c.width;
+  Vec grad;
+  EXPECT_NEAR(loss_sum(loss, c, c.out, &grad, 0.5), want, 1e-12);
+  for (std::size_t i = 0; i < c.out.size(); ++i) {
+    Vec p = c.out, m = c.out;
+    p[i] += 1e-6;
+    m[i] -= 1e-6;
+    const double fd = 0.5 * (loss_sum(loss, c, p, nullptr, 1) - loss_sum(loss, c, m, nullptr, 1)) / 2e-6;
+    ASSERT_NEAR(grad[i], fd, 1e-7) << i;
+  }
+}
+
+TEST(MeanSquaredError, TargetShapeMismatchNamesLossAndBothShapes) {
+  // The PyTorch tutorial's mistake: targets (32, 5) for outputs (32, 2).
+  MatrixBuffer<float> out("out", 32, 2), target("target", 32, 5), g("g", 32, 2);
+  Context ctx;
+  MeanSquaredError<float> loss;
+  try {
+    loss.forward_backward(ctx, out, Targets<float>{Labels(), target}, g, 1.0f);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    const std::string m = e.message();
+    EXPECT_NE(m.find("MSE"), std::string::npos) << m;
+    EXPECT_NE(m.find("(32, 5)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(32, 2)"), std::string::npos) << m;
+  }
+}
+
+TEST(CountCorrect, CountsArgmaxMatches) {
+  Context ctx;
+  auto out = test::to_device(std::vector<float>{0, 1, 2, 5, 1, 0, 3, 3, 1}, 3, 3);
+  LabelsBuffer labels("l", 3);
+  auto h = Kokkos::create_mirror_view(labels);
+  h(0) = 2;  // right
+  h(1) = 1;  // wrong (argmax 0)
+  h(2) = 0;  // right: ties go to the first index
+  Kokkos::deep_copy(labels, h);
+  EXPECT_EQ(count_correct<float>(ctx, out, labels), 2u);
+}
+
+// ---------------------------------------------------------------- Sequential
+TEST(Sequential, ForwardAndBackwardMatchComposedLayers) {
+  // Linear(4,6) - Tanh - Linear(6,3) against the references composed by hand.
+  Sequential<double> m = make_mlp<double>({{4, 6, 3}, ActivationKind::tanh});
+  m.build(5);
+  m.init(Init::xavier_uniform, 3);
+  Context ctx;
+  const Vec x = test::randn<double>(20, 1);
+  auto dx = test::to_device(x, 5, 4);
+  const Vec y = test::to_host(m.forward(ctx, dx));
+  const Vec p = test::to_host(m.params());
+  Vec p1(p.begin(), p.begin() + 30), p2(p.begin() + 30, p.end());
+  Vec h = linear_reference(x, p1, 5, 4, 6);
+  for (auto& v : h) v = std::tanh(v);
+  expect_near(y, linear_reference(h, p2, 5, 6, 3), 1e-12, "Sequential forward");
+
+  // Gradients of sum(y * r) by finite differences on the flat parameters.
+  const Vec r = test::randn<double>(15, 9);
+  m.zero_grad(ctx);
+  Kokkos::deep_copy(m.output_grad(), test::to_device(r, 5, 3));
+  m.backward(ctx);
+  const Vec g = test::to_host(m.grads());
+  auto loss = [&](const Vec& params) {
+    Kokkos::deep_copy(m.params(), test::to_device(params));
+    return dot(test::to_host(m.forward(ctx, dx)), r);
+  };
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    Vec pp = p, pm = p;
+    pp[i] += 1e-6;
+    pm[i] -= 1e-6;
+    const double fd = (loss(pp) - loss(pm)) / 2e-6;
+    ASSERT_NEAR(g[i], fd, 1e-6 * (1 + std::fabs(fd))) << "param " << i;
+  }
+}
+
+TEST(Sequential, IncompatibleLayerNamesItsPosition) {
+  Sequential<float> m(10);
+  m.add(std::make_unique<Linear<float>>(10, 5));
+  try {
+    m.add(std::make_unique<Linear<float>>(4, 2));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("layer 1"), std::string::npos) << e.message();
+  }
+}
+
+TEST(Sequential, InitIsDeterministicAndSeeded) {
+  auto params = [](std::uint64_t seed, Init init) {
+    Sequential<float> m = make_mlp<float>({{20, 30, 10}});
+    m.build(1);
+    m.init(init, seed);
+    return test::to_host(m.params());
+  };
+  EXPECT_EQ(params(1, Init::kaiming_uniform), params(1, Init::kaiming_uniform));
+  EXPECT_NE(params(1, Init::kaiming_uniform), params(2, Init::kaiming_uniform));
+  // Kaiming uniform: weights within sqrt(6 / fan_in), biases zero, spread out.
+  const auto p = params(5, Init::kaiming_uniform);
+  double maxabs = 0;
+  for (std::size_t i = 0; i < 600; ++i) maxabs = std::max(maxabs, std::fabs(double(p[i])));
+  EXPECT_LE(maxabs, std::sqrt(6.0 / 20));
+  EXPECT_GT(maxabs, 0.9 * std::sqrt(6.0 / 20));
+  for (std::size_t i = 600; i < 630; ++i) EXPECT_EQ(p[i], 0.0f);
+  // Normal schemes have the promised standard deviation.
+  const auto q = params(6, Init::kaiming_normal);
+  double ss = 0;
+  for (std::size_t i = 0; i < 600; ++i) ss += double(q[i]) * q[i];
+  EXPECT_NEAR(std::sqrt(ss / 600), std::sqrt(2.0 / 20), 0.03);
+}
+
+TEST(Sequential, BatchLargerThanBuiltIsAnError) {
+  Sequential<float> m = make_mlp<float>({{3, 2}});
+  m.build(4);
+  MatrixBuffer<float> x("x", 5, 3);
+  Context ctx;
+  EXPECT_THROW(m.forward(ctx, x), Error);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,32 @@
+// GoogleTest main for Strata's tests: Kokkos is initialised once around all
+// tests (Kokkos options such as --kokkos-num-threads pass through).
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  Kokkos::initialize(argc, argv);
+  int result = RUN_ALL_TESTS();
+  Kokkos::finalize();
+  return result;
+}
+
+#include "test_utils.hpp"
+
+#include <cstdio>
+#include <sys/wait.h>
+
+namespace strata::test {
+CommandResult run_command(const std::string& command) {
+  CommandResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+}  // namespace strata::test

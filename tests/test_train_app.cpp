@@ -1,0 +1,192 @@
+// strata-train and the examples end to end: exit codes, messages, metrics.
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string bin(const std::string& name) { return std::string(STRATA_BIN_DIR) + "/" + name; }
+
+test::CommandResult train(const std::string& args) {
+  return test::run_command(bin("strata-train") + " " + args);
+}
+
+class TrainApp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("strata-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& content) const {
+    std::ofstream(path(name)) << content;
+    return path(name);
+  }
+  std::vector<nlohmann::json> read_metrics(const std::string& name) const {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(path(name));
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+  fs::path dir_;
+};
+
+#define EXPECT_OUTPUT_HAS(result, text) \
+  EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
+
+TEST_F(TrainApp, TutorialModelOnSyntheticDataWritesMetrics) {
+  auto r = train("--dataset synthetic --layers 10,5,2 --loss mse --batch-size 32 --samples 320 "
+                 "--steps 30 --log-every 10 --lr 0.05 --metrics " + path("m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto all = read_metrics("m.jsonl");
+  std::vector<nlohmann::json> m;  // training log lines
+  bool has_test_loss = false;
+  for (auto& j : all) {
+    has_test_loss |= j.contains("test_loss");
+    if (j.contains("loss")) m.push_back(j);
+  }
+  EXPECT_TRUE(has_test_loss);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0]["step"], 10);
+  EXPECT_TRUE(m[0].contains("epoch"));
+  EXPECT_EQ(m[2]["step"], 30);
+  m.push_back(all.back());
+  EXPECT_TRUE(m.back().contains("samples_per_sec") && m.back().contains("wall_s"));
+  EXPECT_GT(m.back()["samples_per_sec"].get<double>(), 0);
+  // Training reduces the loss on its own data.
+  EXPECT_LT(m[2]["loss"].get<double>(), m[0]["loss"].get<double>());
+  EXPECT_EQ(all.back()["steps"], 30);
+}
+
+TEST_F(TrainApp, LearnsASeparableCsvProblem) {
+  // Class = which of two features is larger: linearly separable.
+  std::string csv = "a,b,label\n";
+  for (int i = 0; i < 400; ++i) {
+    const double a = (i * 37 % 101) / 101.0, b = (i * 53 % 97) / 97.0;
+    csv += std::to_string(a) + "," + std::to_string(b) + "," + (a > b ? "1" : "0") + "\n";
+  }
+  auto r = train("--dataset csv:" + write("d.csv", csv) +
+                 " --layers 2,16,2 --optimizer adam --lr 0.01 --epochs 30 --batch-size 32 "
+                 "--metrics " + path("m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  double acc = -1;
+  for (auto& j : read_metrics("m.jsonl"))
+    if (j.contains("test_accuracy")) acc = j["test_accuracy"];
+  EXPECT_GT(acc, 0.9) << r.output;
+}
+
+TEST_F(TrainApp, SameSeedSameLosses) {
+  const std::string args = "--dataset synthetic --layers 8,16,3 --steps 12 --log-every 1 "
+                           "--dropout 0.2 --optimizer adam --metrics ";
+  ASSERT_EQ(train(args + path("a.jsonl")).exit_code, 0);
+  ASSERT_EQ(train(args + path("b.jsonl")).exit_code, 0);
+  auto a = read_metrics("a.jsonl"), b = read_metrics("b.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].contains("loss")) EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << i;
+}
+
+TEST_F(TrainApp, HelpAndVersion) {
+  auto h = train("--help");
+  EXPECT_EQ(h.exit_code, 0);
+  EXPECT_OUTPUT_HAS(h, "--batch-size");
+  EXPECT_OUTPUT_HAS(h, "--metrics");
+  auto v = train("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_OUTPUT_HAS(v, "Kokkos");
+}
+
+TEST_F(TrainApp, BadOptionsExitWith2) {
+  for (const char* args :
+       {"--no-such-option", "--epochs 2 --steps 3", "--layers 10,abc,2", "--layers 10",
+        "--optimizer lbfgs", "--loss hinge", "--activation swish", "--batch-size 0",
+        "--dataset imagenet", "--dataset synthetic --lr -1", "--loss mse --dataset fashion-mnist"}) {
+    auto r = train(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_OUTPUT_HAS(r, "configuration error");
+  }
+}
+
+TEST_F(TrainApp, ModelThatDoesNotFitTheDataExitsWith2) {
+  const std::string csv = write("d.csv", "1,2,3,0\n4,5,6,1\n7,8,9,2\n1,1,1,0\n");
+  auto r = train("--dataset csv:" + csv + " --layers 4,2,3 --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_OUTPUT_HAS(r, "3 features");
+  r = train("--dataset csv:" + csv + " --layers 3,2 --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_OUTPUT_HAS(r, "3 classes");
+}
+
+TEST_F(TrainApp, BadDataExitsWith3) {
+  auto r = train("--data-dir " + path("nowhere") + " --steps 1");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_OUTPUT_HAS(r, "nowhere");
+
+  r = train("--dataset csv:" + write("ragged.csv", "1,2,0\n3,4,5,1\n") + " --layers 2,2 --steps 1");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_OUTPUT_HAS(r, "ragged.csv");
+
+  r = train("--dataset csv:" + path("missing.csv") + " --layers 2,2 --steps 1");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+
+  // A truncated IDX image file next to good label files.
+  fs::create_directories(path("fm"));
+  auto idx = [](std::uint32_t magic, std::vector<std::uint32_t> dims, std::size_t payload) {
+    std::string s;
+    for (std::uint32_t v : std::vector<std::uint32_t>{magic}) {
+      for (int b = 3; b >= 0; --b) s.push_back(char((v >> (8 * b)) & 0xff));
+    }
+    for (std::uint32_t v : dims)
+      for (int b = 3; b >= 0; --b) s.push_back(char((v >> (8 * b)) & 0xff));
+    s.append(payload, '\1');
+    return s;
+  };
+  write("fm/train-images-idx3-ubyte", idx(0x803, {10, 28, 28}, 10 * 784 - 5));
+  write("fm/train-labels-idx1-ubyte", idx(0x801, {10}, 10));
+  write("fm/t10k-images-idx3-ubyte", idx(0x803, {2, 28, 28}, 2 * 784));
+  write("fm/t10k-labels-idx1-ubyte", idx(0x801, {2}, 2));
+  r = train("--data-dir " + path("fm") + " --steps 1");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_OUTPUT_HAS(r, "train-images-idx3-ubyte");
+}
+
+TEST_F(TrainApp, DivergenceExitsWith4) {
+  auto r = train("--dataset synthetic --layers 10,32,2 --loss mse --lr 1e30 --steps 20");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_OUTPUT_HAS(r, "diverged");
+}
+
+TEST_F(TrainApp, FashionMnistShortRun) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  auto r = train("--steps 30 --log-every 10 --optimizer adam --metrics " + path("m.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  double acc = -1;
+  for (auto& j : read_metrics("m.jsonl"))
+    if (j.contains("test_accuracy")) acc = j["test_accuracy"];
+  EXPECT_GT(acc, 0.5) << "30 Adam steps should beat chance (0.1) by far";
+}
+
+TEST(ExampleSimpleModel, TrainsAndRefusesTheTutorialsShapeMismatch) {
+  auto ok = test::run_command(bin("strata-example-simple-model") + " --steps 20");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_OUTPUT_HAS(ok, "step 20 loss");
+  auto bad = test::run_command(bin("strata-example-simple-model") + " --target-width 5");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_OUTPUT_HAS(bad, "MSE loss");
+  EXPECT_OUTPUT_HAS(bad, "(32, 5)");
+  EXPECT_OUTPUT_HAS(bad, "(32, 2)");
+}
+
+}  // namespace
+}  // namespace strata
