@@ -3,6 +3,10 @@
 #include "backends/blas.hpp"
 #include "backends/kokkos.hpp"
 #include "strata_config.hpp"
+#if STRATA_HAS_MPI
+#include "backends/comm/mpi.hpp"
+#endif
+#include "backends/comm/self.hpp"
 
 #include <cstdlib>
 #include <sstream>
@@ -13,11 +17,24 @@ Runtime::Runtime(int& argc, char** argv) {
   // libgomp has already read OMP_PROC_BIND (unset means no binding) when main
   // starts; saying so explicitly only silences Kokkos 3.x's warning about it.
   setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
+#if STRATA_HAS_MPI
+  if (comm::mpi::launched_by_mpi()) comm::mpi::initialize(argc, argv);
+#endif
   Kokkos::initialize(argc, argv);
 }
 
 Runtime::~Runtime() {
   if (Kokkos::is_initialized()) Kokkos::finalize();
+#if STRATA_HAS_MPI
+  comm::mpi::finalize();
+#endif
+}
+
+std::unique_ptr<comm::Communicator> world_communicator() {
+#if STRATA_HAS_MPI
+  if (comm::mpi::initialized()) return std::make_unique<comm::MpiComm>(MPI_COMM_WORLD, false);
+#endif
+  return std::make_unique<comm::SelfComm>();
 }
 
 namespace {
@@ -41,7 +58,7 @@ std::string build_info() {
      << ", host execution space " << HostExecSpace::name() << "\n"
      << "GEMM: " << (Blas::vendor_available() ? Blas::vendor_name() : std::string("portable Kokkos kernel"))
      << " (portable Kokkos GEMM always available)\n"
-     << "communicators: self\n";
+     << "communicators: self, threads" << (STRATA_HAS_MPI ? ", mpi" : "") << "\n";
   return os.str();
 }
 

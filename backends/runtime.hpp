@@ -1,7 +1,10 @@
-// Process-wide runtime: initialises Kokkos (and, as they land, MPI and thread
-// ranks) and finalises in the right order; describes the build.
+// Process-wide runtime: initialises MPI (when launched by mpirun or srun)
+// and Kokkos, and finalises in the right order; describes the build.
 #pragma once
 
+#include "backends/comm/communicator.hpp"
+
+#include <memory>
 #include <string>
 
 namespace strata {
@@ -14,6 +17,10 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 };
+
+// The processes' world: MPI_COMM_WORLD when launched by mpirun/srun (and
+// built with MPI), else a one-rank communicator.
+std::unique_ptr<comm::Communicator> world_communicator();
 
 // Multi-line description: Strata version, Kokkos version and execution
 // spaces, BLAS, compiled-in communicators.

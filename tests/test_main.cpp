@@ -4,9 +4,25 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "backends/ranks.hpp"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  Kokkos::initialize(argc, argv);
+  // Tests of thread ranks need a Kokkos host pool of at least 4 threads (one
+  // per rank); STRATA_TEST_THREADS sets it (an explicit Kokkos option wins).
+  std::vector<char*> args(argv, argv + argc);
+  std::string threads;
+  if (const char* t = std::getenv("STRATA_TEST_THREADS")) {
+    threads = strata::kokkos_threads_option(std::atoi(t));
+    args.push_back(threads.data());
+  }
+  int kargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  Kokkos::initialize(kargc, args.data());
   int result = RUN_ALL_TESTS();
   Kokkos::finalize();
   return result;

@@ -1,0 +1,264 @@
+#include "backends/comm/communicator.hpp"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace strata::comm {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::average: return "average";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+const char* to_string(DataType type) {
+  switch (type) {
+    case DataType::f32: return "float32";
+    case DataType::f64: return "float64";
+    case DataType::i32: return "int32";
+    case DataType::i64: return "int64";
+  }
+  return "?";
+}
+
+std::size_t size_of(DataType type) {
+  return type == DataType::f32 || type == DataType::i32 ? 4 : 8;
+}
+
+CommOptions CommOptions::from_environment() {
+  CommOptions o;
+  if (const char* t = std::getenv("STRATA_COMM_TIMEOUT")) {
+    char* end = nullptr;
+    const double v = std::strtod(t, &end);
+    STRATA_REQUIRE(end != t && *end == '\0' && v > 0, config,
+                   "STRATA_COMM_TIMEOUT='", t, "' is not a positive number of seconds");
+    o.timeout_s = v;
+  }
+  if (const char* c = std::getenv("STRATA_COMM_CHECK")) o.check = std::string(c) == "1";
+  return o;
+}
+
+// ------------------------------------------------------------------ Handle
+struct Handle::State {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    if (state_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Handle::~Handle() {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->cv.wait(lock, [&] { return state_->done; });
+}
+
+void Handle::wait() {
+  if (!state_) return;
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    state_->cv.wait(lock, [&] { return state_->done; });
+    error = state_->error;
+  }
+  state_.reset();
+  if (error) std::rethrow_exception(error);
+}
+
+bool Handle::ready() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
+}
+
+// ------------------------------------------------------------------ progress thread
+// Executes asynchronous operations of one communicator in issue order. Once an
+// operation fails, the ones queued after it fail with the same error (their
+// partners may be waiting in a different operation now).
+class Communicator::Progress {
+ public:
+  Progress() : thread_([this] { run(); }) {}
+  ~Progress() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  Handle submit(std::function<void()> op) {
+    auto state = std::make_shared<Handle::State>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back({std::move(op), state});
+      ++pending_;
+    }
+    cv_.notify_all();
+    return Handle(state);
+  }
+
+  std::size_t pending() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_;
+  }
+
+  void wait_idle() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  struct Task {
+    std::function<void()> op;
+    std::shared_ptr<Handle::State> state;
+  };
+
+  void run() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop requested and nothing left
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error = failed_;
+      if (!error) {
+        try {
+          task.op();
+        } catch (...) {
+          error = failed_ = std::current_exception();
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(task.state->mutex);
+        task.state->done = true;
+        task.state->error = error;
+      }
+      task.state->cv.notify_all();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --pending_;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<Task> queue_;
+  std::size_t pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr failed_;  // only touched by the progress thread
+  std::thread thread_;
+};
+
+// ------------------------------------------------------------------ Communicator
+Communicator::Communicator(const CommOptions& options) : options_(options) {}
+
+Communicator::~Communicator() { shutdown(); }
+
+void Communicator::shutdown() noexcept { progress_.reset(); }
+
+Handle Communicator::submit(std::function<void()> op) {
+  if (!progress_) progress_ = std::make_unique<Progress>();
+  return progress_->submit(std::move(op));
+}
+
+void Communicator::ordered(const std::function<void()>& op) {
+  if (!progress_ || progress_->pending() == 0) {
+    op();
+    return;
+  }
+  submit(op).wait();
+}
+
+void Communicator::wait_all() {
+  if (progress_) progress_->wait_idle();
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  STRATA_REQUIRE(peer >= 0 && peer < size(), config, name(), " communicator: ", what, " rank ",
+                 peer, " out of range [0, ", size(), ")");
+}
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                             ReduceOp op) {
+  ordered([&] { do_allreduce(send, recv, count, type, op); });
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count,
+                                  DataType type, ReduceOp op) {
+  ordered([&] { do_reduce_scatter(send, recv, count, type, op); });
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  ordered([&] { do_allgather(send, recv, count, type); });
+}
+
+void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {
+  check_peer(root, "broadcast root");
+  ordered([&] { do_broadcast(buf, count, type, root); });
+}
+
+void Communicator::send(const void* buf, std::size_t count, DataType type, int dest, int tag) {
+  check_peer(dest, "send to");
+  STRATA_REQUIRE(dest != rank(), config, name(), " communicator: rank ", rank(),
+                 " sends to itself");
+  do_send(buf, count, type, dest, tag);
+}
+
+void Communicator::recv(void* buf, std::size_t count, DataType type, int source, int tag) {
+  check_peer(source, "receive from");
+  STRATA_REQUIRE(source != rank(), config, name(), " communicator: rank ", rank(),
+                 " receives from itself");
+  do_recv(buf, count, type, source, tag);
+}
+
+void Communicator::barrier() {
+  ordered([&] { do_barrier(); });
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  std::unique_ptr<Communicator> out;
+  ordered([&] { out = do_split(color, key); });
+  return out;
+}
+
+Handle Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                ReduceOp op) {
+  return submit([=] { do_allreduce(send, recv, count, type, op); });
+}
+
+Handle Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
+                                     DataType type, ReduceOp op) {
+  return submit([=] { do_reduce_scatter(send, recv, count, type, op); });
+}
+
+Handle Communicator::iallgather(const void* send, void* recv, std::size_t count, DataType type) {
+  return submit([=] { do_allgather(send, recv, count, type); });
+}
+
+}  // namespace strata::comm

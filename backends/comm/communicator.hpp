@@ -1,0 +1,222 @@
+// The communicator interface every strategy moves data through.
+//
+// Implementations: Self (one rank), Threads (ranks as threads of one process),
+// MPI (processes and nodes), NCCL (GPUs). The primitives take raw pointers,
+// an element count and a data type; the View wrappers below check sizes and
+// stage device memory through the host where a transport needs host memory.
+//
+// Semantics (n = size()):
+//   allreduce(send, recv, count)       recv = op over ranks of send (send == recv: in place)
+//   reduce_scatter(send, recv, count)  send holds n blocks of `count`; rank r gets block r reduced
+//   allgather(send, recv, count)       recv holds n blocks of `count`, block r from rank r
+//   broadcast(buf, count, root)        every rank gets root's buf
+//   send/recv(buf, count, peer, tag)   point to point, matched by (source, tag)
+// Collectives are matched in the order each rank issues them on a
+// communicator; every rank must issue the same sequence. Reductions run in a
+// fixed order, so results do not depend on timing and are bitwise identical
+// on every rank.
+//
+// Never hang silently: every blocking wait has a timeout (CommOptions) after
+// which the rank throws strata::Error naming the operation, its sequence
+// number and, where the transport can tell, the ranks that did not arrive. A
+// rank that fails makes the others fail instead of wait.
+#pragma once
+
+#include "backends/error.hpp"
+#include "backends/kokkos.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+namespace strata::comm {
+
+enum class ReduceOp { sum, average, max, min };
+enum class DataType { f32, f64, i32, i64 };
+
+const char* to_string(ReduceOp op);
+const char* to_string(DataType type);
+std::size_t size_of(DataType type);
+
+template <class T>
+constexpr DataType data_type_of() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>) return DataType::f32;
+  else if constexpr (std::is_same_v<U, double>) return DataType::f64;
+  else if constexpr (std::is_same_v<U, std::int32_t>) return DataType::i32;
+  else {
+    static_assert(std::is_same_v<U, std::int64_t>,
+                  "communicators move float, double, int32 and int64 elements");
+    return DataType::i64;
+  }
+}
+
+// Process-wide settings of every communicator, read from the environment
+// once: STRATA_COMM_TIMEOUT (seconds, default 300) and STRATA_COMM_CHECK=1
+// (verify that all ranks call the same collective with the same count and
+// type before moving data; on by nature for Threads, extra messages for MPI).
+struct CommOptions {
+  double timeout_s = 300;
+  bool check = false;
+  static CommOptions from_environment();
+};
+
+// Completion handle of an asynchronous collective. wait() blocks until it is
+// done and rethrows its error, if any; a handle that is never waited for is
+// waited for by its destructor (errors then are lost, never thrown).
+class Handle {
+ public:
+  struct State;
+  Handle() = default;
+  explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  Handle(Handle&&) noexcept = default;
+  Handle& operator=(Handle&& other) noexcept;
+  ~Handle();
+  void wait();
+  bool valid() const { return state_ != nullptr; }
+  // True when the operation has finished (without waiting).
+  bool ready() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "threads", "mpi", "nccl", "self"
+  virtual std::string name() const = 0;
+  // Whether the primitives accept pointers to MemSpace (device) memory. When
+  // false, the View wrappers stage non-host memory through host buffers.
+  virtual bool accepts_device_memory() const { return false; }
+
+  // -------------------------------------------------------------- primitives
+  // Front doors: check the arguments, keep issue order with asynchronous
+  // operations, then call the transport (do_* below).
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op);
+  void allgather(const void* send, void* recv, std::size_t count, DataType type);
+  void broadcast(void* buf, std::size_t count, DataType type, int root);
+  void send(const void* buf, std::size_t count, DataType type, int dest, int tag);
+  void recv(void* buf, std::size_t count, DataType type, int source, int tag);
+  void barrier();
+  // Ranks with the same color form a new communicator, ordered by (key, rank).
+  // Every rank must call it. color < 0: the rank joins no group (nullptr).
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // ------------------------------------------------------------ asynchronous
+  // Start the collective and return at once; buffers must stay valid and
+  // untouched until the handle's wait() returns. Collectives (blocking or
+  // not) still match in issue order on each communicator.
+  Handle iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Handle ireduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                         ReduceOp op);
+  Handle iallgather(const void* send, void* recv, std::size_t count, DataType type);
+  // Waits until every asynchronous operation issued so far has finished.
+  void wait_all();
+
+  // ------------------------------------------------------ View wrappers
+  template <class View>
+  void allreduce(const View& v, ReduceOp op = ReduceOp::sum) {
+    if (size() == 1) return;  // in place on one rank: nothing to move
+    staged(v, true, [&](auto* p) { allreduce(p, p, v.size(), type_of(v), op); });
+  }
+  template <class View>
+  void broadcast(const View& v, int root) {
+    if (size() == 1) return;
+    staged(v, true, [&](auto* p) { broadcast(p, v.size(), type_of(v), root); });
+  }
+  template <class View>
+  void send(const View& v, int dest, int tag) {
+    staged(v, true, [&](auto* p) { send(p, v.size(), type_of(v), dest, tag); }, false);
+  }
+  template <class View>
+  void recv(const View& v, int source, int tag) {
+    staged(v, false, [&](auto* p) { recv(p, v.size(), type_of(v), source, tag); });
+  }
+  // send: (n * count); recv: (count)
+  template <class ViewS, class ViewR>
+  void reduce_scatter(const ViewS& send, const ViewR& recv, ReduceOp op = ReduceOp::sum) {
+    STRATA_REQUIRE(send.size() == recv.size() * static_cast<std::size_t>(size()), config,
+                   "reduce_scatter: send buffer of ", send.size(), " elements for ", size(),
+                   " ranks x ", recv.size());
+    two_buffers(send, recv, [&](auto* s, auto* r) {
+      reduce_scatter(s, r, recv.size(), type_of(recv), op);
+    });
+  }
+  // send: (count); recv: (n * count)
+  template <class ViewS, class ViewR>
+  void allgather(const ViewS& send, const ViewR& recv) {
+    STRATA_REQUIRE(recv.size() == send.size() * static_cast<std::size_t>(size()), config,
+                   "allgather: receive buffer of ", recv.size(), " elements for ", size(),
+                   " ranks x ", send.size());
+    two_buffers(send, recv, [&](auto* s, auto* r) { allgather(s, r, send.size(), type_of(send)); });
+  }
+
+  const CommOptions& options() const { return options_; }
+
+ protected:
+  explicit Communicator(const CommOptions& options);
+
+  // The transport. Called with valid arguments, in issue order, from one
+  // thread at a time (the caller's or the progress thread).
+  virtual void do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                            ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count,
+                                 DataType type, ReduceOp op) = 0;
+  virtual void do_allgather(const void* send, void* recv, std::size_t count, DataType type) = 0;
+  virtual void do_broadcast(void* buf, std::size_t count, DataType type, int root) = 0;
+  virtual void do_send(const void* buf, std::size_t count, DataType type, int dest, int tag) = 0;
+  virtual void do_recv(void* buf, std::size_t count, DataType type, int source, int tag) = 0;
+  virtual void do_barrier() = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
+
+  // Stops the progress thread (after its pending work). Implementations call
+  // it first thing in their destructor, before their state goes away.
+  void shutdown() noexcept;
+
+  CommOptions options_;
+
+ private:
+  class Progress;
+  // Runs op inline when nothing asynchronous is pending, else queues it
+  // behind the pending operations and waits: issue order is kept.
+  void ordered(const std::function<void()>& op);
+  Handle submit(std::function<void()> op);
+  void check_peer(int peer, const char* what) const;
+  std::unique_ptr<Progress> progress_;
+
+  template <class View>
+  static constexpr DataType type_of(const View&) {
+    return data_type_of<typename View::value_type>();
+  }
+  template <class View>
+  static constexpr bool host_accessible() {
+    return Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename View::memory_space>::accessible;
+  }
+  // Calls f(pointer) with v's data, or with a host copy that is copied back
+  // when copy_back (and copied in when copy_in).
+  template <class View, class F>
+  void staged(const View& v, bool copy_in, F&& f, bool copy_back = true) {
+    if (host_accessible<View>() || accepts_device_memory()) {
+      f(v.data());
+      return;
+    }
+    auto h = Kokkos::create_mirror_view(Kokkos::HostSpace(), v);
+    if (copy_in) Kokkos::deep_copy(h, v);
+    f(h.data());
+    if (copy_back) Kokkos::deep_copy(v, h);
+  }
+  template <class ViewS, class ViewR, class F>
+  void two_buffers(const ViewS& s, const ViewR& r, F&& f) {
+    staged(s, true, [&](auto* sp) { staged(r, false, [&](auto* rp) { f(sp, rp); }); }, false);
+  }
+};
+
+}  // namespace strata::comm

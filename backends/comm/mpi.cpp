@@ -1,0 +1,367 @@
+#include "backends/comm/mpi.hpp"
+
+#include "backends/comm/reduce.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+
+namespace strata::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check_mpi(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  STRATA_THROW(runtime, "MPI: ", what, " failed: ", std::string(text, len));
+}
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::f32: return MPI_FLOAT;
+    case DataType::f64: return MPI_DOUBLE;
+    case DataType::i32: return MPI_INT32_T;
+    case DataType::i64: return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::average: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+int mpi_count(std::size_t count, const char* what) {
+  STRATA_REQUIRE(count <= static_cast<std::size_t>(std::numeric_limits<int>::max()), config,
+                 "MPI: ", what, " of ", count, " elements exceeds MPI's int count");
+  return static_cast<int>(count);
+}
+
+bool g_initialized_here = false;
+int g_thread_level = MPI_THREAD_SINGLE;
+
+}  // namespace
+
+namespace mpi {
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS",
+                        "PMI_RANK", "MV2_COMM_WORLD_SIZE"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+void initialize(int& argc, char**& argv) {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  if (flag) {
+    MPI_Query_thread(&g_thread_level);
+    return;
+  }
+  check_mpi(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &g_thread_level), "MPI_Init_thread");
+  g_initialized_here = true;
+  // Errors come back as codes (turned into strata::Error), not aborts.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+void finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_initialized_here && !finalized) MPI_Finalize();
+  g_initialized_here = false;
+}
+
+bool initialized() {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return flag && !finalized;
+}
+
+int thread_level() { return g_thread_level; }
+
+bool cuda_aware() {
+  if (const char* f = std::getenv("STRATA_MPI_CUDA_AWARE")) return std::string(f) == "1";
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+}  // namespace mpi
+
+MpiComm::MpiComm(MPI_Comm comm, bool owned, const CommOptions& options)
+    : Communicator(options), comm_(comm), owned_(owned) {
+  STRATA_REQUIRE(mpi::initialized(), runtime, "MPI communicator created before MPI_Init");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  // Device memory goes to MPI directly only when the kernels' memory is not
+  // host memory and the library can take it.
+  cuda_aware_ = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible &&
+                mpi::cuda_aware();
+  if (options_.check) check_mpi(MPI_Comm_dup(comm_, &check_comm_), "MPI_Comm_dup");
+}
+
+MpiComm::~MpiComm() {
+  shutdown();
+  if (!mpi::initialized()) return;
+  try {
+    reap_sends(true);
+  } catch (...) {
+    // A peer that never received: nothing more can be done here.
+  }
+  if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
+  if (owned_) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::complete(MPI_Request& request, const char* what, std::uint64_t seq) {
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(options_.timeout_s));
+  int done = 0;
+  // Poll hard for ~50 microseconds (small messages), then back off to
+  // sleeps of up to 200 microseconds so a waiting rank leaves the core to
+  // the computation.
+  for (long polls = 0;; ++polls) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      MPI_Cancel(&request);
+      STRATA_THROW(runtime, "mpi communicator: ", what, " #", seq, " on rank ", rank_, " of ",
+                   size_, " timed out after ", options_.timeout_s,
+                   " s (STRATA_COMM_TIMEOUT sets the limit; STRATA_COMM_CHECK=1 names the "
+                   "ranks that did not arrive)");
+    }
+    const auto waited = std::chrono::duration<double>(now - start).count();
+    if (waited > 50e-6)
+      std::this_thread::sleep_for(std::chrono::microseconds(waited > 5e-3 ? 200 : 20));
+  }
+}
+
+void MpiComm::check(const char* what, std::uint64_t seq, std::size_t count, DataType type, int op,
+                    int root) {
+  if (!options_.check || size_ == 1) return;
+  // Descriptor: kind name hash, seq, count, type, op, root.
+  std::uint64_t kind = 0;
+  for (const char* p = what; *p; ++p) kind = kind * 131 + static_cast<unsigned char>(*p);
+  const std::uint64_t mine[6] = {kind, seq, count, static_cast<std::uint64_t>(type),
+                                 static_cast<std::uint64_t>(op), static_cast<std::uint64_t>(root)};
+  constexpr int tag_desc = 1, tag_verdict = 2;
+  auto describe = [&](const std::uint64_t* d) {
+    std::ostringstream os;
+    os << "#" << d[1] << " (" << d[2] << " elements, type " << d[3] << ", op " << d[4]
+       << ", root " << d[5] << ", kind " << d[0] << ")";
+    return os.str();
+  };
+  std::string verdict;
+  if (rank_ == 0) {
+    std::vector<std::uint64_t> all(6 * size_);
+    std::vector<MPI_Request> reqs(size_, MPI_REQUEST_NULL);
+    for (int r = 1; r < size_; ++r)
+      MPI_Irecv(&all[6 * r], 6, MPI_UINT64_T, r, tag_desc, check_comm_, &reqs[r]);
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options_.timeout_s));
+    std::vector<int> done(size_, 0);
+    done[0] = 1;
+    for (;;) {
+      bool all_done = true;
+      for (int r = 1; r < size_; ++r) {
+        if (!done[r]) MPI_Test(&reqs[r], &done[r], MPI_STATUS_IGNORE);
+        all_done = all_done && done[r];
+      }
+      if (all_done) break;
+      if (Clock::now() >= deadline) {
+        std::ostringstream missing;
+        int k = 0;
+        for (int r = 1; r < size_; ++r)
+          if (!done[r]) {
+            missing << (k++ ? ", " : "") << r;
+            MPI_Cancel(&reqs[r]);
+          }
+        verdict = std::string("mpi communicator: ") + what + " #" + std::to_string(seq) +
+                  " timed out after " + std::to_string(options_.timeout_s) + " s; rank(s) " +
+                  missing.str() + " did not arrive";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    for (int r = 1; r < size_ && verdict.empty(); ++r)
+      if (std::memcmp(&all[6 * r], mine, sizeof mine) != 0)
+        verdict = std::string("mpi communicator: collective mismatch: rank 0 calls ") + what +
+                  " " + describe(mine) + " but rank " + std::to_string(r) + " calls " +
+                  describe(&all[6 * r]);
+    for (int r = 1; r < size_; ++r)
+      if (done[r])
+        MPI_Send(verdict.c_str(), static_cast<int>(verdict.size()), MPI_CHAR, r, tag_verdict,
+                 check_comm_);
+  } else {
+    MPI_Request req;
+    MPI_Isend(mine, 6, MPI_UINT64_T, 0, tag_desc, check_comm_, &req);
+    complete(req, "check (send descriptor to rank 0)", seq);
+    MPI_Status status;
+    MPI_Request vreq;
+    std::vector<char> buf(4096);
+    MPI_Irecv(buf.data(), static_cast<int>(buf.size()), MPI_CHAR, 0, tag_verdict, check_comm_, &vreq);
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options_.timeout_s));
+    int done = 0;
+    while (!done) {
+      MPI_Test(&vreq, &done, &status);
+      if (done) break;
+      if (Clock::now() >= deadline) {
+        MPI_Cancel(&vreq);
+        STRATA_THROW(runtime, "mpi communicator: ", what, " #", seq, " on rank ", rank_,
+                     ": no verdict from rank 0 within ", options_.timeout_s,
+                     " s; rank 0 did not arrive");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    int len = 0;
+    MPI_Get_count(&status, MPI_CHAR, &len);
+    verdict.assign(buf.data(), len);
+  }
+  if (!verdict.empty()) STRATA_THROW(runtime, verdict);
+}
+
+void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                           ReduceOp op) {
+  const std::uint64_t seq = seq_++;
+  check("allreduce", seq, count, type, static_cast<int>(op), 0);
+  MPI_Request req;
+  check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count, "allreduce"),
+                           mpi_type(type), mpi_op(op), comm_, &req),
+            "MPI_Iallreduce");
+  complete(req, "allreduce", seq);
+  if (op == ReduceOp::average) detail::finish_average(type, recv, count, size_);
+}
+
+void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                ReduceOp op) {
+  const std::uint64_t seq = seq_++;
+  check("reduce_scatter", seq, count, type, static_cast<int>(op), 0);
+  MPI_Request req;
+  // In place when recv is this rank's block of send.
+  const bool in_place =
+      static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);
+  check_mpi(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? const_cast<void*>(send) : recv,
+                                      mpi_count(count, "reduce_scatter"), mpi_type(type),
+                                      mpi_op(op), comm_, &req),
+            "MPI_Ireduce_scatter_block");
+  complete(req, "reduce_scatter", seq);
+  if (op == ReduceOp::average) detail::finish_average(type, recv, count, size_);
+}
+
+void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  const std::uint64_t seq = seq_++;
+  check("allgather", seq, count, type, 0, 0);
+  const bool in_place =
+      static_cast<char*>(recv) + rank_ * count * size_of(type) == static_cast<const char*>(send);
+  MPI_Request req;
+  const int n = mpi_count(count, "allgather");
+  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
+                           mpi_type(type), comm_, &req),
+            "MPI_Iallgather");
+  complete(req, "allgather", seq);
+}
+
+void MpiComm::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
+  const std::uint64_t seq = seq_++;
+  check("broadcast", seq, count, type, 0, root);
+  MPI_Request req;
+  check_mpi(MPI_Ibcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_, &req),
+            "MPI_Ibcast");
+  complete(req, "broadcast", seq);
+}
+
+void MpiComm::reap_sends(bool wait) {
+  while (!pending_sends_.empty()) {
+    auto& front = pending_sends_.front();
+    if (wait) {
+      complete(front.request, "send", 0);
+    } else {
+      int done = 0;
+      check_mpi(MPI_Test(&front.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!done) return;
+    }
+    pending_sends_.pop_front();
+  }
+}
+
+void MpiComm::do_send(const void* buf, std::size_t count, DataType type, int dest, int tag) {
+  reap_sends(false);
+  const auto* p = static_cast<const unsigned char*>(buf);
+  pending_sends_.push_back({std::vector<unsigned char>(p, p + count * size_of(type)), MPI_REQUEST_NULL});
+  auto& s = pending_sends_.back();
+  check_mpi(MPI_Isend(s.data.data(), mpi_count(count, "send"), mpi_type(type), dest, tag, comm_,
+                      &s.request),
+            "MPI_Isend");
+}
+
+void MpiComm::do_recv(void* buf, std::size_t count, DataType type, int source, int tag) {
+  reap_sends(false);
+  MPI_Request req;
+  MPI_Status status;
+  check_mpi(MPI_Irecv(buf, mpi_count(count, "recv"), mpi_type(type), source, tag, comm_, &req),
+            "MPI_Irecv");
+  // Wait with the deadline, then check the size of what arrived.
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(options_.timeout_s));
+  int done = 0;
+  const auto start = Clock::now();
+  while (!done) {
+    check_mpi(MPI_Test(&req, &done, &status), "MPI_Test");
+    if (done) break;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      MPI_Cancel(&req);
+      STRATA_THROW(runtime, "mpi communicator: rank ", rank_, ": recv from rank ", source,
+                   " (tag ", tag, ") timed out after ", options_.timeout_s, " s");
+    }
+    if (std::chrono::duration<double>(now - start).count() > 50e-6)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  int received = 0;
+  MPI_Get_count(&status, mpi_type(type), &received);
+  STRATA_REQUIRE(static_cast<std::size_t>(received) == count, runtime, "mpi communicator: rank ",
+                 rank_, " expects ", count, " x ", to_string(type), " from rank ", source,
+                 " (tag ", tag, ") but received ", received);
+}
+
+void MpiComm::do_barrier() {
+  const std::uint64_t seq = seq_++;
+  check("barrier", seq, 0, DataType::f32, 0, 0);
+  MPI_Request req;
+  check_mpi(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+  complete(req, "barrier", seq);
+}
+
+std::unique_ptr<Communicator> MpiComm::do_split(int color, int key) {
+  const std::uint64_t seq = seq_++;
+  check("split", seq, 0, DataType::f32, 0, 0);
+  MPI_Comm out = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
+  if (out == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiComm>(out, true, options_);
+}
+
+}  // namespace strata::comm

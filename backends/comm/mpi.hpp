@@ -1,0 +1,83 @@
+// MPI communicator (processes and nodes; ranks from mpirun or srun).
+//
+// Host buffers go to MPI directly; device buffers are staged through the host
+// by the View wrappers unless the MPI library is CUDA-aware (detected through
+// Open MPI's MPIX_Query_cuda_support, or forced with STRATA_MPI_CUDA_AWARE=1).
+// Blocking operations are nonblocking MPI calls completed by a polling loop
+// with a deadline, so that a missing peer produces an error, not a hang.
+// With STRATA_COMM_CHECK=1 every collective first exchanges a descriptor
+// through rank 0, which names the first mismatch or the ranks that did not
+// arrive.
+#pragma once
+
+#include "backends/comm/communicator.hpp"
+
+#include <mpi.h>
+
+#include <deque>
+#include <vector>
+
+namespace strata::comm {
+
+class MpiComm final : public Communicator {
+ public:
+  // Wraps `comm`; frees it on destruction when `owned`.
+  MpiComm(MPI_Comm comm, bool owned, const CommOptions& options = CommOptions::from_environment());
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+  bool accepts_device_memory() const override { return cuda_aware_; }
+  MPI_Comm native() const { return comm_; }
+
+ protected:
+  void do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                         ReduceOp op) override;
+  void do_allgather(const void* send, void* recv, std::size_t count, DataType type) override;
+  void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
+  void do_send(const void* buf, std::size_t count, DataType type, int dest, int tag) override;
+  void do_recv(void* buf, std::size_t count, DataType type, int source, int tag) override;
+  void do_barrier() override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+
+ private:
+  // Completes `request`, polling with backoff until the deadline.
+  void complete(MPI_Request& request, const char* what, std::uint64_t seq);
+  // STRATA_COMM_CHECK: verifies that every rank calls the same collective.
+  void check(const char* what, std::uint64_t seq, std::size_t count, DataType type, int op,
+             int root);
+
+  // Sends are buffered: send() copies the data and returns without waiting
+  // for the matching recv (the same contract as thread ranks); the copies
+  // are freed once MPI is done with them.
+  struct PendingSend {
+    std::vector<unsigned char> data;
+    MPI_Request request;
+  };
+  void reap_sends(bool wait);
+  std::deque<PendingSend> pending_sends_;
+
+  MPI_Comm comm_;
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  // private channel for descriptor exchange
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+  bool cuda_aware_ = false;
+  std::uint64_t seq_ = 0;
+};
+
+// MPI's process-wide state. initialize() is called by strata::Runtime when the
+// process was launched by mpirun/srun (or when forced), requesting
+// MPI_THREAD_MULTIPLE for asynchronous progress.
+namespace mpi {
+bool launched_by_mpi();  // environment of mpirun (Open MPI, MPICH) or srun (PMI/PMIx)
+void initialize(int& argc, char**& argv);
+void finalize();
+bool initialized();      // by Strata or by the application
+int thread_level();      // provided level
+bool cuda_aware();       // library reports CUDA support
+}  // namespace mpi
+
+}  // namespace strata::comm

@@ -1,0 +1,70 @@
+// Thread ranks: N ranks as threads of one process sharing memory.
+//
+//   comm::run_thread_ranks(4, [&](comm::Communicator& c) { ... c.allreduce(v); ... });
+//
+// Algorithms (host memory; device Views are staged by the wrappers):
+//   allreduce, large: every rank reduces its 1/N slice reading every peer's
+//     buffer (rank order fixed) into its own buffer, then copies the other
+//     slices from their owners: (3N - 1) S bytes of traffic for S bytes on N
+//     ranks, against the 2 N S that any in-place algorithm must move.
+//   allreduce, small (<= 64 KiB): each rank copies its input to a shared
+//     double-buffered slot and reduces all slots itself: one barrier.
+// Every collective first publishes a descriptor (operation, count, type,
+// sequence number); all ranks compare them after the first barrier, so a
+// mismatch fails on every rank with an error naming it instead of hanging.
+// Waits spin briefly, then yield, then block, so a rank that waits long does
+// not burn a core the others need.
+#pragma once
+
+#include "backends/comm/communicator.hpp"
+
+#include <functional>
+#include <memory>
+
+namespace strata::comm {
+
+namespace detail {
+class ThreadsGroup;
+}
+
+class ThreadsComm final : public Communicator {
+ public:
+  ThreadsComm(std::shared_ptr<detail::ThreadsGroup> group, int rank);
+  ~ThreadsComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override;
+  std::string name() const override { return "threads"; }
+
+ protected:
+  void do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op) override;
+  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                         ReduceOp op) override;
+  void do_allgather(const void* send, void* recv, std::size_t count, DataType type) override;
+  void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
+  void do_send(const void* buf, std::size_t count, DataType type, int dest, int tag) override;
+  void do_recv(void* buf, std::size_t count, DataType type, int source, int tag) override;
+  void do_barrier() override;
+  std::unique_ptr<Communicator> do_split(int color, int key) override;
+
+ private:
+  std::shared_ptr<detail::ThreadsGroup> group_;
+  int rank_;
+  std::uint64_t seq_ = 0;  // collectives issued on this communicator
+};
+
+// Starts `ranks` threads, calls rank_body(r) on thread r and joins them all.
+// The default starts std::threads; strata::run_ranks (backends/ranks.hpp)
+// passes one that gives each thread its own Kokkos execution-space instance.
+using Spawner = std::function<void(int ranks, const std::function<void(int rank)>& rank_body)>;
+
+// Runs body(comm) on `ranks` threads, one rank each, and returns when all are
+// done. When a rank throws, the others fail too (their waits end with an error
+// naming the failed rank) and the first rank's exception is rethrown here.
+// Thread ranks that launch Kokkos kernels must use strata::run_ranks instead.
+void run_thread_ranks(int ranks, const std::function<void(Communicator&)>& body,
+                      const CommOptions& options = CommOptions::from_environment(),
+                      const Spawner& spawner = Spawner());
+
+}  // namespace strata::comm

@@ -1,0 +1,92 @@
+#include "backends/ranks.hpp"
+
+#include "backends/error.hpp"
+
+#include <thread>
+#include <vector>
+
+#ifdef KOKKOS_ENABLE_OPENMP
+#include <omp.h>
+#endif
+
+namespace strata {
+
+int kokkos_host_threads() { return HostExecSpace().concurrency(); }
+
+std::string kokkos_threads_option(int threads) {
+#if KOKKOS_VERSION >= 30700
+  return "--kokkos-num-threads=" + std::to_string(threads);
+#else
+  return "--kokkos-threads=" + std::to_string(threads);
+#endif
+}
+
+namespace {
+GemmBackend default_gemm() {
+  return Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable;
+}
+}  // namespace
+
+void run_ranks(int ranks, int threads_per_rank,
+               const std::function<void(Context&, comm::Communicator&)>& body,
+               const comm::CommOptions& options) {
+  STRATA_REQUIRE(ranks >= 1, config, "thread ranks: need at least 1 rank, got ", ranks);
+  STRATA_REQUIRE(threads_per_rank >= 1, config, "thread ranks: need at least 1 thread per rank");
+  auto with_context = [&](ExecSpace exec) {
+    return [&body, exec](comm::Communicator& c) {
+      Context ctx(default_gemm(), exec);
+      body(ctx, c);
+    };
+  };
+  if (ranks == 1) {
+    comm::run_thread_ranks(1, with_context(ExecSpace()), options);
+    return;
+  }
+#if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION < 40000
+  if (std::is_same<ExecSpace, Kokkos::OpenMP>::value) {
+    const int pool = kokkos_host_threads();
+    STRATA_REQUIRE(pool >= ranks * threads_per_rank, config, "thread ranks: ", ranks,
+                   " ranks x ", threads_per_rank, " threads need ", ranks * threads_per_rank,
+                   " Kokkos OpenMP threads, but Kokkos runs ", pool, " (start it with ",
+                   kokkos_threads_option(ranks * threads_per_rank), ")");
+    const int levels = omp_get_max_active_levels();
+    omp_set_max_active_levels(2);
+    comm::Spawner spawner = [threads_per_rank](int n, const std::function<void(int)>& rank_body) {
+      Kokkos::OpenMP::partition_master([&](int id, int) { rank_body(id); }, n, threads_per_rank);
+    };
+    try {
+      comm::run_thread_ranks(ranks, with_context(ExecSpace()), options, spawner);
+    } catch (...) {
+      omp_set_max_active_levels(levels);
+      throw;
+    }
+    omp_set_max_active_levels(levels);
+    return;
+  }
+#endif
+#if KOKKOS_VERSION >= 40000
+  // One instance per rank, each launched from its own thread.
+  std::vector<int> weights(ranks, 1);
+  auto instances = Kokkos::Experimental::partition_space(ExecSpace(), weights);
+  comm::Spawner spawner = [&](int n, const std::function<void(int)>& rank_body) {
+    std::vector<std::thread> threads;
+    for (int r = 1; r < n; ++r) threads.emplace_back(rank_body, r);
+    rank_body(0);
+    for (auto& t : threads) t.join();
+  };
+  comm::run_thread_ranks(
+      ranks,
+      [&](comm::Communicator& c) {
+        Context ctx(default_gemm(), instances[c.rank()]);
+        body(ctx, c);
+      },
+      options, spawner);
+#else
+  (void)with_context;
+  STRATA_THROW(config, "thread ranks need Kokkos with OpenMP (3.x) or Kokkos 4 and newer; this "
+                       "build's default execution space is ", ExecSpace::name(),
+               " (use MPI ranks instead)");
+#endif
+}
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// Thread ranks that run Kokkos kernels: each rank gets its own Context (an
+// execution-space instance with its own threads) and a Threads communicator.
+//
+//   strata::run_ranks(2, 1, [&](Context& ctx, comm::Communicator& c) { ... });
+//
+// How instances are made depends on the Kokkos in use:
+//   Kokkos 3.x, OpenMP: OpenMP::partition_master with nested parallelism, so
+//     each rank is the master of its own partition of `threads_per_rank`
+//     threads (Kokkos 3.x cannot launch kernels from other threads). Kokkos
+//     must have been started with ranks x threads_per_rank threads.
+//   Kokkos 4.x and newer, OpenMP: partition_space instances, one per rank,
+//     driven from std::threads.
+//   Serial-only Kokkos 3.x: refused (its Serial space has global state).
+// A BLAS with OpenMP threads runs single-threaded inside a rank.
+#pragma once
+
+#include "backends/comm/threads.hpp"
+#include "backends/context.hpp"
+
+#include <functional>
+
+namespace strata {
+
+void run_ranks(int ranks, int threads_per_rank,
+               const std::function<void(Context&, comm::Communicator&)>& body,
+               const comm::CommOptions& options = comm::CommOptions::from_environment());
+
+// Number of host threads Kokkos runs with (the OpenMP pool size).
+int kokkos_host_threads();
+
+// The Kokkos command-line option that sets the host thread count (its name
+// changed in Kokkos 3.7), e.g. "--kokkos-threads=4".
+std::string kokkos_threads_option(int threads);
+
+}  // namespace strata

@@ -1,0 +1,150 @@
+// Checks of every collective against a naive reference, written once and
+// run on any communicator (thread ranks, MPI ranks). Inputs are functions of
+// (rank, index) with values exact in every type, so the reference is exact
+// whatever the reduction order.
+#pragma once
+
+#include "backends/comm/communicator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+// Value of element i on rank r: small multiples of 1/8, exact in float.
+template <class T>
+T comm_input(int r, std::size_t i) {
+  const auto v = static_cast<std::int64_t>((r * 7919 + i * 31) % 1001) - 500;
+  if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v) / T(8);
+  else return static_cast<T>(v);
+}
+
+template <class T>
+T reduce_ref(comm::ReduceOp op, int n, std::size_t i) {
+  T acc = comm_input<T>(0, i);
+  for (int r = 1; r < n; ++r) {
+    const T v = comm_input<T>(r, i);
+    switch (op) {
+      case comm::ReduceOp::sum:
+      case comm::ReduceOp::average: acc += v; break;
+      case comm::ReduceOp::max: acc = v > acc ? v : acc; break;
+      case comm::ReduceOp::min: acc = v < acc ? v : acc; break;
+    }
+  }
+  if (op == comm::ReduceOp::average) acc = acc / static_cast<T>(n);
+  return acc;
+}
+
+// Returns "" when the collectives of type T on `count` elements are right on
+// this rank, else a description of the first wrong element.
+template <class T>
+std::string check_collectives(comm::Communicator& c, std::size_t count) {
+  using comm::ReduceOp;
+  const int n = c.size(), me = c.rank();
+  const auto type = comm::data_type_of<T>();
+  const std::string where = std::string(comm::to_string(type)) + " count " +
+                            std::to_string(count) + " rank " + std::to_string(me) + "/" +
+                            std::to_string(n) + ": ";
+  std::vector<T> in(count), out(count);
+  auto fill = [&](std::vector<T>& v, int r, std::size_t offset) {
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = comm_input<T>(r, offset + i);
+  };
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::average, ReduceOp::max, ReduceOp::min}) {
+    for (bool in_place : {true, false}) {
+      fill(in, me, 0);
+      std::fill(out.begin(), out.end(), T(99));
+      T* dst = in_place ? in.data() : out.data();
+      c.allreduce(in.data(), dst, count, type, op);
+      for (std::size_t i = 0; i < count; ++i)
+        if (dst[i] != reduce_ref<T>(op, n, i))
+          return where + "allreduce " + comm::to_string(op) + (in_place ? " in place" : "") +
+                 " wrong at " + std::to_string(i);
+    }
+  }
+  // reduce_scatter: block b of rank r's input holds comm_input(r, b*count + i).
+  std::vector<T> big(count * n), block(count);
+  fill(big, me, 0);
+  c.reduce_scatter(big.data(), block.data(), count, type, ReduceOp::sum);
+  for (std::size_t i = 0; i < count; ++i)
+    if (block[i] != reduce_ref<T>(ReduceOp::sum, n, me * count + i))
+      return where + "reduce_scatter wrong at " + std::to_string(i);
+  // allgather: block r of the result is rank r's input.
+  fill(in, me, 0);
+  c.allgather(in.data(), big.data(), count, type);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < count; ++i)
+      if (big[r * count + i] != comm_input<T>(r, i))
+        return where + "allgather wrong at block " + std::to_string(r);
+  // broadcast from the last rank.
+  fill(in, me, 0);
+  c.broadcast(in.data(), count, type, n - 1);
+  for (std::size_t i = 0; i < count; ++i)
+    if (in[i] != comm_input<T>(n - 1, i)) return where + "broadcast wrong at " + std::to_string(i);
+  // asynchronous: two outstanding allreduces, then a blocking one.
+  std::vector<T> a(count), b(count), d(count);
+  fill(a, me, 0);
+  fill(b, me, 0);
+  fill(d, me, 0);
+  auto ha = c.iallreduce(a.data(), a.data(), count, type, ReduceOp::sum);
+  auto hb = c.iallreduce(b.data(), b.data(), count, type, ReduceOp::max);
+  c.allreduce(d.data(), d.data(), count, type, ReduceOp::min);
+  ha.wait();
+  hb.wait();
+  for (std::size_t i = 0; i < count; ++i)
+    if (a[i] != reduce_ref<T>(ReduceOp::sum, n, i) || b[i] != reduce_ref<T>(ReduceOp::max, n, i) ||
+        d[i] != reduce_ref<T>(ReduceOp::min, n, i))
+      return where + "asynchronous allreduce wrong at " + std::to_string(i);
+  return "";
+}
+
+// Every type and the sizes the issue names (zero, odd, page, large and odd).
+inline std::string check_all_collectives(comm::Communicator& c) {
+  for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(4096),
+                            std::size_t(1000003)}) {
+    for (auto err : {check_collectives<float>(c, count), check_collectives<double>(c, count),
+                     check_collectives<std::int32_t>(c, count),
+                     check_collectives<std::int64_t>(c, count)})
+      if (!err.empty()) return err;
+  }
+  return "";
+}
+
+// Split into the rows and columns of a 2 x 2 mesh (4 ranks), and check sums
+// within each.
+inline std::string check_mesh_split(comm::Communicator& c) {
+  const int me = c.rank();
+  auto row = c.split(me / 2, me % 2), col = c.split(me % 2, me / 2);
+  if (!row || !col || row->size() != 2 || col->size() != 2) return "split sizes wrong";
+  if (row->rank() != me % 2 || col->rank() != me / 2) return "split ranks wrong";
+  std::int32_t v = me, w = me;
+  row->allreduce(&v, &v, 1, comm::DataType::i32, comm::ReduceOp::sum);
+  col->allreduce(&w, &w, 1, comm::DataType::i32, comm::ReduceOp::sum);
+  if (v != (me / 2) * 4 + 1) return "row sum " + std::to_string(v);
+  if (w != (me % 2) + (me % 2) + 2) return "column sum " + std::to_string(w);
+  // A color < 0 joins nothing.
+  auto none = c.split(me == 0 ? -1 : 1, 0);
+  if ((me == 0) != (none == nullptr)) return "negative color";
+  if (none && none->size() != 3) return "split without rank 0 has size " + std::to_string(none->size());
+  return "";
+}
+
+// Ring of send/recv with two tags in flight.
+inline std::string check_ring(comm::Communicator& c) {
+  const int n = c.size(), me = c.rank();
+  if (n == 1) return "";
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::vector<double> out(1000, me), out2(3, me + 0.5), in(1000), in2(3);
+  c.send(out2.data(), 3, comm::DataType::f64, next, 8);
+  c.send(out.data(), 1000, comm::DataType::f64, next, 7);
+  c.recv(in.data(), 1000, comm::DataType::f64, prev, 7);
+  c.recv(in2.data(), 3, comm::DataType::f64, prev, 8);
+  for (double v : in) if (v != prev) return "ring tag 7 wrong";
+  for (double v : in2) if (v != prev + 0.5) return "ring tag 8 wrong";
+  c.barrier();
+  return "";
+}
+
+}  // namespace strata::test

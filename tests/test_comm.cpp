@@ -1,0 +1,209 @@
+// Communicators on thread ranks (1, 2, 3, 4) and Self: every collective
+// against the naive reference, split, send/recv, asynchronous order, and the
+// promised errors for mismatched collectives, failing and missing ranks.
+#include "backends/comm/self.hpp"
+#include "backends/ranks.hpp"
+#include "backends/comm/threads.hpp"
+#include "comm_checks.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+
+namespace strata {
+namespace {
+
+using comm::Communicator;
+using comm::DataType;
+using comm::ReduceOp;
+
+// Runs body on n thread ranks and returns the per-rank failure texts ("" = ok).
+std::vector<std::string> on_ranks(int n, const std::function<std::string(Communicator&)>& body,
+                                  comm::CommOptions options = {}) {
+  std::vector<std::string> result(n);
+  comm::run_thread_ranks(
+      n, [&](Communicator& c) { result[c.rank()] = body(c); }, options);
+  return result;
+}
+
+class ThreadRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(ThreadRanks, EveryCollectiveMatchesTheReference) {
+  for (const auto& err : on_ranks(GetParam(), test::check_all_collectives)) EXPECT_EQ(err, "");
+}
+
+TEST_P(ThreadRanks, SendRecvRing) {
+  for (const auto& err : on_ranks(GetParam(), test::check_ring)) EXPECT_EQ(err, "");
+}
+
+TEST_P(ThreadRanks, AllreduceIsBitwiseIdenticalOnEveryRankAndInRankOrder) {
+  // Random floats: the sum depends on the order; thread ranks add in rank order.
+  const int n = GetParam();
+  const std::size_t count = 100003;
+  std::vector<std::vector<float>> results(n);
+  comm::run_thread_ranks(n, [&](Communicator& c) {
+    auto v = test::randn<float>(count, 100 + c.rank());
+    c.allreduce(v.data(), v.data(), count, DataType::f32, ReduceOp::sum);
+    results[c.rank()] = v;
+  });
+  std::vector<float> want(count, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    auto v = test::randn<float>(count, 100 + r);
+    for (std::size_t i = 0; i < count; ++i) want[i] = r == 0 ? v[i] : want[i] + v[i];
+  }
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], want) << "rank " << r;
+}
+
+TEST_P(ThreadRanks, ViewWrappersWithKokkosInEveryRank) {
+  const int n = GetParam();
+  run_ranks(n, 1, [&](Context&, Communicator& c) {
+    VectorBuffer<double> v("v", 5);
+    Kokkos::deep_copy(v, 1.0 + c.rank());
+    c.allreduce(v, ReduceOp::sum);
+    for (double x : test::to_host(v)) EXPECT_EQ(x, n * (n + 1) / 2.0);
+    VectorBuffer<std::int64_t> all("all", 3 * n), mine("mine", 3);
+    Kokkos::deep_copy(mine, c.rank());
+    c.allgather(mine, all);
+    auto h = test::to_host(all);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(h[3 * r], r);
+    if (n > 1) EXPECT_THROW(c.allgather(mine, mine), Error);  // receive buffer too small
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ThreadRanks, ::testing::Values(1, 2, 3, 4));
+
+TEST(ThreadRanks4, SplitIntoRowsAndColumnsOfA2x2Mesh) {
+  for (const auto& err : on_ranks(4, test::check_mesh_split)) EXPECT_EQ(err, "");
+}
+
+comm::CommOptions short_timeout() {
+  comm::CommOptions o;
+  o.timeout_s = 0.5;
+  return o;
+}
+
+TEST(ThreadRanksErrors, MismatchedCollectivesFailOnEveryRankNamingTheMismatch) {
+  std::vector<std::string> seen(2);
+  EXPECT_THROW(comm::run_thread_ranks(
+                   2,
+                   [&](Communicator& c) {
+                     std::vector<float> v(11);
+                     try {
+                       if (c.rank() == 0) c.allreduce(v.data(), v.data(), 10, DataType::f32, ReduceOp::sum);
+                       else c.broadcast(v.data(), 11, DataType::f32, 0);
+                     } catch (const Error& e) {
+                       seen[c.rank()] = e.message();
+                       throw;
+                     }
+                   },
+                   short_timeout()),
+               Error);
+  for (const auto& m : seen) {
+    EXPECT_NE(m.find("collective mismatch"), std::string::npos) << m;
+    EXPECT_NE(m.find("allreduce #0 (10 x float32, sum)"), std::string::npos) << m;
+    EXPECT_NE(m.find("broadcast #0 (11 x float32, root 0)"), std::string::npos) << m;
+  }
+}
+
+TEST(ThreadRanksErrors, AFailingRankMakesTheOthersFailNamingIt) {
+  std::vector<std::string> seen(3);
+  try {
+    comm::run_thread_ranks(3, [&](Communicator& c) {
+      if (c.rank() == 1) throw std::runtime_error("injected failure");
+      double x = 0;
+      try {
+        c.allreduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
+      } catch (const Error& e) {
+        seen[c.rank()] = e.message();
+        throw;
+      }
+    });  // default (generous) timeout: the failure must not wait for it
+    FAIL() << "expected the injected failure";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "injected failure");  // the root cause, not a follow-up
+  }
+  for (int r : {0, 2}) {
+    EXPECT_NE(seen[r].find("rank 1 failed: injected failure"), std::string::npos) << seen[r];
+  }
+}
+
+TEST(ThreadRanksErrors, AMissingRankTimesOutNamingIt) {
+  std::string seen;
+  EXPECT_THROW(comm::run_thread_ranks(
+                   3,
+                   [&](Communicator& c) {
+                     if (c.rank() == 2) return;  // never arrives
+                     double x = 0;
+                     if (c.rank() == 0) {
+                       try {
+                         c.allreduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
+                       } catch (const Error& e) {
+                         seen = e.message();
+                         throw;
+                       }
+                     } else {
+                       c.allreduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
+                     }
+                   },
+                   short_timeout()),
+               Error);
+  EXPECT_NE(seen.find("allreduce #0"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("rank(s) 2 did not arrive"), std::string::npos) << seen;
+}
+
+TEST(ThreadRanksErrors, RecvWithoutSendTimesOut) {
+  EXPECT_THROW(comm::run_thread_ranks(
+                   2,
+                   [&](Communicator& c) {
+                     if (c.rank() == 0) {
+                       double x;
+                       c.recv(&x, 1, DataType::f64, 1, 3);
+                     }
+                   },
+                   short_timeout()),
+               Error);
+}
+
+TEST(ThreadRanksErrors, WrongMessageSizeIsAnError) {
+  EXPECT_THROW(comm::run_thread_ranks(2,
+                                      [&](Communicator& c) {
+                                        std::vector<double> v(4);
+                                        if (c.rank() == 1) c.send(v.data(), 4, DataType::f64, 0, 0);
+                                        else c.recv(v.data(), 3, DataType::f64, 1, 0);
+                                      },
+                                      short_timeout()),
+               Error);
+}
+
+TEST(ThreadRanksErrors, BadPeerAndRootAreConfigErrors) {
+  comm::run_thread_ranks(2, [&](Communicator& c) {
+    double x = 0;
+    EXPECT_THROW(c.send(&x, 1, DataType::f64, 5, 0), Error);
+    EXPECT_THROW(c.broadcast(&x, 1, DataType::f64, -1), Error);
+  });
+}
+
+TEST(Self, CollectivesAreCopies) {
+  comm::SelfComm c;
+  EXPECT_EQ(test::check_all_collectives(c), "");
+  auto sub = c.split(3, 0);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->size(), 1);
+  double x = 0;
+  EXPECT_THROW(c.send(&x, 1, DataType::f64, 0, 0), Error);
+}
+
+TEST(CommOptions, EnvironmentIsValidated) {
+  setenv("STRATA_COMM_TIMEOUT", "abc", 1);
+  EXPECT_THROW(comm::CommOptions::from_environment(), Error);
+  setenv("STRATA_COMM_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(comm::CommOptions::from_environment().timeout_s, 2.5);
+  unsetenv("STRATA_COMM_TIMEOUT");
+}
+
+}  // namespace
+}  // namespace strata
