@@ -8,6 +8,8 @@
 // Semantics (n = size()):
 //   allreduce(send, recv, count)       recv = op over ranks of send (send == recv: in place)
 //   reduce_scatter(send, recv, count)  send holds n blocks of `count`; rank r gets block r reduced
+//                                      (recv may be block r of send; the other blocks are then
+//                                      undefined afterwards)
 //   allgather(send, recv, count)       recv holds n blocks of `count`, block r from rank r
 //   broadcast(buf, count, root)        every rank gets root's buf
 //   send/recv(buf, count, peer, tag)   point to point, matched by (source, tag)

@@ -2,8 +2,12 @@
 
 #include "backends/comm/reduce.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -55,6 +59,86 @@ int mpi_count(std::size_t count, const char* what) {
 
 bool g_initialized_here = false;
 int g_thread_level = MPI_THREAD_SINGLE;
+
+// Blocking MPI collectives are the fast path (Open MPI's nonblocking ones are
+// several times slower for small messages), so a timeout cannot be an
+// exception in the waiting thread. A watchdog thread instead checks the
+// operations in flight and, when one exceeds the timeout, prints what hung
+// and aborts the job (mpirun then ends every rank with a non-zero code).
+class Watchdog {
+ public:
+  struct Watch {
+    Clock::time_point start;
+    double timeout_s;
+    const char* what;
+    std::uint64_t seq;
+    int rank, size;
+  };
+
+  static Watchdog& instance() {
+    static Watchdog w;
+    return w;
+  }
+
+  void add(Watch* w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_.push_back(w);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+  void remove(Watch* w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_.erase(std::find(active_.begin(), active_.end(), w));
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      const auto now = Clock::now();
+      for (const Watch* w : active_) {
+        if (std::chrono::duration<double>(now - w->start).count() > w->timeout_s) {
+          std::fprintf(stderr,
+                       "strata: runtime error: mpi communicator: %s #%llu on rank %d of %d did "
+                       "not complete within %g s; a rank did not arrive or died. Aborting the "
+                       "job (STRATA_COMM_TIMEOUT sets the limit; STRATA_COMM_CHECK=1 names the "
+                       "missing ranks).\n",
+                       w->what, static_cast<unsigned long long>(w->seq), w->rank, w->size,
+                       w->timeout_s);
+          std::fflush(stderr);
+          MPI_Abort(MPI_COMM_WORLD, 4);
+        }
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Watch*> active_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Registers a blocking operation with the watchdog for its duration.
+class Watched {
+ public:
+  Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s)
+      : w_{Clock::now(), timeout_s, what, seq, rank, size} {
+    Watchdog::instance().add(&w_);
+  }
+  ~Watched() { Watchdog::instance().remove(&w_); }
+
+ private:
+  Watchdog::Watch w_;
+};
 
 }  // namespace
 
@@ -247,11 +331,12 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
                            ReduceOp op) {
   const std::uint64_t seq = seq_++;
   check("allreduce", seq, count, type, static_cast<int>(op), 0);
-  MPI_Request req;
-  check_mpi(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count, "allreduce"),
-                           mpi_type(type), mpi_op(op), comm_, &req),
-            "MPI_Iallreduce");
-  complete(req, "allreduce", seq);
+  {
+    Watched watch("allreduce", seq, rank_, size_, options_.timeout_s);
+    check_mpi(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                            mpi_count(count, "allreduce"), mpi_type(type), mpi_op(op), comm_),
+              "MPI_Allreduce");
+  }
   if (op == ReduceOp::average) detail::finish_average(type, recv, count, size_);
 }
 
@@ -259,15 +344,19 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                 ReduceOp op) {
   const std::uint64_t seq = seq_++;
   check("reduce_scatter", seq, count, type, static_cast<int>(op), 0);
-  MPI_Request req;
   // In place when recv is this rank's block of send.
   const bool in_place =
       static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);
-  check_mpi(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? const_cast<void*>(send) : recv,
-                                      mpi_count(count, "reduce_scatter"), mpi_type(type),
-                                      mpi_op(op), comm_, &req),
-            "MPI_Ireduce_scatter_block");
-  complete(req, "reduce_scatter", seq);
+  {
+    Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
+    check_mpi(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send,
+                                       in_place ? const_cast<void*>(send) : recv,
+                                       mpi_count(count, "reduce_scatter"), mpi_type(type),
+                                       mpi_op(op), comm_),
+              "MPI_Reduce_scatter_block");
+  }
+  if (in_place && count > 0)  // MPI leaves the result at the start of the buffer
+    std::memmove(recv, send, count * size_of(type));
   if (op == ReduceOp::average) detail::finish_average(type, recv, count, size_);
 }
 
@@ -276,21 +365,19 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
   check("allgather", seq, count, type, 0, 0);
   const bool in_place =
       static_cast<char*>(recv) + rank_ * count * size_of(type) == static_cast<const char*>(send);
-  MPI_Request req;
   const int n = mpi_count(count, "allgather");
-  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
-                           mpi_type(type), comm_, &req),
-            "MPI_Iallgather");
-  complete(req, "allgather", seq);
+  Watched watch("allgather", seq, rank_, size_, options_.timeout_s);
+  check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
+                          mpi_type(type), comm_),
+            "MPI_Allgather");
 }
 
 void MpiComm::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
   const std::uint64_t seq = seq_++;
   check("broadcast", seq, count, type, 0, root);
-  MPI_Request req;
-  check_mpi(MPI_Ibcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_, &req),
-            "MPI_Ibcast");
-  complete(req, "broadcast", seq);
+  Watched watch("broadcast", seq, rank_, size_, options_.timeout_s);
+  check_mpi(MPI_Bcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_),
+            "MPI_Bcast");
 }
 
 void MpiComm::reap_sends(bool wait) {
@@ -350,15 +437,15 @@ void MpiComm::do_recv(void* buf, std::size_t count, DataType type, int source, i
 void MpiComm::do_barrier() {
   const std::uint64_t seq = seq_++;
   check("barrier", seq, 0, DataType::f32, 0, 0);
-  MPI_Request req;
-  check_mpi(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
-  complete(req, "barrier", seq);
+  Watched watch("barrier", seq, rank_, size_, options_.timeout_s);
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 std::unique_ptr<Communicator> MpiComm::do_split(int color, int key) {
   const std::uint64_t seq = seq_++;
   check("split", seq, 0, DataType::f32, 0, 0);
   MPI_Comm out = MPI_COMM_NULL;
+  Watched watch("split", seq, rank_, size_, options_.timeout_s);
   check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
   if (out == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiComm>(out, true, options_);

@@ -3,8 +3,10 @@
 // Host buffers go to MPI directly; device buffers are staged through the host
 // by the View wrappers unless the MPI library is CUDA-aware (detected through
 // Open MPI's MPIX_Query_cuda_support, or forced with STRATA_MPI_CUDA_AWARE=1).
-// Blocking operations are nonblocking MPI calls completed by a polling loop
-// with a deadline, so that a missing peer produces an error, not a hang.
+// Collectives are MPI's blocking calls (its fastest path) watched by a
+// watchdog thread: one that exceeds the timeout is reported (operation,
+// sequence number, rank) and the job is aborted, instead of hanging. recv
+// polls with a deadline and throws.
 // With STRATA_COMM_CHECK=1 every collective first exchanges a descriptor
 // through rank 0, which names the first mismatch or the ranks that did not
 // arrive.

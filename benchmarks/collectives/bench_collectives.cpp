@@ -1,0 +1,182 @@
+// strata-bench-collectives: allreduce (in place, float32 sum) over message
+// sizes for each communicator, nccl-tests style, with the machine's copy
+// bandwidth and the raw MPI_Allreduce measured in the same run.
+//
+//   strata-bench-collectives                  thread ranks (default 2) only
+//   mpirun -np 2 strata-bench-collectives     + Strata's MPI communicator and raw MPI
+//
+// busbw = algbw x 2 (n - 1) / n. "of bound" = (2 n S / B) / time, where B is the
+// STREAM-copy bandwidth (bytes read + written per second) with n threads: an
+// in-place allreduce of S bytes on n ranks sharing memory moves at least 2 n S.
+#include "apps/common/app_main.hpp"
+#include "backends/comm/threads.hpp"
+#include "backends/runtime.hpp"
+#include "benchmarks/common/bench_utils.hpp"
+#include "strata_config.hpp"
+#if STRATA_HAS_MPI
+#include "backends/comm/mpi.hpp"
+#endif
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+namespace strata::bench {
+namespace {
+
+struct Options {
+  int ranks = 2;
+  std::size_t min_bytes = 4, max_bytes = std::size_t(128) << 20;
+  int reps = 5;
+  double seconds_per_rep = 0.02;
+};
+
+// Iterations per repetition: about seconds_per_rep at ~5 GB/s, at least 3.
+int iterations(std::size_t bytes, const Options& o) {
+  const double est = o.seconds_per_rep * 5e9 / std::max<std::size_t>(bytes, 4096);
+  return static_cast<int>(std::clamp(est, 3.0, 20000.0));
+}
+
+struct Row {
+  Stats time;  // seconds per operation
+};
+
+// Times `op` on every rank of `c`; returns the per-operation times of rank 0.
+Stats time_op(comm::Communicator& c, int iters, int reps, const std::function<void()>& op,
+              const std::function<void()>& barrier) {
+  std::vector<double> samples;
+  op();  // warm-up (first touch, connection setup)
+  for (int r = 0; r < reps; ++r) {
+    barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) op();
+    barrier();
+    samples.push_back(seconds(t0, Clock::now()) / iters);
+  }
+  (void)c;
+  return stats(samples);
+}
+
+void print_header() {
+  std::printf("%-10s %5s %10s %28s %10s %10s %12s\n", "backend", "ranks", "size",
+              "time us: median [min-max]", "algbw GB/s", "busbw GB/s", "ratio");
+}
+
+void print_row(const char* backend, int n, std::size_t bytes, const Stats& t,
+               const std::string& ratio) {
+  const double algbw = bytes / t.median / 1e9;
+  const double busbw = algbw * 2.0 * (n - 1) / n;
+  char time[64];
+  std::snprintf(time, sizeof time, "%.2f [%.2f-%.2f]%s", t.median * 1e6, t.min * 1e6, t.max * 1e6,
+                t.noisy() ? " *" : "");
+  std::printf("%-10s %5d %10s %28s %10.2f %10.2f %12s\n", backend, n, format_bytes(bytes).c_str(),
+              time, algbw, busbw, ratio.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<std::size_t> sizes(const Options& o) {
+  std::vector<std::size_t> s;
+  for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) s.push_back(b);
+  return s;
+}
+
+int run(const Options& o, comm::Communicator& world) {
+  const bool root = world.rank() == 0;
+  std::map<std::size_t, double> raw_mpi;  // bytes -> median seconds
+  if (root) {
+    std::printf("# strata-bench-collectives: allreduce in place, float32 sum, %d repetitions; "
+                "median [min-max]; * = max/min > 1.2 (noisy, re-run)\n# %s\n",
+                o.reps, configuration().c_str());
+    const double b1 = copy_bandwidth(std::size_t(256) << 20, 1);
+    const double bn = copy_bandwidth(std::size_t(256) << 20, o.ranks);
+    std::printf("# STREAM copy bandwidth (read + write): 1 thread %.1f GB/s, %d threads %.1f GB/s\n",
+                b1 / 1e9, o.ranks, bn / 1e9);
+    print_header();
+  }
+#if STRATA_HAS_MPI
+  if (world.size() > 1) {
+    auto& mpi = dynamic_cast<comm::MpiComm&>(world);
+    const int n = world.size();
+    for (std::size_t bytes : sizes(o)) {
+      const std::size_t count = bytes / sizeof(float);
+      std::vector<float> buf(count, 1.0f);
+      const int iters = iterations(bytes, o);
+      auto raw = time_op(world, iters, o.reps, [&] {
+        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, mpi.native());
+      }, [&] { MPI_Barrier(mpi.native()); });
+      auto ours = time_op(world, iters, o.reps, [&] {
+        world.allreduce(buf.data(), buf.data(), count, comm::DataType::f32, comm::ReduceOp::sum);
+      }, [&] { MPI_Barrier(mpi.native()); });
+      raw_mpi[bytes] = raw.median;
+      if (root) {
+        print_row("raw-mpi", n, bytes, raw, "1.00");
+        char r[32];
+        std::snprintf(r, sizeof r, "%.2f x raw", raw.median / ours.median);
+        print_row("mpi", n, bytes, ours, r);
+      }
+    }
+  }
+#endif
+  if (root) {
+    const int n = o.ranks;
+    const double bw = copy_bandwidth(std::size_t(256) << 20, n);
+    for (std::size_t bytes : sizes(o)) {
+      const std::size_t count = bytes / sizeof(float);
+      const int iters = iterations(bytes, o);
+      Stats t;
+      comm::run_thread_ranks(n, [&](comm::Communicator& c) {
+        std::vector<float> buf(count, 1.0f);  // first touch by the rank's own thread
+        auto s = time_op(c, iters, o.reps, [&] {
+          c.allreduce(buf.data(), buf.data(), count, comm::DataType::f32, comm::ReduceOp::sum);
+        }, [&] { c.barrier(); });
+        if (c.rank() == 0) t = s;
+      });
+      char r[64];
+      const double bound = 2.0 * n * bytes / bw;
+      if (raw_mpi.count(bytes))
+        std::snprintf(r, sizeof r, "%.2f x raw, %.0f%% bound", raw_mpi[bytes] / t.median, 100 * bound / t.median);
+      else
+        std::snprintf(r, sizeof r, "%.0f%% of bound", 100 * bound / t.median);
+      print_row("threads", n, bytes, t, r);
+    }
+  }
+  world.barrier();
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::bench
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  return app::guarded("strata-bench-collectives", [&] {
+    auto args = app::split_kokkos_args(argc, argv);
+    bench::Options o;
+    CLI::App cli{"Allreduce bandwidth and latency of Strata's communicators (nccl-tests style), "
+                 "with raw MPI_Allreduce and the copy bandwidth in the same run. Run under mpirun "
+                 "for the MPI rows.",
+                 "strata-bench-collectives"};
+    cli.add_option("--ranks", o.ranks, "thread ranks")->capture_default_str()->check(CLI::Range(1, 64));
+    cli.add_option("--min-bytes", o.min_bytes, "smallest message")->capture_default_str();
+    cli.add_option("--max-bytes", o.max_bytes, "largest message (sizes grow x4)")->capture_default_str();
+    cli.add_option("--reps", o.reps, "repetitions per size")->capture_default_str()->check(CLI::Range(1, 1000));
+    cli.add_option("--seconds-per-rep", o.seconds_per_rep, "target time per repetition")->capture_default_str();
+    std::vector<std::string> rev(args.program.rbegin(), args.program.rend());
+    try {
+      cli.parse(rev);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << cli.help();
+      return app::exit_ok;
+    } catch (const CLI::ParseError& e) {
+      STRATA_THROW(config, e.what());
+    }
+    STRATA_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes, config,
+                   "--min-bytes must be >= 4 and <= --max-bytes");
+    int kargc = static_cast<int>(args.kokkos.size()) - 1;
+    Runtime runtime(kargc, args.kokkos.data());
+    auto world = world_communicator();
+    return bench::run(o, *world);
+  });
+}

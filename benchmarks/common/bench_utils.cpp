@@ -1,0 +1,61 @@
+#include "benchmarks/common/bench_utils.hpp"
+
+#include "backends/runtime.hpp"
+#include "strata_config.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace strata::bench {
+
+Stats stats(std::vector<double> s) {
+  Stats r;
+  if (s.empty()) return r;
+  std::sort(s.begin(), s.end());
+  r.n = s.size();
+  r.min = s.front();
+  r.max = s.back();
+  r.median = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
+  return r;
+}
+
+std::string configuration() {
+  std::string c = build_summary() + " (commit " STRATA_GIT_COMMIT "), " +
+                  std::to_string(Kokkos::DefaultHostExecutionSpace().concurrency()) +
+                  " host threads, compiler " STRATA_COMPILER;
+  return c;
+}
+
+double copy_bandwidth(std::size_t bytes, int threads, int reps) {
+  const std::size_t n = bytes / sizeof(double);
+  std::vector<double> a(n, 1.0), b(n, 0.0);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        const std::size_t begin = n * t / threads, end = n * (t + 1) / threads;
+        std::memcpy(b.data() + begin, a.data() + begin, (end - begin) * sizeof(double));
+      });
+    for (auto& t : ts) t.join();
+    const double s = seconds(t0, Clock::now());
+    best = std::max(best, 2.0 * n * sizeof(double) / s);
+  }
+  return best;
+}
+
+std::string format_bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1 << 30) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1 << 30));
+  else if (bytes >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1 << 20));
+  else if (bytes >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  return buf;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,35 @@
+// Helpers shared by Strata's benchmark programs: statistics over repetitions
+// (median with min-max), the build configuration line every report starts
+// with, and the machine's own reference rates (memcpy, STREAM copy).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace strata::bench {
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+  std::size_t n = 0;
+  // True when max and min differ by more than 20% (a noisy measurement).
+  bool noisy() const { return min > 0 && max / min > 1.2; }
+};
+Stats stats(std::vector<double> samples);
+
+// "Strata 0.1.0 (commit abc123), Kokkos 3.4.1 OpenMP (2 threads), GEMM OpenBLAS, g++ 12.2.0"
+std::string configuration();
+
+using Clock = std::chrono::steady_clock;
+inline double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Bandwidth in bytes/s (bytes read + bytes written) of copying `bytes` with
+// `threads` threads (STREAM copy), best of `reps`.
+double copy_bandwidth(std::size_t bytes, int threads, int reps = 5);
+
+// "4.00 KiB", "64.0 MiB"
+std::string format_bytes(double bytes);
+
+}  // namespace strata::bench
