@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   }
   int kargc = static_cast<int>(args.size());
   args.push_back(nullptr);
+  setenv("OMP_PROC_BIND", "false", 0);  // silences Kokkos 3.x; libgomp has read it already
   Kokkos::initialize(kargc, args.data());
   int result = RUN_ALL_TESTS();
   Kokkos::finalize();
