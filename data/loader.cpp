@@ -21,13 +21,17 @@ std::vector<std::size_t> shuffled_order(std::size_t n, std::uint64_t seed, std::
 
 template <class T>
 BatchLoader<T>::BatchLoader(const Dataset& data, std::size_t batch, bool shuffle,
-                            std::uint64_t seed, bool drop_last)
-    : data_(data), batch_(batch), shuffle_(shuffle), drop_last_(drop_last), seed_(seed) {
+                            std::uint64_t seed, bool drop_last, int rank, int ranks)
+    : data_(data), batch_(batch), shuffle_(shuffle), drop_last_(drop_last), seed_(seed),
+      rank_(rank), ranks_(ranks) {
   STRATA_REQUIRE(batch > 0, config, "batch size must be positive");
+  STRATA_REQUIRE(ranks >= 1 && rank >= 0 && rank < ranks, config, "loader: rank ", rank,
+                 " of ", ranks);
   STRATA_REQUIRE(data.size() > 0, data, data.name, ": the data set has no samples");
   STRATA_REQUIRE(!drop_last || data.size() >= batch, config, "batch size ", batch,
                  " is larger than the ", data.size(), " samples of ", data.name);
-  const std::size_t rows = std::min(batch, data.size());
+  // The largest shard this rank can get.
+  const std::size_t rows = std::max<std::size_t>(1, shard(std::min(batch, data.size()), 0, ranks).second);
   x_ = MatrixBuffer<T>("strata::batch::x", rows, data.features);
   x_host_ = Kokkos::create_mirror_view(x_);
   if (data.is_classification()) {
@@ -65,11 +69,18 @@ void BatchLoader<T>::seek(std::size_t epoch, std::size_t index) {
 }
 
 template <class T>
-Batch<T> BatchLoader<T>::next() {
-  Batch<T> b;
-  if (index_ >= batches_per_epoch()) return b;
-  const std::size_t first = index_ * batch_;
-  const std::size_t rows = std::min(batch_, data_.size() - first);
+std::pair<std::size_t, std::size_t> BatchLoader<T>::shard(std::size_t size, int r, int ranks) {
+  const std::size_t n = static_cast<std::size_t>(ranks), k = static_cast<std::size_t>(r);
+  const std::size_t base = size / n, extra = size % n;
+  return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
+}
+
+template <class T>
+bool BatchLoader<T>::next(Batch<T>& b) {
+  if (index_ >= batches_per_epoch()) return false;
+  global_size_ = std::min(batch_, data_.size() - index_ * batch_);
+  const auto [offset, rows] = shard(global_size_, rank_, ranks_);
+  const std::size_t first = index_ * batch_ + offset;
   const std::size_t f = data_.features;
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t s = order_[first + r];
@@ -97,7 +108,7 @@ Batch<T> BatchLoader<T>::next() {
     b.targets.values = v;
   }
   ++index_;
-  return b;
+  return true;
 }
 
 template class BatchLoader<float>;

@@ -2,6 +2,12 @@
 // shuffle. The permutation of epoch e is a pure function of (seed, e), so a
 // run can be resumed at any (epoch, batch) position and every rank of a
 // data-parallel job sees the same order.
+//
+// With ranks > 1 the loader yields this rank's shard of each global batch:
+// the global batch of B samples is cut into `ranks` contiguous pieces whose
+// sizes differ by at most one (the first B mod ranks pieces are larger), so
+// every sample is used exactly once per epoch. A shard may be empty when the
+// last global batch has fewer samples than ranks.
 #pragma once
 
 #include "backends/kokkos.hpp"
@@ -28,15 +34,19 @@ class BatchLoader {
   // batch: rows per batch; the last batch of an epoch may be smaller unless
   // drop_last. shuffle: a new seeded permutation every epoch.
   BatchLoader(const Dataset& data, std::size_t batch, bool shuffle, std::uint64_t seed,
-              bool drop_last = false);
+              bool drop_last = false, int rank = 0, int ranks = 1);
 
   std::size_t batches_per_epoch() const;
   std::size_t batch_size() const { return batch_; }
   // Positions the loader at batch `index` of epoch `epoch`.
   void seek(std::size_t epoch, std::size_t index = 0);
-  // Copies the batch at the current position to the device and advances.
-  // Returns an empty batch (size 0) after the epoch's last batch.
-  Batch<T> next();
+  // Copies this rank's shard of the batch at the current position to the
+  // device and advances. Returns `false` after the epoch's last batch.
+  bool next(Batch<T>& out);
+  // Samples in the global batch of the last next() (all ranks together).
+  std::size_t global_size() const { return global_size_; }
+  // Rows [first, first + count) of a global batch of `size` that rank r takes.
+  static std::pair<std::size_t, std::size_t> shard(std::size_t size, int r, int ranks);
   std::size_t epoch() const { return epoch_; }
   std::size_t index() const { return index_; }
 
@@ -47,7 +57,8 @@ class BatchLoader {
   std::size_t batch_;
   bool shuffle_, drop_last_;
   std::uint64_t seed_;
-  std::size_t epoch_ = 0, index_ = 0;
+  int rank_, ranks_;
+  std::size_t epoch_ = 0, index_ = 0, global_size_ = 0;
   std::vector<std::size_t> order_;
   MatrixBuffer<T> x_, values_;
   LabelsBuffer labels_;

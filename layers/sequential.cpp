@@ -92,13 +92,14 @@ Matrix<T> Sequential<T>::output_grad() const {
 }
 
 template <class T>
-void Sequential<T>::backward(Context& ctx) {
+void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)>& after_layer) {
   ConstMatrix<T> dy = output_grad();
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   for (std::size_t k = layers_.size(); k-- > 0;) {
     Matrix<T> dx;  // empty for the first layer: its input gradient is not needed
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch_, widths_[k]);
     layers_[k]->backward(ctx, dy, dx);
+    if (after_layer) after_layer(k);
     dy = dx;
   }
 }

@@ -15,6 +15,7 @@
 
 #include "layers/layer.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,11 @@ class Sequential {
   ConstMatrix<T> forward(Context& ctx, ConstMatrix<T> x);
   // Buffer for the loss gradient of the last forward's batch.
   Matrix<T> output_grad() const;
-  // Back-propagates output_grad() and accumulates into grads().
-  void backward(Context& ctx);
+  // Back-propagates output_grad() and accumulates into grads(). after_layer(i)
+  // is called once layer i's gradients are written (launched: on GPUs the
+  // kernels may still run; order on ctx.exec), from the last layer to the
+  // first: data parallelism starts gradient communication there.
+  void backward(Context& ctx, const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
   void set_training(bool training);
 

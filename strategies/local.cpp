@@ -35,7 +35,8 @@ Evaluation evaluate(Context& ctx, Sequential<T>& model, Loss<T>& loss, const dat
   data::BatchLoader<T> loader(d, std::min(batch, model.max_batch()), false, 0);
   double sum = 0;
   std::size_t correct = 0;
-  for (auto b = loader.next(); b.size() > 0; b = loader.next()) {
+  data::Batch<T> b;
+  while (loader.next(b)) {
     ConstMatrix<T> out = model.forward(ctx, b.x);
     sum += loss.forward_backward(ctx, out, b.targets, Matrix<T>(), T(1));
     if (d.is_classification()) correct += count_correct(ctx, out, b.targets.labels);

@@ -127,7 +127,8 @@ int train(const TrainConfig& c) {
   const auto train0 = Clock::now();
   for (std::size_t epoch = 0; epoch < epochs && step < total; ++epoch) {
     loader.seek(epoch, 0);
-    for (auto b = loader.next(); b.size() > 0 && step < total; b = loader.next()) {
+    data::Batch<T> b;
+    while (step < total && loader.next(b)) {
       const auto t0 = Clock::now();
       last_loss = strategy.step(b);
       ++step;

@@ -161,6 +161,20 @@ class Communicator {
     two_buffers(send, recv, [&](auto* s, auto* r) { allgather(s, r, send.size(), type_of(send)); });
   }
 
+  // Reduces one value over ranks (host value in, host value out).
+  template <class T>
+  T allreduce_value(T value, ReduceOp op = ReduceOp::sum) {
+    if (!accepts_device_memory()) {
+      allreduce(&value, &value, 1, data_type_of<T>(), op);
+      return value;
+    }
+    Kokkos::View<T, MemSpace> d("strata::comm::value");
+    Kokkos::deep_copy(d, value);
+    allreduce(d.data(), d.data(), 1, data_type_of<T>(), op);
+    Kokkos::deep_copy(value, d);
+    return value;
+  }
+
   const CommOptions& options() const { return options_; }
 
  protected:

@@ -1,0 +1,117 @@
+// Training runs used by the data-parallel tests (thread ranks and MPI ranks):
+// the same model, data and optimizer trained by the single-rank strategy and
+// by DataParallel on any communicator, so results can be compared.
+#pragma once
+
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "layers/mlp.hpp"
+#include "strategies/data_parallel.hpp"
+#include "strategies/local.hpp"
+#include "test_utils.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+struct DpConfig {
+  std::size_t samples = 60, features = 12, classes = 3;
+  std::vector<std::size_t> widths{12, 16, 8, 3};
+  std::size_t batch = 10;  // global
+  std::size_t steps = 20;
+  std::size_t micro = 1;   // micro-batches per step (gradient accumulation)
+  OptimizerConfig optimizer{OptimizerKind::adam, 0.01};
+  std::uint64_t seed = 7;
+};
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+inline data::Dataset dp_data(const DpConfig& c) {
+  return data::make_synthetic(c.samples, c.features, data::CsvTask::classification, c.classes, c.seed);
+}
+
+// Single rank, global batches of c.batch * c.micro samples.
+inline RunResult train_single(const DpConfig& c) {
+  auto d = dp_data(c);
+  Context ctx;
+  auto model = make_mlp<float>({c.widths});
+  const std::size_t global = c.batch * c.micro;
+  model.build(global);
+  model.init(Init::kaiming_uniform, c.seed);
+  SoftmaxCrossEntropy<float> loss;
+  Optimizer<float> opt(c.optimizer, model.num_params());
+  Local<float> local(ctx, model, loss, opt);
+  data::BatchLoader<float> loader(d, global, true, c.seed);
+  RunResult r;
+  data::Batch<float> b;
+  for (std::size_t s = 0, epoch = 0; s < c.steps;) {
+    loader.seek(epoch++, 0);
+    while (s < c.steps && loader.next(b)) {
+      r.losses.push_back(local.step(b));
+      ++s;
+    }
+  }
+  r.params = to_host(model.params());
+  return r;
+}
+
+// DataParallel on `comm`; each rank starts from different parameters (seed +
+// rank) so that the initial broadcast is tested too. Micro-batch m of a step
+// is global batch (step * micro + m) of the epoch order.
+inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig& c,
+                          const DataParallelOptions& options = {}) {
+  auto d = dp_data(c);
+  auto model = make_mlp<float>({c.widths});
+  model.build(data::BatchLoader<float>::shard(c.batch, 0, comm.size()).second + 1);
+  model.init(Init::kaiming_uniform, c.seed + comm.rank());
+  SoftmaxCrossEntropy<float> loss;
+  Optimizer<float> opt(c.optimizer, model.num_params());
+  DataParallel<float> dp(ctx, comm, model, loss, opt, options);
+  // One loader per micro-batch slot keeps each micro-batch's buffers alive.
+  std::vector<std::unique_ptr<data::BatchLoader<float>>> loaders;
+  for (std::size_t m = 0; m < c.micro; ++m)
+    loaders.push_back(std::make_unique<data::BatchLoader<float>>(d, c.batch, true, c.seed, false,
+                                                                comm.rank(), comm.size()));
+  RunResult r;
+  std::size_t epoch = 0, index = 0;
+  const std::size_t per_epoch = loaders[0]->batches_per_epoch();
+  for (std::size_t s = 0; s < c.steps; ++s) {
+    std::vector<data::Batch<float>> micro(c.micro);
+    std::size_t global = 0;
+    for (std::size_t m = 0; m < c.micro; ++m) {
+      if (index == per_epoch) {
+        index = 0;
+        ++epoch;
+      }
+      loaders[m]->seek(epoch, index++);
+      loaders[m]->next(micro[m]);
+      global += loaders[m]->global_size();
+    }
+    r.losses.push_back(dp.step(micro, global));
+  }
+  r.params = to_host(model.params());
+  return r;
+}
+
+// "" when a and b agree within rel (relative to the largest magnitude).
+inline std::string compare(const RunResult& a, const RunResult& b, double rel) {
+  if (a.losses.size() != b.losses.size() || a.params.size() != b.params.size()) return "sizes differ";
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    if (std::fabs(a.losses[i] - b.losses[i]) > rel * std::fabs(b.losses[i]))
+      return "loss of step " + std::to_string(i + 1) + ": " + std::to_string(a.losses[i]) + " vs " +
+             std::to_string(b.losses[i]);
+  double scale = 0;
+  for (float p : b.params) scale = std::max(scale, double(std::fabs(p)));
+  for (std::size_t i = 0; i < a.params.size(); ++i)
+    if (std::fabs(double(a.params[i]) - b.params[i]) > rel * scale)
+      return "parameter " + std::to_string(i) + ": " + std::to_string(a.params[i]) + " vs " +
+             std::to_string(b.params[i]);
+  return "";
+}
+
+}  // namespace strata::test
