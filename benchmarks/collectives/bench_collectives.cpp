@@ -39,9 +39,10 @@ int iterations(std::size_t bytes, const Options& o) {
   return static_cast<int>(std::clamp(est, 3.0, 20000.0));
 }
 
-struct Row {
-  Stats time;  // seconds per operation
-};
+// Copy-bandwidth array: out of cache (>= 2x the largest message, 1-256 MiB).
+std::size_t copy_bytes(const Options& o) {
+  return std::clamp<std::size_t>(2 * o.max_bytes, std::size_t(1) << 20, std::size_t(256) << 20);
+}
 
 // Times `op` on every rank of `c`; returns the per-operation times of rank 0.
 Stats time_op(comm::Communicator& c, int iters, int reps, const std::function<void()>& op,
@@ -89,8 +90,8 @@ int run(const Options& o, comm::Communicator& world) {
     std::printf("# strata-bench-collectives: allreduce in place, float32 sum, %d repetitions; "
                 "median [min-max]; * = max/min > 1.2 (noisy, re-run)\n# %s\n",
                 o.reps, configuration().c_str());
-    const double b1 = copy_bandwidth(std::size_t(256) << 20, 1);
-    const double bn = copy_bandwidth(std::size_t(256) << 20, o.ranks);
+    const double b1 = copy_bandwidth(copy_bytes(o), 1);
+    const double bn = copy_bandwidth(copy_bytes(o), o.ranks);
     std::printf("# STREAM copy bandwidth (read + write): 1 thread %.1f GB/s, %d threads %.1f GB/s\n",
                 b1 / 1e9, o.ranks, bn / 1e9);
     print_header();
@@ -121,7 +122,7 @@ int run(const Options& o, comm::Communicator& world) {
 #endif
   if (root) {
     const int n = o.ranks;
-    const double bw = copy_bandwidth(std::size_t(256) << 20, n);
+    const double bw = copy_bandwidth(copy_bytes(o), n);
     for (std::size_t bytes : sizes(o)) {
       const std::size_t count = bytes / sizeof(float);
       const int iters = iterations(bytes, o);

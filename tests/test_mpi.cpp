@@ -1,0 +1,112 @@
+// Everything that runs on MPI ranks, run by ctest under mpirun at 1, 2 and 4
+// ranks: the MPI communicator (every collective against the naive reference,
+// the same checks as thread ranks; split; send/recv; the checking mode's
+// mismatch error), the hierarchical communicator (thread ranks inside each
+// process), and data parallelism against single-rank training.
+#include "backends/comm/hierarchical.hpp"
+#include "backends/comm/mpi.hpp"
+#include "backends/ranks.hpp"
+#include "comm_checks.hpp"
+#include "dp_harness.hpp"
+
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+
+namespace strata {
+namespace {
+
+using comm::DataType;
+using comm::ReduceOp;
+
+TEST(Mpi, EveryCollectiveMatchesTheReference) {
+  comm::MpiComm c(MPI_COMM_WORLD, false);
+  EXPECT_EQ(test::check_all_collectives(c), "");
+}
+
+TEST(Mpi, SendRecvRing) {
+  comm::MpiComm c(MPI_COMM_WORLD, false);
+  EXPECT_EQ(test::check_ring(c), "");
+}
+
+TEST(Mpi, SplitIntoRowsAndColumnsOfA2x2Mesh) {
+  comm::MpiComm c(MPI_COMM_WORLD, false);
+  if (c.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  EXPECT_EQ(test::check_mesh_split(c), "");
+}
+
+TEST(Mpi, CheckingModeNamesAMismatch) {
+  comm::CommOptions o;
+  o.check = true;
+  o.timeout_s = 20;
+  comm::MpiComm c(MPI_COMM_WORLD, false, o);
+  if (c.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<float> v(11);
+  try {
+    c.allreduce(v.data(), v.data(), c.rank() == 0 ? 10 : 11, DataType::f32, ReduceOp::sum);
+    FAIL() << "expected a mismatch error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("collective mismatch"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("rank 1"), std::string::npos) << e.message();
+  }
+  // The communicator stays usable for matching calls.
+  c.allreduce(v.data(), v.data(), 11, DataType::f32, ReduceOp::sum);
+}
+
+TEST(Hierarchical, EveryCollectiveWithTwoThreadRanksPerProcess) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  std::vector<std::string> errors(2);
+  comm::run_thread_ranks(2, [&](comm::Communicator& local) {
+    comm::HierarchicalComm h(local, local.rank() == 0 ? &world : nullptr);
+    EXPECT_EQ(h.size(), 2 * world.size());
+    EXPECT_EQ(h.rank(), 2 * world.rank() + local.rank());
+    errors[local.rank()] = test::check_all_collectives(h);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(DataParallelMpi, MatchesSingleRankTraining) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  test::DpConfig c;
+  c.batch = 11;  // uneven shards
+  Context ctx;
+  EXPECT_EQ(test::compare(test::train_dp(ctx, world, c), test::train_single(c), 1e-5), "");
+}
+
+TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  test::DpConfig c;
+  const auto single = test::train_single(c);
+  run_ranks(2, 1, [&](Context& ctx, comm::Communicator& local) {
+    comm::HierarchicalComm h(local, local.rank() == 0 ? &world : nullptr);
+    EXPECT_EQ(test::compare(test::train_dp(ctx, h, c), single, 1e-5), "") << "rank " << h.rank();
+  });
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  strata::comm::mpi::initialize(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {  // one report, from rank 0; failures elsewhere still fail the run
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  // Two thread ranks per process need two Kokkos threads.
+  std::string threads = strata::kokkos_threads_option(2);
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(threads.data());
+  int kargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  setenv("OMP_PROC_BIND", "false", 0);
+  Kokkos::initialize(kargc, args.data());
+  int failed = RUN_ALL_TESTS();
+  Kokkos::finalize();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  strata::comm::mpi::finalize();
+  return any;
+}
