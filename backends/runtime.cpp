@@ -30,6 +30,13 @@ Runtime::~Runtime() {
 #endif
 }
 
+void Runtime::abort(int code) {
+#if STRATA_HAS_MPI
+  if (comm::mpi::initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::exit(code);
+}
+
 std::unique_ptr<comm::Communicator> world_communicator() {
 #if STRATA_HAS_MPI
   if (comm::mpi::initialized()) return std::make_unique<comm::MpiComm>(MPI_COMM_WORLD, false);

@@ -14,6 +14,9 @@ class Runtime {
   // Kokkos options (--kokkos-...) in argv are consumed by Kokkos.
   Runtime(int& argc, char** argv);
   ~Runtime();
+  // Ends the whole job at once with `code`: MPI_Abort when MPI runs (so no
+  // other process waits for this one), else std::exit.
+  [[noreturn]] static void abort(int code);
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -96,6 +97,56 @@ TEST_F(TrainApp, SameSeedSameLosses) {
     if (a[i].contains("loss")) EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << i;
 }
 
+std::vector<double> losses(const std::vector<nlohmann::json>& metrics) {
+  std::vector<double> l;
+  for (auto& j : metrics)
+    if (j.contains("loss")) l.push_back(j["loss"]);
+  return l;
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], rel * std::fabs(b[i])) << i;
+}
+
+TEST_F(TrainApp, DataParallelOnThreadRanksMatchesOneRank) {
+  // Global batch 10 on 3 ranks: shards of 4, 3 and 3.
+  const std::string args = "--dataset synthetic --layers 12,32,4 --samples 200 --batch-size 10 "
+                           "--steps 15 --log-every 1 --optimizer adam --no-eval --metrics ";
+  auto one = train(args + path("one.jsonl"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto three = train(args + path("three.jsonl") + " --ranks 3 --threads 1 --bucket-mb 0.001");
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  EXPECT_OUTPUT_HAS(three, "3 rank(s) (threads)");
+  expect_close(losses(read_metrics("three.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
+  EXPECT_EQ(read_metrics("three.jsonl").back()["ranks"], 3);
+}
+
+TEST_F(TrainApp, AccumulationMatchesALargerBatch) {
+  const std::string args = "--dataset synthetic --layers 12,32,4 --samples 240 --steps 6 "
+                           "--log-every 1 --no-eval --no-shuffle --metrics ";
+  ASSERT_EQ(train(args + path("big.jsonl") + " --batch-size 30").exit_code, 0);
+  auto acc = train(args + path("acc.jsonl") + " --batch-size 10 --accumulate 3 --ranks 2 --threads 1");
+  ASSERT_EQ(acc.exit_code, 0) << acc.output;
+  expect_close(losses(read_metrics("acc.jsonl")), losses(read_metrics("big.jsonl")), 1e-5);
+}
+
+#ifdef STRATA_MPIEXEC
+TEST_F(TrainApp, DataParallelOnMpiRanksMatchesOneRank) {
+  const std::string args = "--dataset synthetic --layers 12,32,4 --samples 200 --batch-size 10 "
+                           "--steps 15 --log-every 1 --no-eval --metrics ";
+  ASSERT_EQ(train(args + path("one.jsonl")).exit_code, 0);
+  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " + args +
+                               path("mpi.jsonl") + " --ranks 2 --threads 1");
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  EXPECT_OUTPUT_HAS(mpi, "4 rank(s) (hierarchical)");
+  expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
+}
+#endif
+
 TEST_F(TrainApp, HelpAndVersion) {
   auto h = train("--help");
   EXPECT_EQ(h.exit_code, 0);
@@ -110,7 +161,8 @@ TEST_F(TrainApp, BadOptionsExitWith2) {
   for (const char* args :
        {"--no-such-option", "--epochs 2 --steps 3", "--layers 10,abc,2", "--layers 10",
         "--optimizer lbfgs", "--loss hinge", "--activation swish", "--batch-size 0",
-        "--dataset imagenet", "--dataset synthetic --lr -1", "--loss mse --dataset fashion-mnist"}) {
+        "--dataset imagenet", "--dataset synthetic --lr -1", "--loss mse --dataset fashion-mnist",
+        "--dataset synthetic --strategy local --ranks 2", "--strategy pipeline", "--ranks 0"}) {
     auto r = train(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_OUTPUT_HAS(r, "configuration error");

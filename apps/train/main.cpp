@@ -6,12 +6,18 @@
 #include "backends/runtime.hpp"
 #include "data/loader.hpp"
 #include "layers/mlp.hpp"
+#include "backends/comm/hierarchical.hpp"
+#include "backends/ranks.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -45,6 +51,35 @@ class Metrics {
   std::string path_;
   std::ofstream out_;
 };
+
+// Processes of this job on this node, from the launcher's environment.
+int local_processes() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+                        "MV2_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return 1;
+}
+
+// --threads, or the node's cores shared by its processes and thread ranks.
+int threads_per_rank(const TrainConfig& c) {
+  if (c.threads > 0) return c.threads;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"))
+    return std::max(1, std::atoi(omp) / c.ranks);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / (c.ranks * local_processes()));
+}
+
+int ctx_threads_per_rank(const TrainConfig& c) {
+  return std::max(1, strata::kokkos_host_threads() / c.ranks);
+}
+
+bool has_kokkos_threads_option(const std::vector<char*>& kokkos_args) {
+  for (const char* a : kokkos_args)
+    if (a && (std::strncmp(a, "--kokkos-threads", 16) == 0 ||
+              std::strncmp(a, "--kokkos-num-threads", 20) == 0))
+      return true;
+  return false;
+}
 
 data::Split load_data(const TrainConfig& c) {
   const std::size_t in = c.layers.front(), out = c.layers.back();
@@ -92,60 +127,89 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-int train(const TrainConfig& c) {
-  const auto wall0 = Clock::now();
-  Progress progress(!c.quiet);
-  data::Split d = load_data(c);
-  const std::size_t batch = std::min(c.batch_size, d.train.size());
+// Where this rank prints and what it reports.
+struct Reporter {
+  bool active;  // global rank 0 (or every rank with --verbose-ranks)
+  bool writes_metrics;
+  std::string prefix;  // "[rank 3] " with --verbose-ranks
+};
 
-  GemmBackend gemm = c.gemm == "portable" ? GemmBackend::portable
-                     : c.gemm == "vendor" || Blas::vendor_available() ? GemmBackend::vendor
-                                                                      : GemmBackend::portable;
-  Context ctx(gemm);
+GemmBackend gemm_backend(const TrainConfig& c) {
+  if (c.gemm == "portable") return GemmBackend::portable;
+  if (c.gemm == "vendor" || Blas::vendor_available()) return GemmBackend::vendor;
+  return GemmBackend::portable;
+}
+
+// Trains on one rank of `comm` (all ranks run this).
+void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
+                comm::Communicator& comm, const Reporter& rep, Metrics& metrics) {
+  const auto wall0 = Clock::now();
+  Progress progress(rep.active && !c.quiet);
+  const std::size_t batch = std::min(c.batch_size, d.train.size());
   MlpSpec spec{c.layers, c.activation, c.dropout, c.seed};
   Sequential<T> model = make_mlp<T>(spec);
-  model.build(batch);
+  // The largest shard of a global batch (the first ranks take the remainder).
+  model.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
   model.init(c.init, c.seed);
   auto loss = make_loss<T>(c.loss);
   Optimizer<T> optimizer(c.optimizer, model.num_params());
-  Local<T> strategy(ctx, model, *loss, optimizer);
-  data::BatchLoader<T> loader(d.train, batch, c.shuffle, c.seed);
-  Metrics metrics(c.metrics);
-
-  const std::size_t per_epoch = loader.batches_per_epoch();
-  const std::size_t total = c.steps > 0 ? c.steps : c.epochs * per_epoch;
-  const std::size_t epochs = (total + per_epoch - 1) / per_epoch;
-  progress.line(build_summary() + ", " + std::to_string(ExecSpace().concurrency()) + " threads");
-  progress.line("model: " + std::to_string(model.num_params()) + " parameters, " +
+  DataParallelOptions dpo;
+  dpo.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
+  dpo.overlap = c.overlap;
+  DataParallel<T> strategy(ctx, comm, model, *loss, optimizer, dpo);
+  // One loader per micro-batch of an optimizer step (each keeps its batch alive).
+  std::vector<std::unique_ptr<data::BatchLoader<T>>> loaders;
+  for (std::size_t m = 0; m < c.accumulate; ++m)
+    loaders.push_back(std::make_unique<data::BatchLoader<T>>(d.train, batch, c.shuffle, c.seed,
+                                                            false, comm.rank(), comm.size()));
+  const std::size_t per_epoch = loaders[0]->batches_per_epoch();  // micro-batches
+  const std::size_t steps_per_epoch = (per_epoch + c.accumulate - 1) / c.accumulate;
+  const std::size_t total = c.steps > 0 ? c.steps : c.epochs * steps_per_epoch;
+  const std::size_t epochs = (total + steps_per_epoch - 1) / steps_per_epoch;
+  progress.line(rep.prefix + build_summary() + ", " + std::to_string(comm.size()) + " rank(s) (" +
+                comm.name() + "), " + std::to_string(ctx.exec.concurrency()) + " thread(s) per rank");
+  progress.line(rep.prefix + "model: " + std::to_string(model.num_params()) + " parameters, " +
                 std::to_string(d.train.size()) + " training samples (" + d.train.name +
-                "), batch " + std::to_string(batch) + ", " + std::to_string(total) +
-                " steps in " + std::to_string(epochs) + " epoch(s)");
+                "), global batch " + std::to_string(batch) +
+                (c.accumulate > 1 ? " x " + std::to_string(c.accumulate) + " accumulated" : "") +
+                ", " + std::to_string(total) + " steps in " + std::to_string(epochs) + " epoch(s)");
 
   std::size_t step = 0, timed_samples = 0;
   double timed_s = 0, last_loss = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
+  std::vector<data::Batch<T>> micro(c.accumulate);
   for (std::size_t epoch = 0; epoch < epochs && step < total; ++epoch) {
-    loader.seek(epoch, 0);
-    data::Batch<T> b;
-    while (step < total && loader.next(b)) {
+    std::size_t index = 0;
+    while (step < total && index < per_epoch) {
+      // The micro-batches of this step (the last step of an epoch may have fewer).
+      const std::size_t k = std::min(c.accumulate, per_epoch - index);
+      micro.resize(k);
+      std::size_t global = 0;
+      for (std::size_t m = 0; m < k; ++m) {
+        loaders[m]->seek(epoch, index++);
+        loaders[m]->next(micro[m]);
+        global += loaders[m]->global_size();
+      }
       const auto t0 = Clock::now();
-      last_loss = strategy.step(b);
+      last_loss = strategy.step(micro, global);
       ++step;
       if (!std::isfinite(last_loss))
         STRATA_THROW(runtime, "training diverged: the loss is ", last_loss, " at step ", step,
                      " (epoch ", epoch + 1, "); try a smaller --lr");
       if (step > c.warmup_steps) {
         timed_s += seconds_since(t0);
-        timed_samples += b.size();
+        timed_samples += global;
       }
       const bool log = c.log_every > 0 && (step % c.log_every == 0 || step == total);
       const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
       if (log) {
-        metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", last_loss}});
+        if (rep.writes_metrics)
+          metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", last_loss}});
         if (!progress.tty())
-          progress.line("epoch " + std::to_string(epoch + 1) + " step " + std::to_string(step) +
-                        "/" + std::to_string(total) + " loss " + fmt("%.6f", last_loss) +
+          progress.line(rep.prefix + "epoch " + std::to_string(epoch + 1) + " step " +
+                        std::to_string(step) + "/" + std::to_string(total) + " loss " +
+                        fmt("%.6f", last_loss) +
                         (rate > 0 ? " " + fmt("%.0f", rate) + " samples/s" : ""));
       }
       if (progress.tty() && (step % 10 == 0 || step == total)) {
@@ -153,11 +217,12 @@ int train(const TrainConfig& c) {
         progress.status("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs) +
                         "  step " + std::to_string(step) + "/" + std::to_string(total) +
                         "  loss " + fmt("%.4f", last_loss) + "  " + fmt("%.0f", rate) +
-                        " samples/s  ETA " +
-                        format_duration(elapsed / step * (total - step)));
+                        " samples/s  ETA " + format_duration(elapsed / step * (total - step)));
       }
     }
-    if (c.evaluate && d.test.size() > 0) {
+    // Every rank holds the same parameters: rank 0 evaluates, the others go on
+    // (they wait for it in the next step's collectives).
+    if (c.evaluate && d.test.size() > 0 && comm.rank() == 0) {
       eval = evaluate(ctx, model, *loss, d.test, batch);
       nlohmann::json j{{"step", step}, {"epoch", epoch + 1}};
       std::string text = "epoch " + std::to_string(epoch + 1) + ": ";
@@ -169,23 +234,58 @@ int train(const TrainConfig& c) {
         j["test_loss"] = eval.loss;
         text += "test loss " + fmt("%.6f", eval.loss);
       }
-      metrics.write(j);
-      progress.line(text);
+      if (rep.writes_metrics) metrics.write(j);
+      progress.line(rep.prefix + text);
     }
   }
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
   const double wall = seconds_since(wall0);
-  metrics.write({{"steps", step},
-                 {"final_loss", last_loss},
-                 {"samples_per_sec", rate},
-                 {"wall_s", wall}});
-  std::string result = "done: " + std::to_string(step) + " steps, final loss " +
+  if (rep.writes_metrics)
+    metrics.write({{"steps", step},
+                   {"final_loss", last_loss},
+                   {"ranks", comm.size()},
+                   {"samples_per_sec", rate},
+                   {"wall_s", wall}});
+  if (!rep.active) return;
+  std::string result = rep.prefix + "done: " + std::to_string(step) + " steps, final loss " +
                        fmt("%.6f", last_loss);
-  if (c.evaluate && d.test.size() > 0)
+  if (c.evaluate && d.test.size() > 0 && comm.rank() == 0)
     result += d.test.is_classification() ? ", test accuracy " + fmt("%.4f", eval.accuracy)
                                          : ", test loss " + fmt("%.6f", eval.loss);
   result += ", " + fmt("%.0f", rate) + " samples/s, " + fmt("%.1f", wall) + " s";
   std::cout << result << std::endl;
+}
+
+int train(const TrainConfig& c, comm::Communicator& world) {
+  const bool multi = c.ranks > 1 || world.size() > 1;
+  STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
+                 "--strategy local runs one rank, but ", c.ranks * world.size(),
+                 " ranks were requested (use --strategy dp)");
+  STRATA_REQUIRE(c.accumulate == 1 || c.strategy != "local", config,
+                 "--accumulate needs --strategy dp (or auto)");
+  data::Split d = load_data(c);
+  // Global rank 0 writes metrics; the file is opened before any rank starts.
+  const bool root_process = world.rank() == 0;
+  Metrics metrics(root_process ? c.metrics : std::string());
+  auto body = [&](Context& ctx, comm::Communicator& comm) {
+    Reporter rep{comm.rank() == 0 || c.verbose_ranks, comm.rank() == 0,
+                 c.verbose_ranks ? "[rank " + std::to_string(comm.rank()) + "] " : ""};
+    train_rank(c, d, ctx, comm, rep, metrics);
+  };
+  if (c.ranks == 1) {
+    Context ctx(gemm_backend(c));
+    body(ctx, world);
+    return exit_ok;
+  }
+  run_ranks(c.ranks, std::max(1, ctx_threads_per_rank(c)), [&](Context& ctx, comm::Communicator& local) {
+    Context mine(gemm_backend(c), ctx.exec);
+    if (world.size() == 1) {
+      body(mine, local);
+    } else {
+      comm::HierarchicalComm h(local, local.rank() == 0 ? &world : nullptr);
+      body(mine, h);
+    }
+  });
   return exit_ok;
 }
 
@@ -194,12 +294,28 @@ int train(const TrainConfig& c) {
 
 int main(int argc, char** argv) {
   using namespace strata::app;
-  return guarded("strata-train", [&] {
+  std::unique_ptr<strata::Runtime> runtime;
+  std::unique_ptr<strata::comm::Communicator> world;
+  const int code = guarded("strata-train", [&] {
     auto args = split_kokkos_args(argc, argv);
     auto config = parse_train_args(args.program);
     if (!config) return exit_ok;
+    // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.
+    std::string threads;
+    if (!has_kokkos_threads_option(args.kokkos)) {
+      threads = strata::kokkos_threads_option(config->ranks * threads_per_rank(*config));
+      args.kokkos.insert(args.kokkos.end() - 1, threads.data());
+    }
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
-    strata::Runtime runtime(kargc, args.kokkos.data());
-    return train(*config);
+    runtime = std::make_unique<strata::Runtime>(kargc, args.kokkos.data());
+    world = strata::world_communicator();
+    const int rc = train(*config, *world);
+    world.reset();
+    return rc;
   });
+  // A failure on one MPI process must not leave the others waiting.
+  if (code != exit_ok && world && world->size() > 1) strata::Runtime::abort(code);
+  world.reset();
+  runtime.reset();
+  return code;
 }

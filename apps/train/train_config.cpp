@@ -76,6 +76,27 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--warmup-steps", c.warmup_steps, "steps excluded from samples_per_sec")
       ->capture_default_str();
   app.add_option("--gemm", c.gemm, "auto | vendor | portable")->capture_default_str();
+  app.add_option("--strategy", c.strategy,
+                 "auto | local | dp (auto: dp when there is more than one rank)")
+      ->capture_default_str();
+  app.add_option("--ranks", c.ranks,
+                 "thread ranks per process (under mpirun/srun: per MPI process)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--threads", c.threads,
+                 "Kokkos threads per rank (default: the cores of this node / ranks on it)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--bucket-mb", c.bucket_mb,
+                 "data parallel: gradient bucket size in MiB (0: one bucket)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--no-overlap", [&](std::int64_t) { c.overlap = false; },
+               "data parallel: communicate after backward instead of during it");
+  app.add_option("--accumulate", c.accumulate,
+                 "micro-batches of --batch-size per optimizer step (gradient accumulation)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
   app.add_flag("--quiet,-q", c.quiet, "print only errors and the final result");
   app.add_flag("--version", version, "print the build configuration and exit");
 
@@ -112,6 +133,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  config, "--dataset: unknown data set '", c.dataset,
                  "' (expected fashion-mnist, synthetic or csv:PATH)");
   STRATA_REQUIRE(c.dataset != "csv:", config, "--dataset csv:PATH needs a path");
+  STRATA_REQUIRE(c.strategy == "auto" || c.strategy == "local" || c.strategy == "dp", config,
+                 "--strategy: unknown strategy '", c.strategy, "' (expected auto, local or dp)");
   STRATA_REQUIRE(c.gemm == "auto" || c.gemm == "vendor" || c.gemm == "portable", config,
                  "--gemm: unknown value '", c.gemm, "' (expected auto, vendor or portable)");
   STRATA_REQUIRE(c.data_dir.empty() || c.dataset == "fashion-mnist", config,

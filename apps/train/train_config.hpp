@@ -38,6 +38,14 @@ struct TrainConfig {
   bool evaluate = true;
   bool quiet = false;
   std::string gemm = "auto";  // auto | vendor | portable
+  // Parallelism.
+  std::string strategy = "auto";  // auto | local | dp
+  int ranks = 1;                  // thread ranks per process
+  int threads = 0;                // Kokkos threads per rank (0: cores / ranks on this node)
+  double bucket_mb = 25;          // gradient bucket size (0: one bucket)
+  bool overlap = true;            // communicate buckets during backward
+  std::size_t accumulate = 1;     // micro-batches per optimizer step
+  bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
 };
 
 // Parses the program's arguments (argv without argv[0] and without Kokkos
