@@ -30,6 +30,14 @@ Runtime::~Runtime() {
 #endif
 }
 
+bool launched_by_mpi() {
+#if STRATA_HAS_MPI
+  return comm::mpi::launched_by_mpi();
+#else
+  return false;
+#endif
+}
+
 void Runtime::abort(int code) {
 #if STRATA_HAS_MPI
   if (comm::mpi::initialized()) MPI_Abort(MPI_COMM_WORLD, code);

@@ -21,6 +21,10 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 };
 
+// Whether this process was started by mpirun/srun and Strata was built with
+// MPI (the world communicator is then MPI's).
+bool launched_by_mpi();
+
 // The processes' world: MPI_COMM_WORLD when launched by mpirun/srun (and
 // built with MPI), else a one-rank communicator.
 std::unique_ptr<comm::Communicator> world_communicator();

@@ -229,6 +229,7 @@ TEST_F(TrainApp, FashionMnistShortRun) {
   EXPECT_GT(acc, 0.5) << "30 Adam steps should beat chance (0.1) by far";
 }
 
+#ifdef STRATA_HAS_EXAMPLES
 TEST(ExampleSimpleModel, TrainsAndRefusesTheTutorialsShapeMismatch) {
   auto ok = test::run_command(bin("strata-example-simple-model") + " --steps 20");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
@@ -239,6 +240,21 @@ TEST(ExampleSimpleModel, TrainsAndRefusesTheTutorialsShapeMismatch) {
   EXPECT_OUTPUT_HAS(bad, "(32, 5)");
   EXPECT_OUTPUT_HAS(bad, "(32, 2)");
 }
+
+TEST(ExampleDataParallel, ThreadRanksMatchTheSingleRankExample) {
+  // Same model, batch and seed: 3 thread ranks print the single-rank losses.
+  auto one = test::run_command(bin("strata-example-simple-model") + " --steps 20");
+  auto dp = test::run_command(bin("strata-example-data-parallel") + " --steps 20 --ranks 3");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  auto loss_at_20 = [](const std::string& out) {
+    const auto p = out.find("step 20 loss ");
+    return p == std::string::npos ? -1.0 : std::stod(out.substr(p + 13));
+  };
+  EXPECT_NEAR(loss_at_20(dp.output), loss_at_20(one.output), 1e-5 * loss_at_20(one.output))
+      << one.output << dp.output;
+  EXPECT_OUTPUT_HAS(dp, "3 ranks, threads");
+}
+#endif
 
 }  // namespace
 }  // namespace strata
