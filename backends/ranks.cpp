@@ -38,13 +38,14 @@ void run_ranks(int ranks, int threads_per_rank,
       body(ctx, c);
     };
   };
-  if (ranks == 1) {
+  const int pool = kokkos_host_threads();
+  // One rank with all of Kokkos' threads needs no partition.
+  if (ranks == 1 && threads_per_rank >= pool) {
     comm::run_thread_ranks(1, with_context(ExecSpace()), options);
     return;
   }
 #if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION < 40000
   if (std::is_same<ExecSpace, Kokkos::OpenMP>::value) {
-    const int pool = kokkos_host_threads();
     STRATA_REQUIRE(pool >= ranks * threads_per_rank, config, "thread ranks: ", ranks,
                    " ranks x ", threads_per_rank, " threads need ", ranks * threads_per_rank,
                    " Kokkos OpenMP threads, but Kokkos runs ", pool, " (start it with ",
@@ -66,6 +67,7 @@ void run_ranks(int ranks, int threads_per_rank,
 #endif
 #if KOKKOS_VERSION >= 40000
   // One instance per rank, each launched from its own thread.
+  (void)pool;
   std::vector<int> weights(ranks, 1);
   auto instances = Kokkos::Experimental::partition_space(ExecSpace(), weights);
   comm::Spawner spawner = [&](int n, const std::function<void(int)>& rank_body) {
@@ -83,6 +85,7 @@ void run_ranks(int ranks, int threads_per_rank,
       options, spawner);
 #else
   (void)with_context;
+  (void)pool;
   STRATA_THROW(config, "thread ranks need Kokkos with OpenMP (3.x) or Kokkos 4 and newer; this "
                        "build's default execution space is ", ExecSpace::name(),
                " (use MPI ranks instead)");
