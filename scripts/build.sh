@@ -14,6 +14,8 @@ kokkos_root="$("$here/bootstrap.sh" --print-kokkos-root)"
 build="${BUILD_DIR:-$top/build}"
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Cache hits across clones in different folders (CI checks out afresh).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$top}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 generator=()
 [ -f "$build/CMakeCache.txt" ] || { command -v ninja >/dev/null 2>&1 && generator=(-G Ninja); }
 
