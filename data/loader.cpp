@@ -32,22 +32,42 @@ BatchLoader<T>::BatchLoader(const Dataset& data, std::size_t batch, bool shuffle
                  " is larger than the ", data.size(), " samples of ", data.name);
   // The largest shard this rank can get.
   const std::size_t rows = std::max<std::size_t>(1, shard(std::min(batch, data.size()), 0, ranks).second);
-  x_ = MatrixBuffer<T>("strata::batch::x", rows, data.features);
-  x_host_ = Kokkos::create_mirror_view(x_);
-  if (data.is_classification()) {
-    labels_ = LabelsBuffer("strata::batch::labels", rows);
-    labels_host_ = Kokkos::create_mirror_view(labels_);
-  } else {
-    values_ = MatrixBuffer<T>("strata::batch::targets", rows, data.target_width);
-    values_host_ = Kokkos::create_mirror_view(values_);
+  for (Slot& s : slots_) {
+    s.x = MatrixBuffer<T>("strata::batch::x", rows, data.features);
+    s.x_host = Kokkos::create_mirror_view(s.x);
+    if (data.is_classification()) {
+      s.labels = LabelsBuffer("strata::batch::labels", rows);
+      s.labels_host = Kokkos::create_mirror_view(s.labels);
+    } else {
+      s.values = MatrixBuffer<T>("strata::batch::targets", rows, data.target_width);
+      s.values_host = Kokkos::create_mirror_view(s.values);
+    }
   }
   seek(0, 0);
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+template <class T>
+BatchLoader<T>::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
 }
 
 template <class T>
 std::size_t BatchLoader<T>::batches_per_epoch() const {
   const std::size_t n = data_.size();
   return drop_last_ ? n / batch_ : (n + batch_ - 1) / batch_;
+}
+
+template <class T>
+std::pair<std::size_t, std::size_t> BatchLoader<T>::shard(std::size_t size, int r, int ranks) {
+  const std::size_t n = static_cast<std::size_t>(ranks), k = static_cast<std::size_t>(r);
+  const std::size_t base = size / n, extra = size % n;
+  return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
 template <class T>
@@ -61,53 +81,99 @@ void BatchLoader<T>::make_permutation() {
 }
 
 template <class T>
-void BatchLoader<T>::seek(std::size_t epoch, std::size_t index) {
-  const bool new_epoch = epoch != epoch_ || order_.empty();
-  epoch_ = epoch;
-  index_ = index;
-  if (new_epoch) make_permutation();
+void BatchLoader<T>::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return !job_; });
 }
 
 template <class T>
-std::pair<std::size_t, std::size_t> BatchLoader<T>::shard(std::size_t size, int r, int ranks) {
-  const std::size_t n = static_cast<std::size_t>(ranks), k = static_cast<std::size_t>(r);
-  const std::size_t base = size / n, extra = size % n;
-  return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
+void BatchLoader<T>::seek(std::size_t epoch, std::size_t index) {
+  if (epoch == epoch_ && index == index_ && !order_.empty()) return;
+  wait_idle();  // the worker reads order_
+  const bool new_epoch = epoch != epoch_ || order_.empty();
+  epoch_ = epoch;
+  index_ = index;
+  if (new_epoch) {
+    make_permutation();
+    for (Slot& s : slots_) s.filled = false;
+  }
+}
+
+template <class T>
+void BatchLoader<T>::gather(Slot& slot, std::size_t index) {
+  const std::size_t global = std::min(batch_, data_.size() - index * batch_);
+  const auto [offset, rows] = shard(global, rank_, ranks_);
+  const std::size_t first = index * batch_ + offset;
+  const std::size_t f = data_.features;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t s = order_[first + r];
+    const float* src = data_.x.data() + s * f;
+    T* dst = slot.x_host.data() + r * f;
+    for (std::size_t j = 0; j < f; ++j) dst[j] = static_cast<T>(src[j]);
+    if (data_.is_classification()) {
+      slot.labels_host(r) = data_.labels[s];
+    } else {
+      const std::size_t w = data_.target_width;
+      for (std::size_t j = 0; j < w; ++j)
+        slot.values_host(r, j) = static_cast<T>(data_.targets[s * w + j]);
+    }
+  }
+  slot.epoch = epoch_;
+  slot.index = index;
+  slot.rows = rows;
+  slot.global = global;
+  slot.filled = true;
+}
+
+template <class T>
+void BatchLoader<T>::run_worker() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || job_; });
+    if (stop_) return;
+    lock.unlock();
+    gather(slots_[job_slot_], job_index_);
+    lock.lock();
+    job_ = false;
+    cv_.notify_all();
+  }
 }
 
 template <class T>
 bool BatchLoader<T>::next(Batch<T>& b) {
   if (index_ >= batches_per_epoch()) return false;
-  global_size_ = std::min(batch_, data_.size() - index_ * batch_);
-  const auto [offset, rows] = shard(global_size_, rank_, ranks_);
-  const std::size_t first = index_ * batch_ + offset;
-  const std::size_t f = data_.features;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const std::size_t s = order_[first + r];
-    const float* src = data_.x.data() + s * f;
-    T* dst = x_host_.data() + r * f;
-    for (std::size_t j = 0; j < f; ++j) dst[j] = static_cast<T>(src[j]);
-    if (data_.is_classification()) {
-      labels_host_(r) = data_.labels[s];
-    } else {
-      const std::size_t w = data_.target_width;
-      for (std::size_t j = 0; j < w; ++j) values_host_(r, j) = static_cast<T>(data_.targets[s * w + j]);
-    }
-  }
-  const auto rr = Kokkos::make_pair(std::size_t(0), rows);
-  auto x = Kokkos::subview(x_, rr, Kokkos::ALL);
-  Kokkos::deep_copy(x, Kokkos::subview(x_host_, rr, Kokkos::ALL));
+  wait_idle();
+  const int s = 1 - current_;
+  Slot& slot = slots_[s];
+  if (!slot.filled || slot.epoch != epoch_ || slot.index != index_) gather(slot, index_);
+  const auto rr = Kokkos::make_pair(std::size_t(0), slot.rows);
+  auto x = Kokkos::subview(slot.x, rr, Kokkos::ALL);
+  Kokkos::deep_copy(x, Kokkos::subview(slot.x_host, rr, Kokkos::ALL));
   b.x = x;
+  b.targets = Targets<T>{};
   if (data_.is_classification()) {
-    auto l = Kokkos::subview(labels_, rr);
-    Kokkos::deep_copy(l, Kokkos::subview(labels_host_, rr));
+    auto l = Kokkos::subview(slot.labels, rr);
+    Kokkos::deep_copy(l, Kokkos::subview(slot.labels_host, rr));
     b.targets.labels = l;
   } else {
-    auto v = Kokkos::subview(values_, rr, Kokkos::ALL);
-    Kokkos::deep_copy(v, Kokkos::subview(values_host_, rr, Kokkos::ALL));
+    auto v = Kokkos::subview(slot.values, rr, Kokkos::ALL);
+    Kokkos::deep_copy(v, Kokkos::subview(slot.values_host, rr, Kokkos::ALL));
     b.targets.values = v;
   }
+  global_size_ = slot.global;
+  current_ = s;
   ++index_;
+  // Gather the following batch into the other slot in the background.
+  if (index_ < batches_per_epoch()) {
+    slots_[1 - s].filled = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = true;
+      job_slot_ = 1 - s;
+      job_index_ = index_;
+    }
+    cv_.notify_all();
+  }
   return true;
 }
 
