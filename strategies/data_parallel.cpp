@@ -71,8 +71,9 @@ void DataParallel<T>::finish() {
 }
 
 template <class T>
-double DataParallel<T>::step(const std::vector<data::Batch<T>>& micro, std::size_t global_samples) {
-  STRATA_REQUIRE(!micro.empty(), config, "data parallel: step without micro-batches");
+double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
+                             std::size_t global_samples) {
+  STRATA_REQUIRE(count > 0, config, "data parallel: step without micro-batches");
   STRATA_REQUIRE(global_samples > 0, config, "data parallel: global batch of 0 samples");
   const auto t0 = Clock::now();
   const T scale = T(1) / static_cast<T>(global_samples);
@@ -81,11 +82,11 @@ double DataParallel<T>::step(const std::vector<data::Batch<T>>& micro, std::size
   double loss_sum = 0;
   launched_ = 0;
   const bool single = comm_.size() == 1;
-  for (std::size_t m = 0; m < micro.size(); ++m) {
+  for (std::size_t m = 0; m < count; ++m) {
     const auto& batch = micro[m];
     ConstMatrix<T> out = model_.forward(ctx_, batch.x);
     loss_sum += loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), scale);
-    const bool last = m + 1 == micro.size();
+    const bool last = m + 1 == count;
     if (!last || single || !options_.overlap) {
       model_.backward(ctx_);
       continue;

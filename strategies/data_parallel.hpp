@@ -47,9 +47,12 @@ class DataParallel {
   // One optimizer step on this rank's micro-batches (usually one).
   // global_samples: samples in all micro-batches of all ranks. Returns the
   // mean loss over those samples, identical on every rank.
-  double step(const std::vector<data::Batch<T>>& micro, std::size_t global_samples);
+  double step(const data::Batch<T>* micro, std::size_t count, std::size_t global_samples);
+  double step(const std::vector<data::Batch<T>>& micro, std::size_t global_samples) {
+    return step(micro.data(), micro.size(), global_samples);
+  }
   double step(const data::Batch<T>& shard, std::size_t global_samples) {
-    return step(std::vector<data::Batch<T>>{shard}, global_samples);
+    return step(&shard, 1, global_samples);
   }
 
   // Buckets as [first, last) ranges of the flat gradient buffer, in launch order.
