@@ -3,6 +3,7 @@
 #pragma once
 
 #include "apps/common/app_main.hpp"
+#include "apps/common/cli.hpp"
 #include "backends/random.hpp"
 #include "layers/mlp.hpp"
 
@@ -37,15 +38,7 @@ inline std::optional<TutorialOptions> parse_tutorial(const std::string& name,
     cli.add_option("--ranks", o.ranks, "ranks (threads; under mpirun: per process)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
-  std::vector<std::string> rev(args.rbegin(), args.rend());
-  try {
-    cli.parse(rev);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << cli.help();
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    STRATA_THROW(config, e.what());
-  }
+  if (!app::parse_cli(cli, args)) return std::nullopt;
   return o;
 }
 

@@ -1,5 +1,7 @@
 #include "apps/train/train_config.hpp"
 
+#include "apps/common/cli.hpp"
+
 #include "backends/error.hpp"
 #include "backends/runtime.hpp"
 #include "layers/mlp.hpp"
@@ -100,15 +102,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_flag("--quiet,-q", c.quiet, "print only errors and the final result");
   app.add_flag("--version", version, "print the build configuration and exit");
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    STRATA_THROW(config, e.what(), " (see strata-train --help)");
-  }
+  if (!parse_cli(app, args)) return std::nullopt;
   if (version) {
     std::cout << build_info();
     return std::nullopt;

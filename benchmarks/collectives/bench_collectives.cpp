@@ -9,6 +9,7 @@
 // STREAM-copy bandwidth (bytes read + written per second) with n threads: an
 // in-place allreduce of S bytes on n ranks sharing memory moves at least 2 n S.
 #include "apps/common/app_main.hpp"
+#include "apps/common/cli.hpp"
 #include "backends/comm/threads.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
@@ -176,15 +177,7 @@ int main(int argc, char** argv) {
     cli.add_option("--max-bytes", o.max_bytes, "largest message (sizes grow x4)")->capture_default_str();
     cli.add_option("--reps", o.reps, "repetitions per size")->capture_default_str()->check(CLI::Range(1, 1000));
     cli.add_option("--seconds-per-rep", o.seconds_per_rep, "target time per repetition")->capture_default_str();
-    std::vector<std::string> rev(args.program.rbegin(), args.program.rend());
-    try {
-      cli.parse(rev);
-    } catch (const CLI::CallForHelp&) {
-      std::cout << cli.help();
-      return app::exit_ok;
-    } catch (const CLI::ParseError& e) {
-      STRATA_THROW(config, e.what());
-    }
+    if (!app::parse_cli(cli, args.program)) return app::exit_ok;
     STRATA_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes, config,
                    "--min-bytes must be >= 4 and <= --max-bytes");
     int kargc = static_cast<int>(args.kokkos.size()) - 1;

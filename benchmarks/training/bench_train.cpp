@@ -12,6 +12,7 @@
 // data parallelism, "hidden" is the fraction of gradient communication time
 // that overlapped backward (1 - exposed with overlap / exposed without).
 #include "apps/common/app_main.hpp"
+#include "apps/common/cli.hpp"
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
@@ -150,15 +151,7 @@ int main(int argc, char** argv) {
     cli.add_option("--scale", scale, "multiply the steps per repetition (e.g. 0.01 for a smoke test)")
         ->capture_default_str();
     cli.add_option("--json", json_path, "also write the results as JSON lines");
-    std::vector<std::string> rev(args.program.rbegin(), args.program.rend());
-    try {
-      cli.parse(rev);
-    } catch (const CLI::CallForHelp&) {
-      std::cout << cli.help();
-      return app::exit_ok;
-    } catch (const CLI::ParseError& e) {
-      STRATA_THROW(config, e.what());
-    }
+    if (!app::parse_cli(cli, args.program)) return app::exit_ok;
     const bool mpi = launched_by_mpi();
     if (configs.empty()) configs = mpi ? "dp-mpi" : "local-1x1,local-1x2,dp-threads-2x1";
     std::vector<Config> cs;
