@@ -121,6 +121,7 @@ void BatchLoader<T>::gather(Slot& slot, std::size_t index) {
   slot.epoch = epoch_;
   slot.index = index;
   slot.rows = rows;
+  slot.offset = offset;
   slot.global = global;
   slot.filled = true;
 }
@@ -160,6 +161,7 @@ bool BatchLoader<T>::next(Batch<T>& b) {
     Kokkos::deep_copy(v, Kokkos::subview(slot.values_host, rr, Kokkos::ALL));
     b.targets.values = v;
   }
+  b.first_row = slot.offset;
   global_size_ = slot.global;
   current_ = s;
   ++index_;

@@ -32,6 +32,7 @@ template <class T>
 struct Batch {
   ConstMatrix<T> x;    // (size, features)
   Targets<T> targets;  // labels (size) or values (size, target width)
+  std::size_t first_row = 0;  // position of row 0 in the global batch
   std::size_t size() const { return x.extent(0); }
 };
 
@@ -69,7 +70,7 @@ class BatchLoader {
     LabelsBuffer labels;
     typename MatrixBuffer<T>::HostMirror x_host, values_host;
     typename LabelsBuffer::HostMirror labels_host;
-    std::size_t epoch = 0, index = 0, rows = 0, global = 0;
+    std::size_t epoch = 0, index = 0, rows = 0, global = 0, offset = 0;
     bool filled = false;  // holds batch (epoch, index)
   };
   void make_permutation();

@@ -19,13 +19,14 @@ std::string Dropout<T>::name() const {
 
 namespace detail {
 // y = x * mask / (1 - p) with mask from (seed, call, i); also used for dx.
+// `first` is the global index of element 0 (row offset x columns).
 template <class T>
 void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::size_t n,
-                   std::uint64_t seed, std::uint64_t call, double p) {
+                   std::size_t first, std::uint64_t seed, std::uint64_t call, double p) {
   const float threshold = static_cast<float>(p);
   const T scale = static_cast<T>(1.0 / (1.0 - p));
   Kokkos::parallel_for(label, Range(ctx.exec, 0, n), KOKKOS_LAMBDA(const std::size_t i) {
-    const bool keep = random::uniform_float(seed, call, i) >= threshold;
+    const bool keep = random::uniform_float(seed, call, first + i) >= threshold;
     out[i] = keep ? in[i] * scale : T(0);
   });
 }
@@ -40,7 +41,7 @@ void Dropout<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   }
   ++calls_;
   detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(),
-                        x.extent(0) * x.extent(1), seed_, calls_, p_);
+                        x.extent(0) * x.extent(1), row_offset_ * x.extent(1), seed_, calls_, p_);
 }
 
 template <class T>
@@ -51,7 +52,7 @@ void Dropout<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
     return;
   }
   detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(),
-                        dy.extent(0) * dy.extent(1), seed_, calls_, p_);
+                        dy.extent(0) * dy.extent(1), row_offset_ * dy.extent(1), seed_, calls_, p_);
 }
 
 template class Dropout<float>;

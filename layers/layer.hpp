@@ -60,6 +60,12 @@ class Layer {
   // layer), writes dx. dx may alias dy only where a layer says so.
   virtual void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) = 0;
 
+  // Position of the batch's first row in the global batch (data parallelism
+  // gives each rank a shard): layers that draw per-sample random numbers
+  // (Dropout) index them globally, so that a shard sees exactly what
+  // single-rank training of the whole batch would.
+  virtual void set_row_offset(std::size_t /*offset*/) {}
+
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 

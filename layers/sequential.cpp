@@ -110,6 +110,11 @@ void Sequential<T>::zero_grad(Context& ctx) {
 }
 
 template <class T>
+void Sequential<T>::set_row_offset(std::size_t offset) {
+  for (auto& l : layers_) l->set_row_offset(offset);
+}
+
+template <class T>
 void Sequential<T>::set_training(bool training) {
   for (auto& l : layers_) l->set_training(training);
 }

@@ -51,6 +51,7 @@ class Sequential {
   void backward(Context& ctx, const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
   void set_training(bool training);
+  void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
 
   std::size_t in_features() const { return widths_.front(); }
   std::size_t out_features() const { return widths_.back(); }

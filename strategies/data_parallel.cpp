@@ -84,6 +84,7 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
   const bool single = comm_.size() == 1;
   for (std::size_t m = 0; m < count; ++m) {
     const auto& batch = micro[m];
+    model_.set_row_offset(batch.first_row);
     ConstMatrix<T> out = model_.forward(ctx_, batch.x);
     loss_sum += loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), scale);
     const bool last = m + 1 == count;

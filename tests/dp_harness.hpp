@@ -24,6 +24,7 @@ struct DpConfig {
   std::size_t micro = 1;   // micro-batches per step (gradient accumulation)
   OptimizerConfig optimizer{OptimizerKind::adam, 0.01};
   std::uint64_t seed = 7;
+  double dropout = 0.0;
 };
 
 struct RunResult {
@@ -39,7 +40,7 @@ inline data::Dataset dp_data(const DpConfig& c) {
 inline RunResult train_single(const DpConfig& c) {
   auto d = dp_data(c);
   Context ctx;
-  auto model = make_mlp<float>({c.widths});
+  auto model = make_mlp<float>({c.widths, ActivationKind::relu, c.dropout, c.seed});
   const std::size_t global = c.batch * c.micro;
   model.build(global);
   model.init(Init::kaiming_uniform, c.seed);
@@ -66,7 +67,7 @@ inline RunResult train_single(const DpConfig& c) {
 inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig& c,
                           const DataParallelOptions& options = {}) {
   auto d = dp_data(c);
-  auto model = make_mlp<float>({c.widths});
+  auto model = make_mlp<float>({c.widths, ActivationKind::relu, c.dropout, c.seed});
   model.build(data::BatchLoader<float>::shard(c.batch, 0, comm.size()).second + 1);
   model.init(Init::kaiming_uniform, c.seed + comm.rank());
   SoftmaxCrossEntropy<float> loss;

@@ -47,6 +47,14 @@ TEST_P(DataParallelThreads, AccumulationEqualsOneLargerBatch) {
   EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
 }
 
+TEST_P(DataParallelThreads, DropoutMasksMatchSingleRank) {
+  // Masks are indexed by the row's place in the global batch, so shards drop
+  // exactly what single-rank training drops.
+  test::DpConfig c;
+  c.dropout = 0.3;
+  EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelThreads, ::testing::Values(1, 2, 3, 4));
 
 TEST(DataParallelThreads3, RunsAreBitwiseIdentical) {

@@ -147,6 +147,83 @@ TEST_F(TrainApp, DataParallelOnMpiRanksMatchesOneRank) {
 }
 #endif
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+const char* kCheckpointRun =
+    "--dataset synthetic --layers 12,32,16,4 --samples 300 --batch-size 16 --optimizer adam "
+    "--dropout 0.1 --no-eval -q ";
+
+TEST_F(TrainApp, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
+  const std::string a = path("a"), b = path("b");
+  ASSERT_EQ(train(std::string(kCheckpointRun) + "--steps 40 --checkpoint-dir " + a).exit_code, 0);
+  // Stop at step 20 (mid-epoch: 17 steps per epoch), then resume to 40.
+  ASSERT_EQ(train(std::string(kCheckpointRun) + "--steps 20 --checkpoint-dir " + b).exit_code, 0);
+  auto r = train(std::string(kCheckpointRun) + "--steps 40 --checkpoint-dir " + b + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string fa = file_bytes(a + "/ckpt-000000040.strata");
+  ASSERT_FALSE(fa.empty());
+  EXPECT_TRUE(fa == file_bytes(b + "/ckpt-000000040.strata"))
+      << "parameters, optimizer state and counters must be bitwise identical";
+}
+
+TEST_F(TrainApp, DataParallelCheckpointResumesOnAnotherRankCount) {
+  const std::string dir = path("ck");
+  const std::string args = std::string(kCheckpointRun) + "--log-every 1 --checkpoint-dir " + dir;
+  ASSERT_EQ(train(args + " --steps 10 --ranks 2 --threads 1").exit_code, 0);
+  auto three = train(args + " --steps 20 --ranks 3 --threads 1 --resume --metrics " + path("3.jsonl"));
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  // The same continuation on one rank: the same data order, so the same losses.
+  ASSERT_EQ(train(std::string(kCheckpointRun) + "--steps 10 --checkpoint-dir " + path("one")).exit_code, 0);
+  auto one = train(std::string(kCheckpointRun) + "--log-every 1 --steps 20 --checkpoint-dir " +
+                   path("one") + " --resume --metrics " + path("1.jsonl"));
+  ASSERT_EQ(one.exit_code, 0);
+  expect_close(losses(read_metrics("3.jsonl")), losses(read_metrics("1.jsonl")), 1e-5);
+}
+
+TEST_F(TrainApp, CorruptOrForeignCheckpointsAreRefusedAndEarlierOnesStillLoad) {
+  const std::string dir = path("ck");
+  ASSERT_EQ(train(std::string(kCheckpointRun) + "--steps 20 --checkpoint-every 5 --checkpoint-dir " + dir).exit_code, 0);
+  const std::string last = dir + "/ckpt-000000020.strata", earlier = dir + "/ckpt-000000015.strata";
+  // A flipped bit in the parameters.
+  std::string bytes = file_bytes(last);
+  bytes[bytes.size() - 100] ^= 0x10;
+  std::ofstream(last, std::ios::binary) << bytes;
+  auto r = train(std::string(kCheckpointRun) + "--steps 30 --checkpoint-dir " + dir + " --resume");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_OUTPUT_HAS(r, "ckpt-000000020.strata");
+  EXPECT_OUTPUT_HAS(r, "checksum");
+  // A truncated file.
+  std::ofstream(last, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  r = train(std::string(kCheckpointRun) + "--steps 30 --resume-from " + last);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_OUTPUT_HAS(r, "truncated");
+  // The earlier checkpoint is intact and resumes.
+  r = train(std::string(kCheckpointRun) + "--steps 30 --resume-from " + earlier);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A checkpoint of another model is a configuration error naming the difference.
+  r = train("--dataset synthetic --layers 12,64,4 --samples 300 --batch-size 16 --optimizer adam "
+            "--dropout 0.1 --no-eval -q --steps 30 --resume-from " + earlier);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_OUTPUT_HAS(r, "layers");
+}
+
+TEST_F(TrainApp, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {
+  const std::string dir = path("ck");
+  // The third file write (the second checkpoint; each also writes `latest`)
+  // fails as on a full disk.
+  auto r = test::run_command("STRATA_FAIL_CHECKPOINT_WRITE=3 " + bin("strata-train") + " " +
+                             kCheckpointRun + "--steps 20 --checkpoint-every 5 --checkpoint-dir " + dir);
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_OUTPUT_HAS(r, "ckpt-000000010.strata.tmp");
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000005.strata"));
+  EXPECT_FALSE(fs::exists(dir + "/ckpt-000000010.strata.tmp"));
+  EXPECT_EQ(file_bytes(dir + "/latest"), "ckpt-000000005.strata\n");
+  EXPECT_EQ(train(std::string(kCheckpointRun) + "--steps 20 --checkpoint-dir " + dir + " --resume").exit_code, 0);
+}
+
 TEST_F(TrainApp, HelpAndVersion) {
   auto h = train("--help");
   EXPECT_EQ(h.exit_code, 0);
@@ -162,7 +239,8 @@ TEST_F(TrainApp, BadOptionsExitWith2) {
        {"--no-such-option", "--epochs 2 --steps 3", "--layers 10,abc,2", "--layers 10",
         "--optimizer lbfgs", "--loss hinge", "--activation swish", "--batch-size 0",
         "--dataset imagenet", "--dataset synthetic --lr -1", "--loss mse --dataset fashion-mnist",
-        "--dataset synthetic --strategy local --ranks 2", "--strategy pipeline", "--ranks 0"}) {
+        "--dataset synthetic --strategy local --ranks 2", "--strategy pipeline", "--ranks 0",
+        "--resume", "--checkpoint-every 5", "--checkpoint-dir x --resume --resume-from y"}) {
     auto r = train(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_OUTPUT_HAS(r, "configuration error");

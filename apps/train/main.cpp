@@ -8,6 +8,7 @@
 #include "layers/mlp.hpp"
 #include "backends/comm/hierarchical.hpp"
 #include "backends/ranks.hpp"
+#include "strategies/checkpoint.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
 
@@ -140,6 +141,106 @@ GemmBackend gemm_backend(const TrainConfig& c) {
   return GemmBackend::portable;
 }
 
+// What must match for a checkpoint to be resumed by this configuration.
+std::string checkpoint_config(const TrainConfig& c) {
+  return nlohmann::json{{"format", "strata-train"},
+                        {"dataset", c.dataset},
+                        {"layers", c.layers},
+                        {"activation", to_string(c.activation)},
+                        {"dropout", c.dropout},
+                        {"loss", to_string(c.loss)},
+                        {"optimizer", to_string(c.optimizer.kind)},
+                        {"batch_size", c.batch_size},
+                        {"accumulate", c.accumulate},
+                        {"shuffle", c.shuffle},
+                        {"seed", c.seed}}
+      .dump();
+}
+
+std::vector<Dropout<T>*> dropouts(Sequential<T>& model) {
+  std::vector<Dropout<T>*> d;
+  for (std::size_t i = 0; i < model.num_layers(); ++i)
+    if (auto* p = dynamic_cast<Dropout<T>*>(&model.layer(i))) d.push_back(p);
+  return d;
+}
+
+template <class View>
+std::vector<float> to_host_vector(const View& v) {
+  std::vector<float> out(v.size());
+  if (v.size() == 0) return out;
+  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Unmanaged>(out.data(), out.size()), v);
+  return out;
+}
+
+void from_host_vector(const std::vector<float>& in, Vector<T> v, const std::string& what,
+                      const std::string& file) {
+  STRATA_REQUIRE(in.size() == v.size(), config, "checkpoint '", file, "': ", what, " has ",
+                 in.size(), " values but this model needs ", v.size(),
+                 " (a checkpoint of another model?)");
+  if (!in.empty())
+    Kokkos::deep_copy(v, Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
+}
+
+// Position of a run, as a checkpoint stores it.
+struct Position {
+  std::size_t step = 0, epoch = 0, index = 0;  // index: next micro-batch in the epoch
+};
+
+// Restores parameters, optimizer state, dropout counters and the position.
+Position restore(const TrainConfig& c, const std::string& file, Sequential<T>& model,
+                 Optimizer<T>& optimizer) {
+  const auto ck = checkpoint::load(file);
+  const auto want = nlohmann::json::parse(checkpoint_config(c));
+  nlohmann::json have;
+  try {
+    have = nlohmann::json::parse(ck.config);
+  } catch (const std::exception&) {
+    STRATA_THROW(data, "checkpoint '", file, "': unreadable config section");
+  }
+  for (auto it = want.begin(); it != want.end(); ++it)
+    STRATA_REQUIRE(have.contains(it.key()) && have[it.key()] == it.value(), config,
+                   "checkpoint '", file, "' was written with ", it.key(), " = ",
+                   have.contains(it.key()) ? have[it.key()].dump() : "nothing",
+                   " but this run has ", it.key(), " = ", it.value().dump());
+  from_host_vector(ck.params, model.params(), "params", file);
+  from_host_vector(ck.opt0, optimizer.state0(), "optimizer state", file);
+  from_host_vector(ck.opt1, optimizer.state1(), "optimizer state", file);
+  Position p;
+  try {
+    const auto st = nlohmann::json::parse(ck.state);
+    p.step = st.at("step");
+    p.epoch = st.at("epoch");
+    p.index = st.at("index");
+    optimizer.set_steps(st.at("optimizer_steps"));
+    const auto calls = st.at("dropout_calls").get<std::vector<std::uint64_t>>();
+    auto d = dropouts(model);
+    STRATA_REQUIRE(calls.size() == d.size(), config, "checkpoint '", file, "': ", calls.size(),
+                   " dropout layers, this model has ", d.size());
+    for (std::size_t i = 0; i < d.size(); ++i) d[i]->set_calls(calls[i]);
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(data, "checkpoint '", file, "': bad state section (", e.what(), ")");
+  }
+  return p;
+}
+
+std::string save_checkpoint(const TrainConfig& c, const Position& p, Sequential<T>& model,
+                            Optimizer<T>& optimizer) {
+  checkpoint::State s;
+  s.config = checkpoint_config(c);
+  std::vector<std::uint64_t> calls;
+  for (auto* d : dropouts(model)) calls.push_back(d->calls());
+  s.state = nlohmann::json{{"step", p.step},
+                           {"epoch", p.epoch},
+                           {"index", p.index},
+                           {"optimizer_steps", optimizer.steps()},
+                           {"dropout_calls", calls}}
+                .dump();
+  s.params = to_host_vector(model.params());
+  s.opt0 = to_host_vector(optimizer.state0());
+  s.opt1 = to_host_vector(optimizer.state1());
+  return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
+}
+
 // Trains on one rank of `comm` (all ranks run this).
 void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
                 comm::Communicator& comm, const Reporter& rep, Metrics& metrics) {
@@ -153,6 +254,12 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   model.init(c.init, c.seed);
   auto loss = make_loss<T>(c.loss);
   Optimizer<T> optimizer(c.optimizer, model.num_params());
+  // Every rank restores the same checkpoint (DataParallel then broadcasts
+  // rank 0's parameters, which are the same).
+  Position start;
+  const std::string resume_file =
+      !c.resume_from.empty() ? c.resume_from : c.resume ? checkpoint::latest(c.checkpoint_dir) : "";
+  if (!resume_file.empty()) start = restore(c, resume_file, model, optimizer);
   DataParallelOptions dpo;
   dpo.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
   dpo.overlap = c.overlap;
@@ -168,19 +275,26 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   const std::size_t epochs = (total + steps_per_epoch - 1) / steps_per_epoch;
   progress.line(rep.prefix + build_summary() + ", " + std::to_string(comm.size()) + " rank(s) (" +
                 comm.name() + "), " + std::to_string(ctx.exec.concurrency()) + " thread(s) per rank");
+  if (!resume_file.empty())
+    progress.line(rep.prefix + "resumed from " + resume_file + " at step " +
+                  std::to_string(start.step) + " (epoch " + std::to_string(start.epoch + 1) + ")");
   progress.line(rep.prefix + "model: " + std::to_string(model.num_params()) + " parameters, " +
                 std::to_string(d.train.size()) + " training samples (" + d.train.name +
                 "), global batch " + std::to_string(batch) +
                 (c.accumulate > 1 ? " x " + std::to_string(c.accumulate) + " accumulated" : "") +
                 ", " + std::to_string(total) + " steps in " + std::to_string(epochs) + " epoch(s)");
 
-  std::size_t step = 0, timed_samples = 0;
+  std::size_t step = start.step, timed_samples = 0, first_step = start.step;
+  STRATA_REQUIRE(step <= total, config, "the checkpoint is at step ", step, " but this run ends at step ",
+                 total, " (raise --steps or --epochs)");
   double timed_s = 0, last_loss = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
+  const bool saves = !c.checkpoint_dir.empty() && comm.rank() == 0;
+  Position pos = start;
   std::vector<data::Batch<T>> micro(c.accumulate);
-  for (std::size_t epoch = 0; epoch < epochs && step < total; ++epoch) {
-    std::size_t index = 0;
+  for (std::size_t epoch = start.epoch; epoch < epochs && step < total; ++epoch) {
+    std::size_t index = epoch == start.epoch ? start.index : 0;
     while (step < total && index < per_epoch) {
       // The micro-batches of this step (the last step of an epoch may have fewer).
       const std::size_t k = std::min(c.accumulate, per_epoch - index);
@@ -197,7 +311,11 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
       if (!std::isfinite(last_loss))
         STRATA_THROW(runtime, "training diverged: the loss is ", last_loss, " at step ", step,
                      " (epoch ", epoch + 1, "); try a smaller --lr");
-      if (step > c.warmup_steps) {
+      // Where the next step starts.
+      pos = index == per_epoch ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
+      if (saves && c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && step < total)
+        save_checkpoint(c, pos, model, optimizer);
+      if (step > first_step + c.warmup_steps) {
         timed_s += seconds_since(t0);
         timed_samples += global;
       }
@@ -220,6 +338,8 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
                         " samples/s  ETA " + format_duration(elapsed / step * (total - step)));
       }
     }
+    if (saves && c.checkpoint_every == 0 && step < total && index == per_epoch)
+      save_checkpoint(c, pos, model, optimizer);
     // Every rank holds the same parameters: rank 0 evaluates, the others go on
     // (they wait for it in the next step's collectives).
     if (c.evaluate && d.test.size() > 0 && comm.rank() == 0) {
@@ -237,6 +357,10 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
       if (rep.writes_metrics) metrics.write(j);
       progress.line(rep.prefix + text);
     }
+  }
+  if (saves) {
+    const std::string file = save_checkpoint(c, pos, model, optimizer);
+    progress.line(rep.prefix + "checkpoint: " + file);
   }
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
   const double wall = seconds_since(wall0);

@@ -99,6 +99,15 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
+  app.add_option("--checkpoint-dir", c.checkpoint_dir,
+                 "write checkpoints here (atomically; a 'latest' file names the newest)");
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "steps between checkpoints (default: every epoch end; always at the end)");
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints kept")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --checkpoint-dir");
+  app.add_option("--resume-from", c.resume_from, "continue from this checkpoint file");
   app.add_flag("--quiet,-q", c.quiet, "print only errors and the final result");
   app.add_flag("--version", version, "print the build configuration and exit");
 
@@ -127,6 +136,12 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  config, "--dataset: unknown data set '", c.dataset,
                  "' (expected fashion-mnist, synthetic or csv:PATH)");
   STRATA_REQUIRE(c.dataset != "csv:", config, "--dataset csv:PATH needs a path");
+  STRATA_REQUIRE(!c.resume || !c.checkpoint_dir.empty(), config,
+                 "--resume needs --checkpoint-dir (or use --resume-from FILE)");
+  STRATA_REQUIRE(!(c.resume && !c.resume_from.empty()), config,
+                 "--resume and --resume-from contradict each other; give one");
+  STRATA_REQUIRE(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), config,
+                 "--checkpoint-every needs --checkpoint-dir");
   STRATA_REQUIRE(c.strategy == "auto" || c.strategy == "local" || c.strategy == "dp", config,
                  "--strategy: unknown strategy '", c.strategy, "' (expected auto, local or dp)");
   STRATA_REQUIRE(c.gemm == "auto" || c.gemm == "vendor" || c.gemm == "portable", config,

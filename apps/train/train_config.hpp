@@ -46,6 +46,12 @@ struct TrainConfig {
   bool overlap = true;            // communicate buckets during backward
   std::size_t accumulate = 1;     // micro-batches per optimizer step
   bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
+  // Checkpoints.
+  std::string checkpoint_dir;
+  std::size_t checkpoint_every = 0;  // steps; 0: at the end of every epoch
+  int keep_checkpoints = 3;
+  bool resume = false;               // from the latest checkpoint in checkpoint_dir
+  std::string resume_from;           // a checkpoint file
 };
 
 // Parses the program's arguments (argv without argv[0] and without Kokkos
