@@ -71,6 +71,12 @@ class Sequential {
   // One line per layer with output width and parameter count.
   std::string summary() const;
 
+  // After a forward and backward with a non-finite loss: names the first
+  // layer (forward order) whose output holds a NaN or an Inf, else the first
+  // (backward order) whose parameter gradients do; "" when none does. Used to
+  // report where a numerical failure began.
+  std::string first_nonfinite(Context& ctx) const;
+
  private:
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::size_t> widths_;   // widths_[i]: input width of layer i

@@ -290,11 +290,34 @@ TEST_F(TrainApp, BadDataExitsWith3) {
   EXPECT_OUTPUT_HAS(r, "train-images-idx3-ubyte");
 }
 
-TEST_F(TrainApp, DivergenceExitsWith4) {
+TEST_F(TrainApp, DivergenceExitsWith4NamingStepAndLayer) {
   auto r = train("--dataset synthetic --layers 10,32,2 --loss mse --lr 1e30 --steps 20");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_OUTPUT_HAS(r, "diverged");
+  EXPECT_OUTPUT_HAS(r, "at step 2");
+  EXPECT_OUTPUT_HAS(r, "layer 2 (Linear(32, 2))");
 }
+
+TEST_F(TrainApp, AFailingThreadRankEndsTheRunWithAnErrorNamingIt) {
+  auto r = test::run_command("STRATA_FAULT=1:5 STRATA_COMM_TIMEOUT=60 " + bin("strata-train") +
+                             " --dataset synthetic --layers 10,32,2 --steps 20 --ranks 3 --threads 1");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_OUTPUT_HAS(r, "injected failure of rank 1 at step 5");
+}
+
+#ifdef STRATA_MPIEXEC
+TEST_F(TrainApp, AKilledMpiProcessEndsTheJob) {
+  auto r = test::run_command(std::string("STRATA_FAULT=1:5 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                         "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 ") +
+                             STRATA_MPIEXEC + " -n 2 " + bin("strata-train") +
+                             " --dataset synthetic --layers 10,32,2 --steps 20");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own timeout";
+  EXPECT_OUTPUT_HAS(r, "killing rank 1 at step 5");
+  EXPECT_OUTPUT_HAS(r, "rank 1");
+}
+#endif
 
 TEST_F(TrainApp, FashionMnistShortRun) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -241,6 +242,35 @@ std::string save_checkpoint(const TrainConfig& c, const Position& p, Sequential<
   return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
 }
 
+// Fault injection for tests of failure handling: STRATA_FAULT=RANK:STEP makes
+// global rank RANK fail after STEP steps: a thread rank throws; with MPI (one
+// rank per process) the process kills itself with SIGKILL, as a lost node would.
+struct Fault {
+  int rank = -1;
+  std::size_t step = 0;
+  bool kill_process = false;
+  static Fault from_environment(bool kill_process) {
+    Fault f;
+    f.kill_process = kill_process;
+    if (const char* e = std::getenv("STRATA_FAULT")) {
+      const char* colon = std::strchr(e, ':');
+      STRATA_REQUIRE(colon != nullptr, config, "STRATA_FAULT='", e, "': expected RANK:STEP");
+      f.rank = std::atoi(e);
+      f.step = static_cast<std::size_t>(std::atoll(colon + 1));
+    }
+    return f;
+  }
+  void maybe_fail(int rank_now, std::size_t step_now) const {
+    if (rank_now != rank || step_now != step) return;
+    if (kill_process) {
+      std::fprintf(stderr, "strata-train: STRATA_FAULT: killing rank %d at step %zu\n", rank, step);
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
+    STRATA_THROW(runtime, "STRATA_FAULT: injected failure of rank ", rank, " at step ", step);
+  }
+};
+
 // Trains on one rank of `comm` (all ranks run this).
 void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
                 comm::Communicator& comm, const Reporter& rep, Metrics& metrics) {
@@ -292,6 +322,7 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   const auto train0 = Clock::now();
   const bool saves = !c.checkpoint_dir.empty() && comm.rank() == 0;
   Position pos = start;
+  const Fault fault = Fault::from_environment(comm.name() == "mpi");
   std::vector<data::Batch<T>> micro(c.accumulate);
   for (std::size_t epoch = start.epoch; epoch < epochs && step < total; ++epoch) {
     std::size_t index = epoch == start.epoch ? start.index : 0;
@@ -308,9 +339,14 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
       const auto t0 = Clock::now();
       last_loss = strategy.step(micro, global);
       ++step;
-      if (!std::isfinite(last_loss))
+      if (!std::isfinite(last_loss)) {
+        const std::string origin = model.first_nonfinite(ctx);
         STRATA_THROW(runtime, "training diverged: the loss is ", last_loss, " at step ", step,
-                     " (epoch ", epoch + 1, "); try a smaller --lr");
+                     " (epoch ", epoch + 1, ")",
+                     origin.empty() ? std::string() : "; the first non-finite values are in " + origin,
+                     "; try a smaller --lr");
+      }
+      fault.maybe_fail(comm.rank(), step);
       // Where the next step starts.
       pos = index == per_epoch ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
       if (saves && c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && step < total)
