@@ -5,7 +5,13 @@
 #
 # Usage: scripts/bootstrap.sh [--print-kokkos-root] [--kokkos-flavour NAME]
 #   flavours: openmp (default; Serial + OpenMP), debug (OpenMP with
-#   Kokkos_ENABLE_DEBUG and bounds checking)
+#   Kokkos_ENABLE_DEBUG and bounds checking), hip (Serial + HIP for gfx908
+#   with Debian's hipcc, ROCm 5.2; compile checks only), cuda (Serial + CUDA
+#   for sm_80 with Debian's CUDA 11.8 from non-free, nvcc_wrapper and g++-11;
+#   about 1.6 GB of packages; compile checks only)
+#   The hip and cuda flavours install their own Debian packages (and, for
+#   cuda, add bookworm's contrib/non-free components in a separate apt
+#   sources file); the default flavour never does.
 #
 # Environment:
 #   Kokkos_ROOT         use this Kokkos as it is (nothing is built)
@@ -25,7 +31,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --print-kokkos-root) print_root=1 ;;
     --kokkos-flavour) flavour="$2"; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "bootstrap.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -41,6 +47,16 @@ packages=(
   dataset-fashion-mnist
 )
 strata_apt_install "${packages[@]}"
+case "$flavour" in
+  openmp|debug) ;;
+  hip)  strata_apt_install $(strata_flavour_packages hip) ;;
+  cuda) if ! dpkg-query -W -f='${Status}' nvidia-cuda-toolkit 2>/dev/null | grep -q 'install ok installed' \
+           && [ "${STRATA_NO_APT:-0}" != 1 ]; then
+          strata_ensure_nonfree
+        fi
+        strata_apt_install $(strata_flavour_packages cuda) ;;
+  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug, hip, cuda)" >&2; exit 2 ;;
+esac
 
 # ---------------------------------------------------------------- Kokkos
 if [ -n "${Kokkos_ROOT:-}" ]; then
@@ -58,15 +74,21 @@ case "$flavour" in
   openmp) kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_BUILD_TYPE=Release) ;;
   debug)  kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
                        -DKokkos_ENABLE_DEBUG=ON -DKokkos_ENABLE_DEBUG_BOUNDS_CHECK=ON) ;;
-  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug)" >&2; exit 2 ;;
+  hip)    kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_HIP=ON -DCMAKE_BUILD_TYPE=Release
+                       "-DKokkos_ARCH_$STRATA_HIP_ARCH=ON") ;;
+  cuda)   kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON
+                       -DCMAKE_BUILD_TYPE=Release "-DKokkos_ARCH_$STRATA_CUDA_ARCH=ON"
+                       $(strata_flavour_cmake_args cuda) "-DCMAKE_CXX_FLAGS=$(strata_flavour_cxx_flags cuda)") ;;
 esac
 
 src="$(strata_kokkos_source)"
+strata_flavour_env "$flavour"
+cxx="$(strata_flavour_cxx "$flavour" "$src")"
 build="$(strata_cache)/build-kokkos-$flavour"
 rm -rf "$build"
 echo "bootstrap: building Kokkos 3.4.1 ($flavour) into $prefix" >&2
 cmake -S "$src" -B "$build" -G Ninja \
-  -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CXX_STANDARD=17 \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_STANDARD=17 \
   -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=OFF \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
   -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF \

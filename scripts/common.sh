@@ -55,6 +55,113 @@ EOF
   fi
 }
 
+# Adds Debian's contrib and non-free components for bookworm in a separate apt
+# sources file (nvidia-cuda-toolkit lives in non-free), once.
+strata_ensure_nonfree() {
+  local f=/etc/apt/sources.list.d/strata-non-free.sources
+  [ -f "$f" ] && return 0
+  echo "strata: adding Debian's contrib and non-free components for bookworm ($f)" >&2
+  strata_as_root tee "$f" >/dev/null <<'EOF2'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: contrib non-free
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF2
+  strata_as_root apt-get update -qq
+}
+
+# The Debian packages a Kokkos flavour needs on top of the default ones.
+strata_flavour_packages() {
+  case "$1" in
+    hip)  echo hipcc ;;                        # ROCm 5.2: clang-15, HIP runtime, device libs
+    cuda) echo nvidia-cuda-toolkit g++-11 ;;   # CUDA 11.8 (non-free); g++-11 as nvcc's host compiler
+  esac
+}
+
+# Device toolchains. Each device flavour names its compiler and toolkit
+# explicitly, so that neither picks whichever nvcc/hipcc comes first on PATH
+# (and CUDA 13 in /usr/local/cuda never mixes into the CUDA 11.8 build).
+STRATA_CUDA_ROOT="${STRATA_CUDA_ROOT:-/usr/lib/nvidia-cuda-toolkit}"   # Debian's CUDA 11.8: bin/nvcc
+# CMake's FindCUDAToolkit root: the toolkit's own folder when it holds the
+# headers (NVIDIA's layout), else /usr (Debian's layout: /usr/bin/nvcc,
+# /usr/include, /usr/lib/x86_64-linux-gnu).
+if [ -z "${STRATA_CUDA_TOOLKIT_ROOT:-}" ]; then
+  if [ -f "$STRATA_CUDA_ROOT/include/cuda_runtime.h" ]; then STRATA_CUDA_TOOLKIT_ROOT="$STRATA_CUDA_ROOT"
+  else STRATA_CUDA_TOOLKIT_ROOT=/usr; fi
+fi
+STRATA_CUDA_HOST_CXX="${STRATA_CUDA_HOST_CXX:-g++-11}"
+STRATA_HIPCC="${STRATA_HIPCC:-/usr/bin/hipcc}"                          # Debian's ROCm 5.2
+STRATA_HIP_ARCH="${STRATA_HIP_ARCH:-VEGA908}"
+STRATA_CUDA_ARCH="${STRATA_CUDA_ARCH:-AMPERE80}"
+STRATA_CUDA_SM="${STRATA_CUDA_SM:-sm_80}"                                # = STRATA_CUDA_ARCH
+
+# A folder of links to the programs that the CUDA toolkit's Debian package
+# puts into /usr/bin (ptxas, fatbinary, nvlink, cudafe++, ...): nvcc finds
+# them through PATH, where another CUDA's programs (/usr/local/bin,
+# /usr/local/cuda/bin) may come first. Put first on PATH by strata_flavour_env.
+strata_cuda_tool_links() {
+  local d pkg f
+  d="$(strata_cache)/cuda-tools-$(basename "$STRATA_CUDA_ROOT")"
+  pkg="$(dpkg-query -S "$STRATA_CUDA_ROOT/bin/nvcc" 2>/dev/null | cut -d: -f1 || true)"
+  if [ -n "$pkg" ] && [ ! -f "$d/.complete" ]; then
+    rm -rf "$d" && mkdir -p "$d"
+    for f in $(dpkg-query -L "$pkg" | grep '^/usr/bin/'); do
+      [ -x "$f" ] && [ "$(basename "$f")" != nvcc ] && ln -sf "$f" "$d/"
+    done
+    touch "$d/.complete"
+  fi
+  echo "$d"
+}
+
+# Exports the environment a flavour's compilers need (in the calling shell):
+# for cuda, nvcc_wrapper's host compiler and nvcc (through CUDA_ROOT), the
+# toolkit root for CMake's FindCUDAToolkit, and a PATH whose CUDA programs
+# are the toolkit's own (no /usr/local/cuda, no other ptxas before them).
+strata_flavour_env() {
+  case "$1" in
+    cuda)
+      export CUDA_ROOT="$STRATA_CUDA_ROOT" CUDAToolkit_ROOT="$STRATA_CUDA_TOOLKIT_ROOT"
+      export NVCC_WRAPPER_DEFAULT_COMPILER="$STRATA_CUDA_HOST_CXX"
+      PATH="$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -E '^/usr/local/cuda' | paste -sd: -)"
+      PATH="$(strata_cuda_tool_links):$STRATA_CUDA_ROOT/bin:$PATH"
+      export PATH
+      unset CUDA_HOME CUDA_PATH CUDACXX NVCC_PREPEND_FLAGS NVCC_APPEND_FLAGS
+      ;;
+    hip)
+      export HCC_AMDGPU_TARGET="${HCC_AMDGPU_TARGET:-gfx908}"   # hipcc: no GPU to enumerate here
+      ;;
+  esac
+}
+
+# The C++ compiler for a flavour, given the Kokkos source or install prefix
+# (nvcc_wrapper lives in its bin/).
+strata_flavour_cxx() {
+  case "$1" in
+    cuda) echo "$2/bin/nvcc_wrapper" ;;
+    hip)  echo "$STRATA_HIPCC" ;;
+    *)    echo g++ ;;
+  esac
+}
+
+# Extra CMake options for configuring a project (Kokkos itself, or Strata
+# against that Kokkos) with a flavour's compiler (one per word).
+strata_flavour_cmake_args() {
+  case "$1" in
+    cuda) echo "-DCUDAToolkit_ROOT=$STRATA_CUDA_TOOLKIT_ROOT" ;;
+  esac
+}
+
+# C++ flags a flavour's compiler needs. For cuda, the architecture flag
+# replaces nvcc_wrapper's default (sm_35 in Kokkos 3.4, which CMake's
+# compiler check would use) and equals the one Kokkos adds for
+# STRATA_CUDA_ARCH, so that nvcc_wrapper merges the two.
+strata_flavour_cxx_flags() {
+  case "$1" in
+    cuda) echo "-arch=$STRATA_CUDA_SM" ;;
+  esac
+}
+
 # Prints the folder holding Kokkos 3.4.1's sources, extracted from Debian's
 # trilinos source package (only packages/kokkos is unpacked).
 strata_kokkos_source() {

@@ -11,6 +11,8 @@
 
 #include <cmath>
 #include <functional>
+#include <initializer_list>
+#include <tuple>
 
 namespace strata {
 namespace {
@@ -122,7 +124,9 @@ Vec linear_reference(const Vec& x, const Vec& p, std::size_t batch, std::size_t 
 TEST(Linear, ForwardMatchesReference) {
   for (GemmBackend g : {GemmBackend::portable, GemmBackend::vendor}) {
     if (g == GemmBackend::vendor && !Blas::vendor_available()) continue;
-    for (auto [batch, in, out] : {std::tuple{1, 1, 1}, {7, 33, 5}, {32, 10, 5}}) {
+    // Element type spelled out: nvcc's front end cannot deduce it from {tuple{...}, {...}}.
+    for (auto [batch, in, out] :
+         std::initializer_list<std::tuple<int, int, int>>{{1, 1, 1}, {7, 33, 5}, {32, 10, 5}}) {
       Bound b(std::make_unique<Linear<double>>(in, out), batch, in, 1, g);
       const Vec x = test::randn<double>(batch * in, 2);
       expect_near(b.forward(x), linear_reference(x, b.param_values(), batch, in, out), 1e-12,

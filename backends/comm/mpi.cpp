@@ -225,7 +225,7 @@ void MpiComm::complete(MPI_Request& request, const char* what, std::uint64_t seq
   // Poll hard for ~50 microseconds (small messages), then back off to
   // sleeps of up to 200 microseconds so a waiting rank leaves the core to
   // the computation.
-  for (long polls = 0;; ++polls) {
+  for (;;) {
     check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
     const auto now = Clock::now();

@@ -1,6 +1,7 @@
 #include "benchmarks/common/bench_utils.hpp"
 
 #include "backends/runtime.hpp"
+#include "strata_commit.hpp"
 #include "strata_config.hpp"
 
 #include <Kokkos_Core.hpp>
