@@ -244,18 +244,21 @@ void ThreadsComm::do_allreduce(const void* send, void* recv, std::size_t count, 
   slots[rank_].send = send;
   slots[rank_].recv = recv;
   group_->sync(rank_, d);
-  // Phase 1: reduce my slice from every rank's input into my output.
+  // Each rank owns a slice: it reads that slice of every input, reduces it
+  // block by block into its own output and writes the block into every other
+  // output while it is still in cache. Slices are disjoint, so in place is
+  // safe: 2 n S bytes of traffic in all, the minimum.
   for (int k = 0; k < n; ++k) srcs[k] = slots[k].send;
   auto [begin, end] = detail::slice(count, elem, n, rank_);
-  detail::reduce(type, op, recv, srcs.data(), n, begin, end);
-  group_->wait(rank_, d);
-  // Phase 2: copy the other slices from their owners' outputs.
-  for (int k = 0; k < n; ++k) {
-    if (k == rank_) continue;
-    auto [b, e] = detail::slice(count, elem, n, k);
-    if (e > b) std::memcpy(detail::at(recv, b * elem), detail::at(slots[k].recv, b * elem), (e - b) * elem);
+  const std::size_t block = std::max<std::size_t>(1, (std::size_t(64) << 10) / elem);
+  for (std::size_t b = begin; b < end; b += block) {
+    const std::size_t e = std::min(end, b + block);
+    detail::reduce(type, op, recv, srcs.data(), n, b, e);
+    for (int k = 0; k < n; ++k)
+      if (k != rank_)
+        std::memcpy(detail::at(slots[k].recv, b * elem), detail::at(recv, b * elem), (e - b) * elem);
   }
-  // Nobody may change its buffer while a peer still copies from it.
+  // Every output is complete once all ranks are through.
   group_->wait(rank_, d);
 }
 

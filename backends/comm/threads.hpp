@@ -4,9 +4,9 @@
 //
 // Algorithms (host memory; device Views are staged by the wrappers):
 //   allreduce, large: every rank reduces its 1/N slice reading every peer's
-//     buffer (rank order fixed) into its own buffer, then copies the other
-//     slices from their owners: (3N - 1) S bytes of traffic for S bytes on N
-//     ranks, against the 2 N S that any in-place algorithm must move.
+//     buffer (rank order fixed) and writes the result into every rank's
+//     buffer: 2 N S bytes of traffic for S bytes on N ranks, the minimum any
+//     in-place algorithm must move, and two barriers.
 //   allreduce, small (<= 64 KiB): each rank copies its input to a shared
 //     double-buffered slot and reduces all slots itself: one barrier.
 // Every collective first publishes a descriptor (operation, count, type,
