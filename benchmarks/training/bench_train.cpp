@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
           ranks = world->size();
           res = run_rank(w, ctx, *world, reps, warmup, true);
           no_overlap = run_rank(w, ctx, *world, 1, 1, false);
-          sgemm = sgemm_rate(w, ctx);
+          sgemm = sgemm_rate(w, ctx) * ranks;  // every process runs the same GEMMs at once
         } else {
           run_ranks(c.ranks, c.threads, [&](Context& ctx, comm::Communicator& comm) {
             auto r = run_rank(w, ctx, comm, reps, warmup, true);
