@@ -4,7 +4,8 @@
 # configure step, e.g. scripts/build.sh -DCMAKE_BUILD_TYPE=Debug.
 #
 # Environment: Kokkos_ROOT (use your own Kokkos), BUILD_DIR (default: build),
-# STRATA_JOBS (parallel build jobs; default: number of cores).
+# STRATA_JOBS (parallel build jobs; default: number of cores), STRATA_TARGETS
+# (space-separated targets to build; default: all).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
@@ -22,4 +23,6 @@ generator=()
 mkdir -p "$build"
 cmake -S "$top" -B "$build" "${generator[@]}" -DKokkos_ROOT="$kokkos_root" "${launcher[@]}" "$@" >"$build/configure.log" 2>&1 \
   || { cat "$build/configure.log" >&2; echo "build.sh: CMake configure failed (log above)" >&2; exit 1; }
-cmake --build "$build" --parallel "${STRATA_JOBS:-$(nproc)}"
+targets=()
+for t in ${STRATA_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" --parallel "${STRATA_JOBS:-$(nproc)}" "${targets[@]}"

@@ -5,17 +5,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
-source "$here/common.sh"
-kokkos_root="$("$here/bootstrap.sh" --print-kokkos-root)"
-build="$top/build-tsan"
-mkdir -p "$build"
-launcher=()
-command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S "$top" -B "$build" -G Ninja -DKokkos_ROOT="$kokkos_root" "${launcher[@]}" \
+BUILD_DIR="$top/build-tsan" STRATA_TARGETS=test_comm "$here/build.sh" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="-fsanitize=thread" \
-  -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_ENABLE_MPI=OFF -DSTRATA_ENABLE_NCCL=OFF >"$build/configure.log" 2>&1 \
-  || { cat "$build/configure.log" >&2; exit 1; }
-cmake --build "$build" --target test_comm --parallel "${STRATA_JOBS:-$(nproc)}"
+  -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_ENABLE_MPI=OFF -DSTRATA_ENABLE_NCCL=OFF
+build="$top/build-tsan"
 echo "check-tsan: running thread-rank communicator tests under ThreadSanitizer"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" OMP_NUM_THREADS=1 \
   "$build/bin/test_comm" --gtest_filter='-*WithKokkos*' --gtest_brief=1
