@@ -63,7 +63,7 @@ struct Result {
 
 // Times training of `w` on one rank of `comm` (all ranks call it).
 Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int reps, int warmup,
-                bool overlap) {
+                bool overlap, double bucket_mb) {
   const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
   auto model = make_mlp<float>({w.widths});
   model.build(std::max<std::size_t>(1, shard.second));
@@ -72,6 +72,7 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   Optimizer<float> opt({OptimizerKind::sgd, 0.01}, model.num_params());
   DataParallelOptions o;
   o.overlap = overlap;
+  o.bucket_bytes = static_cast<std::size_t>(bucket_mb * (1 << 20));
   DataParallel<float> dp(ctx, comm, model, *loss, opt, o);
   // Synthetic data drawn once (seeded normal inputs, uniform labels).
   const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     auto args = app::split_kokkos_args(argc, argv);
     std::string which = "W1,W2,W3", configs, json_path;
     int reps = 5, warmup = 5;
-    double scale = 1.0;
+    double scale = 1.0, bucket_mb = 25;
     CLI::App cli{"Training throughput of the benchmark workloads per strategy, with the sgemm "
                  "rate of the same shapes measured in the same run.", "strata-bench-train"};
     cli.add_option("--workloads", which, "comma-separated: W1, W2, W3")->capture_default_str();
@@ -151,6 +152,8 @@ int main(int argc, char** argv) {
     cli.add_option("--scale", scale, "multiply the steps per repetition (e.g. 0.01 for a smoke test)")
         ->capture_default_str();
     cli.add_option("--json", json_path, "also write the results as JSON lines");
+    cli.add_option("--bucket-mb", bucket_mb, "data parallel: gradient bucket size in MiB")
+        ->capture_default_str();
     if (!app::parse_cli(cli, args.program)) return app::exit_ok;
     const bool mpi = launched_by_mpi();
     if (configs.empty()) configs = mpi ? "dp-mpi" : "local-1x1,local-1x2,dp-threads-2x1";
@@ -187,14 +190,14 @@ int main(int argc, char** argv) {
         if (c.name == "dp-mpi") {
           Context ctx;
           ranks = world->size();
-          res = run_rank(w, ctx, *world, reps, warmup, true);
-          no_overlap = run_rank(w, ctx, *world, 1, 1, false);
+          res = run_rank(w, ctx, *world, reps, warmup, true, bucket_mb);
+          no_overlap = run_rank(w, ctx, *world, reps, 1, false, bucket_mb);
           sgemm = sgemm_rate(w, ctx) * ranks;  // every process runs the same GEMMs at once
         } else {
           run_ranks(c.ranks, c.threads, [&](Context& ctx, comm::Communicator& comm) {
-            auto r = run_rank(w, ctx, comm, reps, warmup, true);
+            auto r = run_rank(w, ctx, comm, reps, warmup, true, bucket_mb);
             Result n;
-            if (c.ranks > 1) n = run_rank(w, ctx, comm, 1, 1, false);
+            if (c.ranks > 1) n = run_rank(w, ctx, comm, reps, 1, false, bucket_mb);
             if (comm.rank() == 0) {
               res = r;
               no_overlap = n;
