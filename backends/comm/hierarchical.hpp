@@ -29,16 +29,7 @@ class HierarchicalComm final : public Communicator {
   std::string name() const override { return "hierarchical"; }
 
  protected:
-  void do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
-                    ReduceOp op) override;
-  void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
-                         ReduceOp op) override;
-  void do_allgather(const void* send, void* recv, std::size_t count, DataType type) override;
-  void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
-  void do_send(const void* buf, std::size_t count, DataType type, int dest, int tag) override;
-  void do_recv(void* buf, std::size_t count, DataType type, int source, int tag) override;
-  void do_barrier() override;
-  std::unique_ptr<Communicator> do_split(int color, int key) override;
+  STRATA_COMM_TRANSPORT_OVERRIDES
 
  private:
   int local_peer(int global, const char* what) const;
