@@ -93,8 +93,8 @@ std::string Activation<T>::name() const {
 
 template <class T>
 void Activation<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  x_ = x;
-  y_ = y;
+  x_[this->slot_] = x;
+  y_[this->slot_] = y;
   switch (kind_) {
     case ActivationKind::relu: detail::apply_forward<detail::Relu>(ctx, x, y); break;
     case ActivationKind::gelu: detail::apply_forward<detail::Gelu>(ctx, x, y); break;
@@ -106,11 +106,12 @@ void Activation<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 template <class T>
 void Activation<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   if (dx.data() == nullptr) return;
+  const auto x = x_[this->slot_], y = y_[this->slot_];
   switch (kind_) {
-    case ActivationKind::relu: detail::apply_backward<detail::Relu>(ctx, x_, y_, dy, dx); break;
-    case ActivationKind::gelu: detail::apply_backward<detail::Gelu>(ctx, x_, y_, dy, dx); break;
-    case ActivationKind::tanh: detail::apply_backward<detail::Tanh>(ctx, x_, y_, dy, dx); break;
-    case ActivationKind::sigmoid: detail::apply_backward<detail::Sigmoid>(ctx, x_, y_, dy, dx); break;
+    case ActivationKind::relu: detail::apply_backward<detail::Relu>(ctx, x, y, dy, dx); break;
+    case ActivationKind::gelu: detail::apply_backward<detail::Gelu>(ctx, x, y, dy, dx); break;
+    case ActivationKind::tanh: detail::apply_backward<detail::Tanh>(ctx, x, y, dy, dx); break;
+    case ActivationKind::sigmoid: detail::apply_backward<detail::Sigmoid>(ctx, x, y, dy, dx); break;
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include "layers/layer.hpp"
 
+#include <vector>
+
 namespace strata {
 
 enum class ActivationKind { relu, gelu, tanh, sigmoid };
@@ -25,10 +27,16 @@ class Activation final : public Layer<T> {
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
 
   ActivationKind kind() const { return kind_; }
+  void set_slots(std::size_t n) override {
+    Layer<T>::set_slots(n);
+    x_.resize(n);
+    y_.resize(n);
+  }
 
  private:
   ActivationKind kind_;
-  ConstMatrix<T> x_, y_;  // input and output of the last forward
+  // Input and output of the last forward, per slot.
+  std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1), y_ = x_;
 };
 
 template <class T>

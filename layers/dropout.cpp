@@ -18,41 +18,50 @@ std::string Dropout<T>::name() const {
 }
 
 namespace detail {
-// y = x * mask / (1 - p) with mask from (seed, call, i); also used for dx.
-// `first` is the global index of element 0 (row offset x columns).
+// y = x * mask / (1 - p) with mask from (seed, call, global index); also used
+// for dx. Element (i, j) of the (rows, cols) block has the global index
+// (first_row + i) * total + first_col + j.
 template <class T>
-void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::size_t n,
-                   std::size_t first, std::uint64_t seed, std::uint64_t call, double p) {
+void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::size_t rows,
+                   std::size_t cols, std::size_t first_row, std::size_t first_col,
+                   std::size_t total, std::uint64_t seed, std::uint64_t call, double p) {
   const float threshold = static_cast<float>(p);
   const T scale = static_cast<T>(1.0 / (1.0 - p));
-  Kokkos::parallel_for(label, Range(ctx.exec, 0, n), KOKKOS_LAMBDA(const std::size_t i) {
-    const bool keep = random::uniform_float(seed, call, first + i) >= threshold;
-    out[i] = keep ? in[i] * scale : T(0);
+  Kokkos::parallel_for(label, Range(ctx.exec, 0, rows * cols), KOKKOS_LAMBDA(const std::size_t k) {
+    const std::size_t i = k / cols, j = k - i * cols;
+    const std::size_t global = (first_row + i) * total + first_col + j;
+    const bool keep = random::uniform_float(seed, call, global) >= threshold;
+    out[k] = keep ? in[k] * scale : T(0);
   });
 }
 }  // namespace detail
 
 template <class T>
 void Dropout<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  last_was_training_ = this->training_ && p_ > 0.0;
-  if (!last_was_training_) {
+  Saved& s = saved_[this->slot_];
+  s.training = this->training_ && p_ > 0.0;
+  s.call = calls_;
+  s.row_offset = row_offset_;
+  if (!s.training) {
     Kokkos::deep_copy(ctx.exec, y, x);
     return;
   }
-  ++calls_;
-  detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(),
-                        x.extent(0) * x.extent(1), row_offset_ * x.extent(1), seed_, calls_, p_);
+  const std::size_t total = col_total_ ? col_total_ : x.extent(1);
+  detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(), x.extent(0),
+                        x.extent(1), row_offset_, col_first_, total, seed_, calls_, p_);
 }
 
 template <class T>
 void Dropout<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   if (dx.data() == nullptr) return;
-  if (!last_was_training_) {
+  const Saved& s = saved_[this->slot_];
+  if (!s.training) {
     if (dx.data() != dy.data()) Kokkos::deep_copy(ctx.exec, dx, dy);
     return;
   }
-  detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(),
-                        dy.extent(0) * dy.extent(1), row_offset_ * dy.extent(1), seed_, calls_, p_);
+  const std::size_t total = col_total_ ? col_total_ : dy.extent(1);
+  detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(), dy.extent(0),
+                        dy.extent(1), s.row_offset, col_first_, total, seed_, s.call, p_);
 }
 
 template class Dropout<float>;

@@ -1,12 +1,18 @@
-// Dropout with a counter-based mask: element (row r, column j) of call c keeps
-// its value with probability 1 - p, scaled by 1 / (1 - p); the random number
-// is indexed by the row's position in the global batch (set_row_offset), so
-// data-parallel shards drop what single-rank training would. The mask is a pure function of
-// (seed, c, i), identical on every backend, and recomputed in backward instead
-// of stored. In evaluation mode the layer is the identity.
+// Dropout with a counter-based mask: element (row r, column j) of training
+// pass c keeps its value with probability 1 - p, scaled by 1 / (1 - p). The
+// random number is indexed by the element's position in the global batch
+// (set_row_offset; with tensor parallelism the layer sees a block of columns
+// of a wider activation, set_columns), so data-parallel shards, pipeline
+// micro-batches and tensor-parallel shards drop what single-rank training
+// would. The mask is a pure function of (seed, c, global index), identical on
+// every backend, and recomputed in backward instead of stored. A pass begins
+// with begin_pass() (Sequential calls it once per step). In evaluation mode
+// the layer is the identity.
 #pragma once
 
 #include "layers/layer.hpp"
+
+#include <vector>
 
 namespace strata {
 
@@ -22,6 +28,19 @@ class Dropout final : public Layer<T> {
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
 
   void set_row_offset(std::size_t offset) override { row_offset_ = offset; }
+  void begin_pass() override {
+    if (this->training_ && p_ > 0.0) ++calls_;
+  }
+  void set_slots(std::size_t n) override {
+    Layer<T>::set_slots(n);
+    saved_.resize(n);
+  }
+  // This layer's input is columns [first, first + width of x) of an
+  // activation `total` columns wide (tensor parallelism).
+  void set_columns(std::size_t first, std::size_t total) {
+    col_first_ = first;
+    col_total_ = total;
+  }
 
   // Number of training forward calls so far (checkpointed for exact resume).
   std::uint64_t calls() const { return calls_; }
@@ -32,7 +51,14 @@ class Dropout final : public Layer<T> {
   std::uint64_t seed_;
   std::uint64_t calls_ = 0;
   std::size_t row_offset_ = 0;
-  bool last_was_training_ = false;
+  std::size_t col_first_ = 0, col_total_ = 0;  // 0: the input's own width
+  // What backward needs of the forward in each slot.
+  struct Saved {
+    bool training = false;
+    std::uint64_t call = 0;
+    std::size_t row_offset = 0;
+  };
+  std::vector<Saved> saved_ = std::vector<Saved>(1);
 };
 
 }  // namespace strata

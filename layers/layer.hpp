@@ -66,11 +66,29 @@ class Layer {
   // single-rank training of the whole batch would.
   virtual void set_row_offset(std::size_t /*offset*/) {}
 
+  // A new training pass (one per optimizer step; the micro-batches of a
+  // pipeline step belong to the same pass): Dropout draws new masks here, so
+  // that splitting a batch into micro-batches draws what the whole batch would.
+  virtual void begin_pass() {}
+
+  // Micro-batches in flight (pipeline schedules): what backward needs of a
+  // forward is kept per slot. set_slots(n) once before reserve(); use_slot(s)
+  // before the forward and the backward of the micro-batch in slot s.
+  virtual void set_slots(std::size_t n) { slots_ = n; }
+  void use_slot(std::size_t s) { slot_ = s; }
+  std::size_t slots() const { return slots_; }
+  // Bytes of workspace reserve(max_batch, .) allocates with `slots` slots for
+  // backward (beyond the activations Sequential holds): memory accounting.
+  virtual std::size_t workspace_bytes(std::size_t /*max_batch*/, std::size_t /*slots*/) const {
+    return 0;
+  }
+
   void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 
  protected:
   bool training_ = true;
+  std::size_t slots_ = 1, slot_ = 0;
 };
 
 template <class T>

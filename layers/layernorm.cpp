@@ -42,21 +42,26 @@ void LayerNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t
 
 template <class T>
 void LayerNorm<T>::reserve(std::size_t batch, std::size_t) {
-  if (mean_.extent(0) < batch) {
-    mean_ = VectorBuffer<T>("strata::LayerNorm::mean", batch);
-    rstd_ = VectorBuffer<T>("strata::LayerNorm::rstd", batch);
+  max_batch_ = batch;
+  const std::size_t n = batch * this->slots_;
+  if (mean_.extent(0) < n) {
+    mean_ = VectorBuffer<T>("strata::LayerNorm::mean", n);
+    rstd_ = VectorBuffer<T>("strata::LayerNorm::rstd", n);
   }
 }
 
 template <class T>
 void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  x_ = x;
+  x_[this->slot_] = x;
   const std::size_t batch = x.extent(0);
-  STRATA_REQUIRE(mean_.extent(0) >= batch, runtime, name(), ": batch of ", batch,
-                 " rows exceeds the reserved ", mean_.extent(0));
+  STRATA_REQUIRE(batch <= max_batch_ && this->slot_ < this->slots_, runtime, name(), ": batch of ",
+                 batch, " rows in slot ", this->slot_, " exceeds the reserved ", max_batch_,
+                 " rows x ", this->slots_, " slots");
+  const auto part = Kokkos::make_pair(this->slot_ * max_batch_, (this->slot_ + 1) * max_batch_);
   const int n = static_cast<int>(features_);
   const T eps = static_cast<T>(eps_);
-  Vector<T> mean = mean_, rstd = rstd_;
+  Vector<T> mean = Kokkos::subview(Vector<T>(mean_), part),
+            rstd = Kokkos::subview(Vector<T>(rstd_), part);
   auto gamma = gamma_, beta = beta_;
   Kokkos::parallel_for("strata::LayerNorm::forward", Range(ctx.exec, 0, batch),
                        KOKKOS_LAMBDA(const int i) {
@@ -75,10 +80,12 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 
 template <class T>
 void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  auto x = x_;
+  auto x = x_[this->slot_];
   const int batch = static_cast<int>(dy.extent(0));
   const int n = static_cast<int>(features_);
-  ConstVector<T> mean = mean_, rstd = rstd_, gamma = gamma_;
+  const auto part = Kokkos::make_pair(this->slot_ * max_batch_, (this->slot_ + 1) * max_batch_);
+  ConstVector<T> mean = Kokkos::subview(Vector<T>(mean_), part),
+                 rstd = Kokkos::subview(Vector<T>(rstd_), part), gamma = gamma_;
   auto dgamma = dgamma_, dbeta = dbeta_;
   // Parameter gradients: one thread per feature, rows summed in order.
   Kokkos::parallel_for("strata::LayerNorm::param_grad", Range(ctx.exec, 0, n),

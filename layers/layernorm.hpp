@@ -10,6 +10,8 @@
 
 #include "layers/layer.hpp"
 
+#include <vector>
+
 namespace strata {
 
 template <class T>
@@ -26,13 +28,21 @@ class LayerNorm final : public Layer<T> {
   void reserve(std::size_t batch, std::size_t in) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void set_slots(std::size_t n) override {
+    Layer<T>::set_slots(n);
+    x_.resize(n);
+  }
+  std::size_t workspace_bytes(std::size_t max_batch, std::size_t slots) const override {
+    return 2 * max_batch * slots * sizeof(T);  // mean and rstd per row
+  }
 
  private:
   std::size_t features_;
   double eps_;
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
-  VectorBuffer<T> mean_, rstd_;  // (max batch)
-  ConstMatrix<T> x_;
+  std::size_t max_batch_ = 0;
+  VectorBuffer<T> mean_, rstd_;  // (slots * max batch): slot s at s * max batch
+  std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1);  // input, per slot
 };
 
 }  // namespace strata

@@ -67,7 +67,7 @@ void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
 
 template <class T>
 void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  x_ = x;
+  x_[this->slot_] = x;
   ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
   if (!bias_) return;
   auto b = b_;
@@ -80,7 +80,7 @@ void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 template <class T>
 void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   // dW(out, in) += dy^T (out, batch) x (batch, in)
-  ctx.blas.gemm(Op::T, Op::N, T(1), dy, x_, T(1), dweight_);
+  ctx.blas.gemm(Op::T, Op::N, T(1), dy, x_[this->slot_], T(1), dweight_);
   if (bias_) {
     auto db = db_;
     const int batch = static_cast<int>(dy.extent(0));

@@ -8,6 +8,8 @@
 
 #include "layers/layer.hpp"
 
+#include <vector>
+
 namespace strata {
 
 template <class T>
@@ -23,6 +25,10 @@ class Linear final : public Layer<T> {
             std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void set_slots(std::size_t n) override {
+    Layer<T>::set_slots(n);
+    x_.resize(n);
+  }
 
   std::size_t in() const { return in_; }
   std::size_t out() const { return out_; }
@@ -34,7 +40,7 @@ class Linear final : public Layer<T> {
   bool bias_;
   Matrix<T> weight_, dweight_;  // (out, in)
   Vector<T> b_, db_;            // (out)
-  ConstMatrix<T> x_;            // input of the last forward
+  std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1);  // input, per slot
 };
 
 }  // namespace strata

@@ -8,7 +8,8 @@
 namespace strata {
 
 template <class T>
-Sequential<T>::Sequential(std::size_t in_features) : widths_{in_features}, offsets_{0} {
+Sequential<T>::Sequential(std::size_t in_features, std::size_t first_index)
+    : widths_{in_features}, offsets_{0}, first_index_(first_index) {
   STRATA_REQUIRE(in_features > 0, config, "Sequential: input width must be positive");
 }
 
@@ -28,14 +29,29 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer) {
 }
 
 template <class T>
-void Sequential<T>::build(std::size_t max_batch) {
+std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t slots) const {
+  std::size_t outputs = 0, widest = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];
+  for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
+  std::size_t workspace = 0;
+  for (const auto& l : layers_) workspace += l->workspace_bytes(max_batch, slots);
+  return (slots * max_batch * (outputs + widths_.back()) + 2 * max_batch * widest) * sizeof(T) +
+         workspace;
+}
+
+template <class T>
+void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t pad_multiple) {
   STRATA_REQUIRE(!layers_.empty(), config, "Sequential: the model has no layers");
   STRATA_REQUIRE(max_batch > 0, config, "Sequential: batch size must be positive");
+  STRATA_REQUIRE(slots > 0 && pad_multiple > 0, config,
+                 "Sequential: slots and padding must be positive");
   max_batch_ = max_batch;
+  slots_ = slots;
   const std::size_t n = num_params();
-  if (!built_) {
-    params_ = VectorBuffer<T>("strata::params", n);
-    grads_ = VectorBuffer<T>("strata::grads", n);
+  const std::size_t padded = (n + pad_multiple - 1) / pad_multiple * pad_multiple;
+  if (!built_ || params_.extent(0) != padded) {
+    params_ = VectorBuffer<T>("strata::params", padded);
+    grads_ = VectorBuffer<T>("strata::grads", padded);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const auto slice = Kokkos::make_pair(offsets_[i], offsets_[i + 1]);
       layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice),
@@ -43,16 +59,22 @@ void Sequential<T>::build(std::size_t max_batch) {
     }
   }
   acts_.clear();
+  dout_.clear();
+  for (std::size_t s = 0; s < slots; ++s) {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      acts_.emplace_back("strata::activation", max_batch * widths_[i + 1]);
+    dout_.emplace_back("strata::dout", max_batch * widths_.back());
+  }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    acts_.emplace_back("strata::activation", max_batch * widths_[i + 1]);
+    layers_[i]->set_slots(slots);
     layers_[i]->reserve(max_batch, widths_[i]);
   }
+  batch_.assign(slots, 0);
   // Input gradients of layers 1..L-1 (layer 0's is never needed).
   std::size_t widest = 0;
   for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
   grad_a_ = VectorBuffer<T>("strata::grad_a", max_batch * widest);
   grad_b_ = VectorBuffer<T>("strata::grad_b", max_batch * widest);
-  dout_ = VectorBuffer<T>("strata::dout", max_batch * widths_.back());
   built_ = true;
 }
 
@@ -60,26 +82,31 @@ template <class T>
 void Sequential<T>::init(Init scheme, std::uint64_t seed) {
   STRATA_REQUIRE(built_, config, "Sequential: init() before build()");
   auto host = Kokkos::create_mirror_view(params_);
+  Kokkos::deep_copy(host, T(0));
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     HostVector<T> slice(host.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
-    layers_[i]->init(slice, scheme, seed, i);
+    layers_[i]->init(slice, scheme, seed, first_index_ + i);
   }
   Kokkos::deep_copy(params_, host);
 }
 
 template <class T>
-ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x) {
+ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_t slot,
+                                      bool new_pass) {
   STRATA_REQUIRE(built_, config, "Sequential: forward() before build()");
   const std::size_t batch = x.extent(0);
   STRATA_REQUIRE(x.extent(1) == in_features(), config, "model input has width ", x.extent(1),
                  " but the first layer (", layers_[0]->name(), ") expects width ", in_features());
   STRATA_REQUIRE(batch <= max_batch_, config, "batch of ", batch,
                  " rows exceeds the model's maximum batch of ", max_batch_);
-  batch_ = batch;
-  input_ = x;
+  STRATA_REQUIRE(slot < slots_, config, "Sequential: slot ", slot, " of ", slots_);
+  batch_[slot] = batch;
+  const std::size_t L = layers_.size();
   ConstMatrix<T> in = x;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Matrix<T> out = reshape(Vector<T>(acts_[i]), 0, batch, widths_[i + 1]);
+  for (std::size_t i = 0; i < L; ++i) {
+    if (new_pass) layers_[i]->begin_pass();
+    layers_[i]->use_slot(slot);
+    Matrix<T> out = reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     layers_[i]->forward(ctx, in, out);
     in = out;
   }
@@ -87,17 +114,33 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x) {
 }
 
 template <class T>
-Matrix<T> Sequential<T>::output_grad() const {
-  return reshape(Vector<T>(dout_), 0, batch_, widths_.back());
+Matrix<T> Sequential<T>::output_grad(std::size_t slot) const {
+  return reshape(Vector<T>(dout_[slot]), 0, batch_[slot], widths_.back());
 }
 
 template <class T>
-void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)>& after_layer) {
-  ConstMatrix<T> dy = output_grad();
+void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)>& after_layer,
+                             std::size_t slot) {
+  backward(ctx, output_grad(slot), Matrix<T>(), slot, after_layer);
+}
+
+template <class T>
+void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, std::size_t slot,
+                             const std::function<void(std::size_t)>& after_layer) {
+  STRATA_REQUIRE(slot < slots_, config, "Sequential: slot ", slot, " of ", slots_);
+  const std::size_t batch = batch_[slot];
+  STRATA_REQUIRE(dy.extent(0) == batch && dy.extent(1) == out_features(), config,
+                 "Sequential: output gradient of shape (", dy.extent(0), ", ", dy.extent(1),
+                 ") for an output of (", batch, ", ", out_features(), ")");
+  STRATA_REQUIRE(dx_in.data() == nullptr ||
+                     (dx_in.extent(0) == batch && dx_in.extent(1) == in_features()),
+                 config, "Sequential: input gradient buffer of shape (", dx_in.extent(0), ", ",
+                 dx_in.extent(1), ") for an input of (", batch, ", ", in_features(), ")");
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   for (std::size_t k = layers_.size(); k-- > 0;) {
-    Matrix<T> dx;  // empty for the first layer: its input gradient is not needed
-    if (k > 0) dx = reshape(bufs[k % 2], 0, batch_, widths_[k]);
+    Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
+    if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
+    layers_[k]->use_slot(slot);
     layers_[k]->backward(ctx, dy, dx);
     if (after_layer) after_layer(k);
     dy = dx;
@@ -106,7 +149,7 @@ void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)
 
 template <class T>
 void Sequential<T>::zero_grad(Context& ctx) {
-  Kokkos::deep_copy(ctx.exec, grads_, T(0));
+  Kokkos::deep_copy(ctx.exec, grads_, T(0));  // padding included: it stays zero
 }
 
 template <class T>
@@ -151,7 +194,7 @@ std::string Sequential<T>::first_nonfinite(Context& ctx) const {
   };
   // Forward order for outputs, then backward order for gradients.
   for (std::size_t i = 0; i < layers_.size(); ++i)
-    if (detail::count_nonfinite(ctx, acts_[i].data(), batch_ * widths_[i + 1]) > 0)
+    if (detail::count_nonfinite(ctx, acts_[i].data(), batch_[0] * widths_[i + 1]) > 0)
       return "the output of " + where(i);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const std::size_t n = offsets_[i + 1] - offsets_[i];

@@ -24,15 +24,21 @@ namespace strata {
 template <class T>
 class Sequential {
  public:
-  explicit Sequential(std::size_t in_features);
+  // first_index: position of the first layer in a larger model of which this
+  // is a part (a pipeline stage): initialisation streams are drawn by global
+  // layer position, so a stage starts with what the whole model would hold.
+  explicit Sequential(std::size_t in_features, std::size_t first_index = 0);
 
   // Appends a layer; throws config (naming the layer's position) when it
   // cannot take the previous layer's output width. Not after build().
   Sequential& add(LayerPtr<T> layer);
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
-  // the activation buffers for batches of up to max_batch rows.
-  void build(std::size_t max_batch);
+  // the activation buffers for batches of up to max_batch rows, for `slots`
+  // micro-batches in flight (pipeline schedules; see Layer::set_slots). The
+  // flat buffers are padded with zeros to a multiple of pad_multiple elements
+  // (sharded optimizers split them evenly); num_params() excludes the padding.
+  void build(std::size_t max_batch, std::size_t slots = 1, std::size_t pad_multiple = 1);
   bool built() const { return built_; }
 
   // Writes initial parameters (host-side counter-based generator, so the
@@ -41,14 +47,23 @@ class Sequential {
 
   // y = model(x); x: (batch, in_features) with batch <= max_batch, device
   // memory; must stay valid until backward. Returns (batch, out_features).
-  ConstMatrix<T> forward(Context& ctx, ConstMatrix<T> x);
-  // Buffer for the loss gradient of the last forward's batch.
-  Matrix<T> output_grad() const;
-  // Back-propagates output_grad() and accumulates into grads(). after_layer(i)
-  // is called once layer i's gradients are written (launched: on GPUs the
-  // kernels may still run; order on ctx.exec), from the last layer to the
-  // first: data parallelism starts gradient communication there.
-  void backward(Context& ctx, const std::function<void(std::size_t)>& after_layer = {});
+  // slot: the micro-batch slot (< slots of build). new_pass: false for the
+  // second and later micro-batches of one step (Layer::begin_pass).
+  ConstMatrix<T> forward(Context& ctx, ConstMatrix<T> x, std::size_t slot = 0,
+                         bool new_pass = true);
+  // Buffer for the loss gradient of the last forward's batch in `slot`.
+  Matrix<T> output_grad(std::size_t slot = 0) const;
+  // Back-propagates output_grad(slot) and accumulates into grads().
+  // after_layer(i) is called once layer i's gradients are written (launched:
+  // on GPUs the kernels may still run; order on ctx.exec), from the last layer
+  // to the first: data parallelism starts gradient communication there.
+  void backward(Context& ctx, const std::function<void(std::size_t)>& after_layer = {},
+                std::size_t slot = 0);
+  // Back-propagates dy (batch of the forward in `slot`, out_features) and,
+  // when dx is not empty, writes the gradient of the model input into dx
+  // (pipeline stages send it to the previous stage).
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, std::size_t slot,
+                const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
@@ -56,6 +71,8 @@ class Sequential {
   std::size_t in_features() const { return widths_.front(); }
   std::size_t out_features() const { return widths_.back(); }
   std::size_t max_batch() const { return max_batch_; }
+  std::size_t slots() const { return slots_; }
+  std::size_t first_index() const { return first_index_; }
   std::size_t num_layers() const { return layers_.size(); }
   std::size_t num_params() const { return offsets_.back(); }
   Layer<T>& layer(std::size_t i) { return *layers_[i]; }
@@ -65,8 +82,16 @@ class Sequential {
   // Offset of layer i's parameters in the flat buffers.
   std::size_t param_offset(std::size_t i) const { return offsets_[i]; }
 
-  Vector<T> params() const { return params_; }
-  Vector<T> grads() const { return grads_; }
+  // The flat buffers without padding (num_params() elements) and with it.
+  Vector<T> params() const { return Vector<T>(params_.data(), num_params()); }
+  Vector<T> grads() const { return Vector<T>(grads_.data(), num_params()); }
+  Vector<T> padded_params() const { return params_; }
+  Vector<T> padded_grads() const { return grads_; }
+
+  // Bytes of activation storage build(max_batch, slots) allocates: layer
+  // outputs and loss gradients per slot, input-gradient ping-pong buffers and
+  // layer workspaces. Known before build() (memory budgets are checked first).
+  std::size_t activation_bytes(std::size_t max_batch, std::size_t slots) const;
 
   // One line per layer with output width and parameter count.
   std::string summary() const;
@@ -81,14 +106,14 @@ class Sequential {
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::size_t> widths_;   // widths_[i]: input width of layer i
   std::vector<std::size_t> offsets_;  // offsets_[i]: first parameter of layer i
-  std::size_t max_batch_ = 0;
-  std::size_t batch_ = 0;  // rows of the last forward
+  std::size_t first_index_ = 0;
+  std::size_t max_batch_ = 0, slots_ = 1;
+  std::vector<std::size_t> batch_;  // rows of the last forward, per slot
   bool built_ = false;
   VectorBuffer<T> params_, grads_;
-  std::vector<VectorBuffer<T>> acts_;  // acts_[i]: output of layer i (flat)
+  std::vector<VectorBuffer<T>> acts_;  // acts_[s * L + i]: output of layer i in slot s (flat)
   VectorBuffer<T> grad_a_, grad_b_;    // ping-pong input gradients (flat)
-  VectorBuffer<T> dout_;               // gradient of the model output (flat)
-  ConstMatrix<T> input_;
+  std::vector<VectorBuffer<T>> dout_;  // per slot: gradient of the model output (flat)
 };
 
 }  // namespace strata

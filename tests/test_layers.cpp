@@ -40,6 +40,7 @@ struct Bound {
   Vec forward(const Vec& x) {
     auto dx = test::to_device(x, batch, in);
     MatrixBuffer<double> y("y", batch, out);
+    layer->begin_pass();
     layer->forward(ctx, dx, y);
     Kokkos::fence();
     return test::to_host(y);
@@ -50,6 +51,7 @@ struct Bound {
     Kokkos::deep_copy(grads, 0.0);
     auto dxin = test::to_device(x, batch, in);
     MatrixBuffer<double> y("y", batch, out), dx("dx", batch, in);
+    layer->begin_pass();
     layer->forward(ctx, dxin, y);
     layer->backward(ctx, test::to_device(dy, batch, out), dx);
     Kokkos::fence();
