@@ -69,29 +69,41 @@ template <class T>
 void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   x_[this->slot_] = x;
   ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
-  if (!bias_) return;
-  auto b = b_;
-  const int out = static_cast<int>(out_);
+  if (bias_) detail::add_bias<T>(ctx, y, b_);
+}
+
+namespace detail {
+template <class T>
+void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
+  const int rows = static_cast<int>(y.extent(0)), cols = static_cast<int>(y.extent(1));
   Kokkos::parallel_for(
-      "strata::Linear::bias", Range2D(ctx.exec, {0, 0}, {static_cast<int>(y.extent(0)), out}),
+      "strata::Linear::bias", Range2D(ctx.exec, {0, 0}, {rows, cols}),
       KOKKOS_LAMBDA(const int i, const int j) { y(i, j) += b(j); });
 }
+
+template <class T>
+void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
+  const int batch = static_cast<int>(dy.extent(0));
+  // One thread per output feature sums its column in a fixed order.
+  Kokkos::parallel_for(
+      "strata::Linear::bias_grad", Range(ctx.exec, 0, dy.extent(1)), KOKKOS_LAMBDA(const int j) {
+        T acc = 0;
+        for (int i = 0; i < batch; ++i) acc += dy(i, j);
+        db(j) += acc;
+      });
+}
+
+template void add_bias<float>(Context&, Matrix<float>, ConstVector<float>);
+template void add_bias<double>(Context&, Matrix<double>, ConstVector<double>);
+template void accumulate_bias_grad<float>(Context&, ConstMatrix<float>, Vector<float>);
+template void accumulate_bias_grad<double>(Context&, ConstMatrix<double>, Vector<double>);
+}  // namespace detail
 
 template <class T>
 void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   // dW(out, in) += dy^T (out, batch) x (batch, in)
   ctx.blas.gemm(Op::T, Op::N, T(1), dy, x_[this->slot_], T(1), dweight_);
-  if (bias_) {
-    auto db = db_;
-    const int batch = static_cast<int>(dy.extent(0));
-    // One thread per output feature sums its column in a fixed order.
-    Kokkos::parallel_for(
-        "strata::Linear::bias_grad", Range(ctx.exec, 0, out_), KOKKOS_LAMBDA(const int j) {
-          T acc = 0;
-          for (int i = 0; i < batch; ++i) acc += dy(i, j);
-          db(j) += acc;
-        });
-  }
+  if (bias_) detail::accumulate_bias_grad<T>(ctx, dy, db_);
   if (dx.data() != nullptr) ctx.blas.gemm(Op::N, Op::N, T(1), dy, ConstMatrix<T>(weight_), T(0), dx);
 }
 

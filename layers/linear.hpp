@@ -43,4 +43,13 @@ class Linear final : public Layer<T> {
   std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1);  // input, per slot
 };
 
+namespace detail {
+// y(i, j) += b(j)
+template <class T>
+void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b);
+// db(j) += sum over rows of dy(i, j), rows in order.
+template <class T>
+void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db);
+}  // namespace detail
+
 }  // namespace strata

@@ -30,6 +30,12 @@ struct OptimizerConfig {
 // Throws config naming the first setting out of range.
 void validate(const OptimizerConfig& config);
 
+// Elements of state an optimizer over n parameters keeps (memory accounting).
+inline std::size_t state_elements(const OptimizerConfig& config, std::size_t n) {
+  if (config.kind == OptimizerKind::sgd) return config.momentum > 0 ? n : 0;
+  return 2 * n;  // Adam, AdamW: first and second moments
+}
+
 template <class T>
 class Optimizer {
  public:

@@ -8,6 +8,7 @@
 #include "layers/mlp.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
+#include "strategies/model_parallel.hpp"
 #include "test_utils.hpp"
 
 #include <cmath>
@@ -96,6 +97,37 @@ inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig
     r.losses.push_back(dp.step(micro, global));
   }
   r.params = to_host(model.params());
+  return r;
+}
+
+// ModelParallel (pipeline, tensor parallel, ZeRO-1 and meshes) on `comm`:
+// each data-parallel rank loads its shard of the same global batches as
+// train_single; the parameters returned are the whole model's, gathered.
+inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, const DpConfig& c,
+                                      const ModelParallelOptions& options,
+                                      MemoryReport* memory = nullptr,
+                                      std::size_t* peak_in_flight = nullptr) {
+  auto d = dp_data(c);
+  const int dp = options.mesh.dp;
+  const int dp_rank = comm.rank() / (options.mesh.pp * options.mesh.tp);
+  ModelParallel<float> mp(ctx, comm, {c.widths, ActivationKind::relu, c.dropout, c.seed},
+                          Init::kaiming_uniform, c.seed, LossKind::cross_entropy, c.optimizer,
+                          data::BatchLoader<float>::shard(c.batch, 0, dp).second, options);
+  data::BatchLoader<float> loader(d, c.batch, true, c.seed, false, dp_rank, dp);
+  RunResult r;
+  data::Batch<float> b;
+  std::size_t peak = 0;
+  for (std::size_t s = 0, epoch = 0; s < c.steps;) {
+    loader.seek(epoch++, 0);
+    while (s < c.steps && loader.next(b)) {
+      r.losses.push_back(mp.step(b, loader.global_size()));
+      peak = std::max(peak, mp.peak_in_flight());
+      ++s;
+    }
+  }
+  r.params = mp.full_params();
+  if (memory) *memory = mp.memory();
+  if (peak_in_flight) *peak_in_flight = peak;
   return r;
 }
 

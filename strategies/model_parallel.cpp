@@ -1,0 +1,417 @@
+#include "strategies/model_parallel.hpp"
+
+#include "backends/error.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace strata {
+
+Schedule parse_schedule(const std::string& name) {
+  if (name == "gpipe") return Schedule::gpipe;
+  if (name == "1f1b") return Schedule::one_f_one_b;
+  STRATA_THROW(config, "unknown pipeline schedule '", name, "' (expected gpipe or 1f1b)");
+}
+
+const char* to_string(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+
+Balance parse_balance(const std::string& name) {
+  if (name == "params") return Balance::params;
+  if (name == "flops") return Balance::flops;
+  STRATA_THROW(config, "unknown stage balance '", name, "' (expected params or flops)");
+}
+
+const char* to_string(Balance b) { return b == Balance::params ? "params" : "flops"; }
+
+namespace {
+std::string mib(std::size_t bytes) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB";
+  return os.str();
+}
+}  // namespace
+
+std::string MemoryReport::str() const {
+  return "params " + mib(params) + ", grads " + mib(grads) + ", optimizer " + mib(optimizer) +
+         ", activations " + mib(activations) + " (" + std::to_string(slots) +
+         " micro-batches), total " + mib(total());
+}
+
+std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
+                                     const std::vector<bool>& cut_ok, int stages,
+                                     const std::vector<std::size_t>& cuts) {
+  const std::size_t L = cost.size();
+  const auto S = static_cast<std::size_t>(stages);
+  STRATA_REQUIRE(stages > 0, config, "pipeline: the number of stages must be positive");
+  STRATA_REQUIRE(S <= L, config, "pipeline: ", S, " stages for a model of ", L,
+                 " layers (every stage needs at least one layer)");
+  // A stage may begin at layer b when the activation before it is whole.
+  auto may_begin = [&](std::size_t b) { return b > 0 && b < L && cut_ok[b - 1]; };
+  std::vector<std::size_t> bounds;
+  if (!cuts.empty()) {
+    STRATA_REQUIRE(cuts.size() + 1 == S, config, "pipeline: ", cuts.size(),
+                   " cut points for ", S, " stages (give stages - 1 layer indices)");
+    bounds.push_back(0);
+    for (std::size_t c : cuts) {
+      STRATA_REQUIRE(c > bounds.back() && c < L, config, "pipeline: cut points must increase "
+                     "within 1..", L - 1, " (the model has ", L, " layers); got ", c);
+      STRATA_REQUIRE(may_begin(c), config, "pipeline: a stage cannot begin at layer ", c,
+                     ": the activation there is split by tensor parallelism");
+      bounds.push_back(c);
+    }
+    bounds.push_back(L);
+    return bounds;
+  }
+  // Balanced: minimise the largest stage cost over the allowed boundaries
+  // (dynamic programming; a tiny cost per layer spreads parameter-free layers).
+  std::vector<double> prefix(L + 1, 0.0);
+  for (std::size_t i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + cost[i] + 1e-9;
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][e]: least max cost of layers [0, e) in s stages; from[s][e]: start of the last.
+  std::vector<std::vector<double>> best(S + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<std::size_t>> from(S + 1, std::vector<std::size_t>(L + 1, 0));
+  best[0][0] = 0;
+  for (std::size_t s = 1; s <= S; ++s)
+    for (std::size_t e = 1; e <= L; ++e) {
+      if (e < L && !may_begin(e)) continue;
+      for (std::size_t b = s - 1; b < e; ++b) {
+        if (best[s - 1][b] == inf || (b > 0 && !may_begin(b))) continue;
+        const double c = std::max(best[s - 1][b], prefix[e] - prefix[b]);
+        if (c < best[s][e]) {
+          best[s][e] = c;
+          from[s][e] = b;
+        }
+      }
+    }
+  STRATA_REQUIRE(best[S][L] < inf, config, "pipeline: the model cannot be cut into ", S,
+                 " stages (tensor-parallel layer pairs cannot be split)");
+  bounds.assign(S + 1, L);
+  for (std::size_t s = S; s > 0; --s) bounds[s - 1] = from[s][bounds[s]];
+  return bounds;
+}
+
+template <class T>
+ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const MlpSpec& spec,
+                                Init init, std::uint64_t seed, LossKind loss,
+                                const OptimizerConfig& optimizer, std::size_t max_shard,
+                                const ModelParallelOptions& options)
+    : ctx_(ctx), options_(options) {
+  // Everything that can be checked without the others first: every rank
+  // throws the same error before any communication.
+  validate_mesh(options.mesh, world.size());
+  validate(optimizer);
+  STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
+  STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
+                 ": only ZeRO stage 1 (optimizer state sharding) is available");
+  STRATA_REQUIRE(max_shard > 0, config, "model parallel: batch size must be positive");
+  const std::size_t M = options.micro_batches;
+  const MeshShape shape = options.mesh;
+  mesh_ = std::make_unique<Mesh>(world, shape);
+  const int p = mesh_->pp_rank(), S = shape.pp;
+
+  MlpLayers<T> all = make_tensor_parallel_mlp<T>(spec, mesh_->tp());
+  const std::vector<double>& flops = all.flops;
+  std::vector<double> cost(all.layers.size());
+  for (std::size_t i = 0; i < cost.size(); ++i)
+    cost[i] = options.balance == Balance::flops
+                  ? flops[i]
+                  : static_cast<double>(all.layers[i]->num_params());
+  bounds_ = plan_stages(cost, all.cut_ok, S, options.cuts);
+  for (auto& l : all.layers) {
+    auto* sharded = dynamic_cast<ShardedLayer<T>*>(l.get());
+    full_sizes_.push_back(sharded ? sharded->full_num_params() : l->num_params());
+  }
+  // This rank's stage: the input width at its first layer (whole: cuts only
+  // fall where the activation is whole).
+  std::size_t width = spec.widths.at(0);
+  for (std::size_t i = 0; i < bounds_[p]; ++i) width = all.layers[i]->out_features(width);
+  stage_ = std::make_unique<Sequential<T>>(width, bounds_[p]);
+  for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i) stage_->add(std::move(all.layers[i]));
+
+  // Memory: known before allocation.
+  slots_ = options.schedule == Schedule::gpipe ? M : std::min<std::size_t>(M, S - p);
+  max_micro_ = (max_shard + M - 1) / M;
+  const std::size_t dp = static_cast<std::size_t>(shape.dp);
+  const std::size_t pad = options.zero == 1 ? dp : 1;
+  const std::size_t n = stage_->num_params();
+  const std::size_t padded = (n + pad - 1) / pad * pad;
+  memory_.params = memory_.grads = padded * sizeof(T);
+  memory_.optimizer =
+      state_elements(optimizer, options.zero == 1 ? padded / dp : n) * sizeof(T);
+  memory_.activations = stage_->activation_bytes(max_micro_, slots_);
+  if (p > 0)  // received inputs per slot and the input gradient sent back
+    memory_.activations += (slots_ + 1) * max_micro_ * stage_->in_features() * sizeof(T);
+  if (p + 1 < S) memory_.activations += max_micro_ * stage_->out_features() * sizeof(T);
+  memory_.slots = slots_;
+  if (options.memory_budget > 0) {
+    const auto mine = static_cast<std::int64_t>(memory_.total());
+    const auto worst = world.allreduce_value(mine, comm::ReduceOp::max);
+    STRATA_REQUIRE(static_cast<std::size_t>(worst) <= options.memory_budget, config,
+                   "memory budget of ", mib(options.memory_budget), " per rank exceeded: ",
+                   mine == worst ? "this rank" : "another rank", " needs ",
+                   mib(static_cast<std::size_t>(worst)), " (this rank, stage ", p, " of ", S,
+                   ": ", memory_.str(), "); split the model with --pp or --tp, shard the "
+                   "optimizer with --zero 1, or use fewer --micro-batches in flight or a "
+                   "smaller batch");
+  }
+
+  stage_->build(max_micro_, slots_, pad);
+  stage_->init(init, seed);
+  optimizer_ =
+      std::make_unique<Optimizer<T>>(optimizer, options.zero == 1 ? padded / dp : n);
+  loss_ = make_loss<T>(loss);
+  if (p > 0) {
+    for (std::size_t s = 0; s < slots_; ++s)
+      inputs_.emplace_back("strata::pipeline::input", max_micro_ * stage_->in_features());
+    dx_ = VectorBuffer<T>("strata::pipeline::dx", max_micro_ * stage_->in_features());
+  }
+  if (p + 1 < S) dy_ = VectorBuffer<T>("strata::pipeline::dy", max_micro_ * stage_->out_features());
+}
+
+template <class T>
+ModelParallel<T>::~ModelParallel() = default;
+
+template <class T>
+Matrix<T> ModelParallel<T>::rows(const VectorBuffer<T>& buf, std::size_t count,
+                                 std::size_t width) const {
+  return reshape(Vector<T>(buf), 0, count, width);
+}
+
+namespace {
+// Rows [first, first + count) of a batch.
+template <class T>
+ConstMatrix<T> row_block(ConstMatrix<T> x, std::size_t first, std::size_t count) {
+  return ConstMatrix<T>(x.data() + first * x.extent(1), count, x.extent(1));
+}
+template <class T>
+Targets<T> target_block(const Targets<T>& t, std::size_t first, std::size_t count) {
+  Targets<T> out;
+  if (t.labels.data() != nullptr) out.labels = Labels(t.labels.data() + first, count);
+  if (t.values.data() != nullptr) out.values = row_block(t.values, first, count);
+  return out;
+}
+// A writable view of a layer output (the communicator's View wrappers stage
+// device memory through host copies they write back into).
+template <class T>
+Matrix<T> writable(ConstMatrix<T> m) {
+  return Matrix<T>(const_cast<T*>(m.data()), m.extent(0), m.extent(1));
+}
+}  // namespace
+
+template <class T>
+void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
+                                     std::size_t first, std::size_t count, T scale,
+                                     double& loss_sum) {
+  const std::size_t slot = m % slots_;
+  const int p = mesh_->pp_rank();
+  const int tag = static_cast<int>(2 * m);
+  ConstMatrix<T> in;
+  if (first_stage()) {
+    in = row_block(shard.x, first, count);
+  } else {
+    Matrix<T> buf = rows(inputs_[slot], count, stage_->in_features());
+    mesh_->pp().recv(buf, p - 1, tag);
+    in = buf;
+  }
+  stage_->set_row_offset(shard.first_row + first);
+  ConstMatrix<T> out = stage_->forward(ctx_, in, slot, m == 0);
+  peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
+  if (last_stage()) {
+    loss_sum += loss_->forward_backward(ctx_, out, target_block(shard.targets, first, count),
+                                        stage_->output_grad(slot), scale);
+  } else {
+    ctx_.exec.fence();
+    mesh_->pp().send(writable(out), p + 1, tag);
+  }
+}
+
+template <class T>
+void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
+  const std::size_t slot = m % slots_;
+  const int p = mesh_->pp_rank();
+  const int tag = static_cast<int>(2 * m + 1);
+  ConstMatrix<T> dy;
+  if (last_stage()) {
+    dy = stage_->output_grad(slot);
+  } else {
+    Matrix<T> buf = rows(dy_, count, stage_->out_features());
+    mesh_->pp().recv(buf, p + 1, tag);
+    dy = buf;
+  }
+  Matrix<T> dx;
+  if (!first_stage()) dx = rows(dx_, count, stage_->in_features());
+  stage_->backward(ctx_, dy, dx, slot);
+  if (!first_stage()) {
+    ctx_.exec.fence();
+    mesh_->pp().send(dx, p - 1, tag);
+  }
+  --in_flight_;
+}
+
+template <class T>
+void ModelParallel<T>::synchronize_and_update() {
+  comm::Communicator& dp = mesh_->dp();
+  if (dp.size() == 1) {
+    optimizer_->step(ctx_, stage_->params(), stage_->grads());
+    return;
+  }
+  ctx_.exec.fence();
+  if (options_.zero == 0) {
+    dp.allreduce(stage_->grads());
+    optimizer_->step(ctx_, stage_->params(), stage_->grads());
+    return;
+  }
+  // ZeRO-1: each rank reduces, updates and owns one block of the padded
+  // flat buffers, then everyone gathers the updated parameters.
+  Vector<T> grads = stage_->padded_grads(), params = stage_->padded_params();
+  const std::size_t per = grads.extent(0) / static_cast<std::size_t>(dp.size());
+  const auto mine = Kokkos::make_pair(per * dp.rank(), per * (dp.rank() + 1));
+  Vector<T> my_grads = Kokkos::subview(grads, mine), my_params = Kokkos::subview(params, mine);
+  dp.reduce_scatter(grads, my_grads);
+  optimizer_->step(ctx_, my_params, my_grads);
+  ctx_.exec.fence();
+  dp.allgather(my_params, params);
+}
+
+template <class T>
+double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_samples) {
+  STRATA_REQUIRE(global_samples > 0, config, "model parallel: global batch of 0 samples");
+  const std::size_t B = shard.size();
+  STRATA_REQUIRE(B <= max_micro_ * options_.micro_batches, config, "model parallel: shard of ", B,
+                 " rows exceeds the ", max_micro_ * options_.micro_batches, " it was built for");
+  const std::size_t M = std::min(options_.micro_batches, B);
+  const T scale = T(1) / static_cast<T>(global_samples);
+  stage_->zero_grad(ctx_);
+  stage_->set_training(true);
+  in_flight_ = peak_in_flight_ = 0;
+  double loss_sum = 0;
+  auto micro = [&](std::size_t m) { return data::BatchLoader<T>::shard(B, static_cast<int>(m), static_cast<int>(M)); };
+  auto F = [&](std::size_t m) {
+    const auto [first, count] = micro(m);
+    forward_micro(shard, m, first, count, scale, loss_sum);
+  };
+  auto Bk = [&](std::size_t m) { backward_micro(m, micro(m).second); };
+  if (options_.schedule == Schedule::gpipe) {
+    for (std::size_t m = 0; m < M; ++m) F(m);
+    for (std::size_t m = 0; m < M; ++m) Bk(m);
+  } else {
+    const std::size_t S = static_cast<std::size_t>(mesh_->shape().pp);
+    const std::size_t warmup = std::min(S - 1 - static_cast<std::size_t>(mesh_->pp_rank()), M);
+    for (std::size_t m = 0; m < warmup; ++m) F(m);
+    for (std::size_t i = 0; i + warmup < M; ++i) {
+      F(i + warmup);
+      Bk(i);
+    }
+    for (std::size_t m = M - warmup; m < M; ++m) Bk(m);
+  }
+  synchronize_and_update();
+  // The loss: summed on the last stage of every pipeline (tensor rank 0).
+  const bool counts = last_stage() && mesh_->tp_rank() == 0;
+  const double total = mesh_->world().allreduce_value(counts ? loss_sum : 0.0);
+  return total / static_cast<double>(global_samples);
+}
+
+template <class T>
+std::vector<T> ModelParallel<T>::full_params() {
+  // This stage's layers in single-rank layout (tensor shards gathered).
+  auto host = Kokkos::create_mirror_view(stage_->params());
+  Kokkos::deep_copy(host, stage_->params());
+  std::vector<T> mine;
+  comm::Communicator& tp = mesh_->tp();
+  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
+    const T* values = host.data() + stage_->param_offset(i);
+    const std::size_t n = stage_->layer(i).num_params();
+    if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i))) {
+      std::vector<T> blocks(n * static_cast<std::size_t>(tp.size()));
+      tp.allgather(values, blocks.data(), n, comm::data_type_of<T>());
+      std::vector<T> full(sharded->full_num_params());
+      sharded->assemble(blocks.data(), full.data());
+      mine.insert(mine.end(), full.begin(), full.end());
+    } else {
+      mine.insert(mine.end(), values, values + n);
+    }
+  }
+  // The stages in order (padded to the longest for the allgather).
+  comm::Communicator& pp = mesh_->pp();
+  const auto S = static_cast<std::size_t>(pp.size());
+  std::vector<std::int64_t> lengths(S);
+  const auto len = static_cast<std::int64_t>(mine.size());
+  pp.allgather(&len, lengths.data(), 1, comm::DataType::i64);
+  const auto longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
+  mine.resize(longest);
+  std::vector<T> blocks(longest * S);
+  pp.allgather(mine.data(), blocks.data(), longest, comm::data_type_of<T>());
+  std::vector<T> full;
+  for (std::size_t s = 0; s < S; ++s)
+    full.insert(full.end(), blocks.begin() + s * longest,
+                blocks.begin() + s * longest + lengths[s]);
+  return full;
+}
+
+template <class T>
+void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
+  std::size_t total = 0, offset = 0;
+  for (std::size_t i = 0; i < full_sizes_.size(); ++i) {
+    if (i == bounds_[mesh_->pp_rank()]) offset = total;
+    total += full_sizes_[i];
+  }
+  STRATA_REQUIRE(full.size() == total, config, "model parallel: ", full.size(),
+                 " parameters given for a model of ", total);
+  auto host = Kokkos::create_mirror_view(stage_->params());
+  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
+    T* shard = host.data() + stage_->param_offset(i);
+    const T* whole = full.data() + offset;
+    if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i)))
+      sharded->extract(whole, shard);
+    else
+      std::copy(whole, whole + stage_->layer(i).num_params(), shard);
+    offset += full_sizes_[bounds_[mesh_->pp_rank()] + i];
+  }
+  Kokkos::deep_copy(stage_->params(), host);
+}
+
+template <class T>
+Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
+  stage_->set_training(false);
+  data::BatchLoader<T> loader(d, max_micro_, false, 0);
+  double sum = 0;
+  std::size_t correct = 0, samples = 0;
+  const int p = mesh_->pp_rank();
+  data::Batch<T> b;
+  while (loader.next(b)) {
+    const std::size_t count = b.size();
+    ConstMatrix<T> in = b.x;
+    if (!first_stage()) {
+      Matrix<T> buf = rows(inputs_[0], count, stage_->in_features());
+      mesh_->pp().recv(buf, p - 1, 0);
+      in = buf;
+    }
+    ConstMatrix<T> out = stage_->forward(ctx_, in, 0, false);
+    if (last_stage()) {
+      sum += loss_->forward_backward(ctx_, out, b.targets, Matrix<T>(), T(1));
+      if (d.is_classification()) correct += count_correct(ctx_, out, b.targets.labels);
+    } else {
+      ctx_.exec.fence();
+      mesh_->pp().send(writable(out), p + 1, 0);
+    }
+    samples += count;
+  }
+  stage_->set_training(true);
+  // Every pipeline evaluated the same data: take data-parallel rank 0's.
+  const bool counts = last_stage() && mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0;
+  Evaluation e;
+  e.samples = samples;
+  e.loss = mesh_->world().allreduce_value(counts ? sum : 0.0) / static_cast<double>(samples);
+  e.accuracy = static_cast<double>(mesh_->world().allreduce_value(
+                   static_cast<std::int64_t>(counts ? correct : 0))) /
+               static_cast<double>(samples);
+  return e;
+}
+
+template class ModelParallel<float>;
+template class ModelParallel<double>;
+
+}  // namespace strata

@@ -1,0 +1,143 @@
+// Model parallelism and its combinations: pipeline stages, tensor-parallel
+// layers and a sharded optimizer (ZeRO stage 1), composed over a device mesh
+// (dp x pp x tp) with data parallelism.
+//
+// Pipeline: the model's layers are cut into pp stages (cut points given, or
+// balanced by parameters or by FLOPs); stage p runs on pipeline rank p. Each
+// data-parallel shard of the global batch is split into M micro-batches;
+// activations go forward and their gradients backward with send/recv.
+// Schedules:
+//   gpipe  all M forwards, then all M backwards: M micro-batches of
+//          activations stored per stage;
+//   1f1b   stage p runs pp - p - 1 forwards, then alternates one forward and
+//          one backward, then drains: at most pp - p micro-batches stored.
+// The last stage computes the loss (scaled by 1 / global batch, so that
+// micro-batches and data-parallel shards add up to the mean).
+//
+// Tensor parallelism: within a stage, Linear layers are split over the tp
+// ranks (strategies/tensor_parallel.hpp).
+//
+// Data parallelism over the dp ranks of each (stage, tensor shard): gradients
+// are summed after the last backward (or, with ZeRO-1, reduce-scattered: each
+// rank updates its 1/dp of the parameters and optimizer state, and the
+// updated parameters are all-gathered).
+//
+// Every configuration starts from the parameters single-rank training of the
+// whole model would (each shard is cut from the single-rank initialisation)
+// and takes the same steps up to rounding.
+#pragma once
+
+#include "data/loader.hpp"
+#include "layers/loss.hpp"
+#include "layers/mlp.hpp"
+#include "layers/optimizer.hpp"
+#include "strategies/local.hpp"
+#include "strategies/mesh.hpp"
+#include "strategies/tensor_parallel.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+enum class Schedule { gpipe, one_f_one_b };
+Schedule parse_schedule(const std::string& name);  // "gpipe" | "1f1b"; throws config
+const char* to_string(Schedule schedule);
+
+enum class Balance { params, flops };
+Balance parse_balance(const std::string& name);  // throws config
+const char* to_string(Balance balance);
+
+struct ModelParallelOptions {
+  MeshShape mesh;
+  std::size_t micro_batches = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  // Index of the first layer of stages 1..pp-1 (pp - 1 increasing values);
+  // empty: balanced automatically.
+  std::vector<std::size_t> cuts;
+  Balance balance = Balance::params;
+  int zero = 0;  // 1: shard the optimizer state over the data-parallel group
+  // Bytes per rank for parameters, gradients, optimizer state and
+  // activations; 0: no limit. Checked before anything is allocated.
+  std::size_t memory_budget = 0;
+};
+
+// Bytes one rank holds.
+struct MemoryReport {
+  std::size_t params = 0, grads = 0, optimizer = 0, activations = 0;
+  std::size_t slots = 0;  // micro-batches of activations the stage can hold
+  std::size_t total() const { return params + grads + optimizer + activations; }
+  std::string str() const;  // "params 1.2 MiB, grads ..., total ..."
+};
+
+// Stage boundaries: cuts[s] is the first layer of stage s, cuts[pp] the
+// number of layers. Throws config for more stages than layers, cuts that are
+// not increasing, out of range, or inside a tensor-parallel pair.
+std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
+                                     const std::vector<bool>& cut_ok, int stages,
+                                     const std::vector<std::size_t>& cuts);
+
+template <class T>
+class ModelParallel {
+ public:
+  // Collective over world. spec: the whole model; init/seed: its single-rank
+  // initialisation; max_shard: the largest data-parallel shard of a global
+  // batch this rank will get. Throws config (before any work) for an
+  // impossible configuration or a model over the memory budget.
+  ModelParallel(Context& ctx, comm::Communicator& world, const MlpSpec& spec, Init init,
+                std::uint64_t seed, LossKind loss, const OptimizerConfig& optimizer,
+                std::size_t max_shard, const ModelParallelOptions& options);
+  ~ModelParallel();
+
+  // One optimizer step. shard: this data-parallel rank's rows of the global
+  // batch (every stage and tensor shard of a pipeline gets the same rows;
+  // the first stage reads x, the last the targets). Returns the mean loss
+  // over the global batch, identical on every rank.
+  double step(const data::Batch<T>& shard, std::size_t global_samples);
+
+  // The whole model's parameters in single-rank layout (collective over world).
+  std::vector<T> full_params();
+  // Sets this rank's shard from the whole model's parameters (single-rank layout).
+  void set_full_params(const std::vector<T>& full);
+
+  // The stage model: this rank's layers (sharded ones included).
+  Sequential<T>& stage() { return *stage_; }
+  Mesh& mesh() { return *mesh_; }
+  bool first_stage() const { return mesh_->pp_rank() == 0; }
+  bool last_stage() const { return mesh_->pp_rank() + 1 == mesh_->shape().pp; }
+  const std::vector<std::size_t>& stage_bounds() const { return bounds_; }
+  Optimizer<T>& optimizer() { return *optimizer_; }
+  MemoryReport memory() const { return memory_; }
+  // Most micro-batches whose activations were held at once (last step).
+  std::size_t peak_in_flight() const { return peak_in_flight_; }
+  // Evaluates the whole model over a data set (evaluation mode; collective
+  // over world): every pipeline runs the data set through its stages, the
+  // result is the same on every rank.
+  Evaluation evaluate(const data::Dataset& data);
+
+ private:
+  void forward_micro(const data::Batch<T>& shard, std::size_t m, std::size_t first,
+                     std::size_t count, T scale, double& loss_sum);
+  void backward_micro(std::size_t m, std::size_t count);
+  void synchronize_and_update();
+  Matrix<T> rows(const VectorBuffer<T>& buf, std::size_t count, std::size_t width) const;
+
+  Context& ctx_;
+  std::unique_ptr<Mesh> mesh_;
+  ModelParallelOptions options_;
+  std::vector<std::size_t> bounds_;  // stage s: layers [bounds_[s], bounds_[s+1])
+  std::vector<std::size_t> full_sizes_;  // single-rank parameter count of every layer
+  std::size_t max_micro_ = 0;
+  std::unique_ptr<Sequential<T>> stage_;
+  std::unique_ptr<Loss<T>> loss_;
+  std::unique_ptr<Optimizer<T>> optimizer_;
+  std::size_t slots_ = 1, in_flight_ = 0, peak_in_flight_ = 0;
+  // Received activations per slot (stages after the first), the received
+  // output gradient and the input gradient sent back.
+  std::vector<VectorBuffer<T>> inputs_;
+  VectorBuffer<T> dy_, dx_;
+  MemoryReport memory_;
+};
+
+}  // namespace strata

@@ -1,0 +1,301 @@
+// Model parallelism on thread ranks against single-rank training of the same
+// model on the same global batches (losses and whole-model parameters within
+// 1e-5 relative after 20 fp32 steps): pipelines of 2-4 stages with 1, 4 and 7
+// micro-batches under both schedules, tensor parallelism over 2 and 4 ranks,
+// ZeRO-1 over 2 and 3 ranks, and the meshes dp2 x pp2 and dp2 x tp2. Also the
+// activation bound of 1F1B, the memory budget, and the errors for impossible
+// configurations.
+#include "backends/comm/self.hpp"
+#include "backends/ranks.hpp"
+#include "dp_harness.hpp"
+
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+namespace strata {
+namespace {
+
+using test::DpConfig;
+using test::RunResult;
+
+// Runs body on world_size thread ranks; returns world rank 0's result and
+// checks that every rank returned the same parameters.
+RunResult on_threads(int world_size, const DpConfig& c, const ModelParallelOptions& o,
+                     std::vector<MemoryReport>* memory = nullptr,
+                     std::vector<std::size_t>* peaks = nullptr) {
+  RunResult result;
+  if (memory) memory->assign(world_size, {});
+  if (peaks) peaks->assign(world_size, 0);
+  run_ranks(world_size, 1, [&](Context& ctx, comm::Communicator& comm) {
+    MemoryReport m;
+    std::size_t peak = 0;
+    auto r = test::train_model_parallel(ctx, comm, c, o, &m, &peak);
+    if (memory) (*memory)[comm.rank()] = m;
+    if (peaks) (*peaks)[comm.rank()] = peak;
+    if (comm.rank() == 0) result = r;
+    auto first = r.params;
+    comm.broadcast(first.data(), first.size(), comm::DataType::f32, 0);
+    EXPECT_EQ(r.params, first) << "rank " << comm.rank() << " holds other parameters than rank 0";
+  });
+  return result;
+}
+
+ModelParallelOptions mesh(int dp, int pp, int tp) {
+  ModelParallelOptions o;
+  o.mesh = {dp, pp, tp};
+  return o;
+}
+
+// ------------------------------------------------------------------ pipeline
+using PipelineCase = std::tuple<int, std::size_t, Schedule>;
+class Pipeline : public ::testing::TestWithParam<PipelineCase> {};
+
+TEST_P(Pipeline, MatchesSingleRankTraining) {
+  const auto [stages, micro, schedule] = GetParam();
+  DpConfig c;
+  auto o = mesh(1, stages, 1);
+  o.micro_batches = micro;
+  o.schedule = schedule;
+  std::vector<MemoryReport> memory;
+  std::vector<std::size_t> peaks;
+  // One micro-batch runs exactly the single-rank computation: bitwise equal.
+  EXPECT_EQ(test::compare(on_threads(stages, c, o, &memory, &peaks), test::train_single(c),
+                          micro == 1 ? 0.0 : 1e-5),
+            "");
+  // Stored activations: GPipe keeps every micro-batch, 1F1B at most
+  // stages - p on stage p (both bounded by the micro-batches of a step).
+  for (int p = 0; p < stages; ++p) {
+    const std::size_t bound = schedule == Schedule::gpipe
+                                  ? micro
+                                  : std::min<std::size_t>(micro, std::size_t(stages - p));
+    EXPECT_EQ(memory[p].slots, bound) << "stage " << p;
+    EXPECT_LE(peaks[p], bound) << "stage " << p;
+    EXPECT_EQ(peaks[p], std::min<std::size_t>(bound, c.batch)) << "stage " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesMicroBatchesSchedules, Pipeline,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(std::size_t(1), std::size_t(4),
+                                                              std::size_t(7)),
+                                            ::testing::Values(Schedule::gpipe,
+                                                              Schedule::one_f_one_b)),
+                         [](const ::testing::TestParamInfo<PipelineCase>& info) {
+                           return "S" + std::to_string(std::get<0>(info.param)) + "_M" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  (std::get<2>(info.param) == Schedule::gpipe ? "gpipe" : "1f1b");
+                         });
+
+TEST(PipelineSchedules, GPipeAnd1F1BAreBitwiseIdenticalAndDeterministic) {
+  DpConfig c;
+  c.steps = 8;
+  auto o = mesh(1, 3, 1);
+  o.micro_batches = 4;
+  o.schedule = Schedule::gpipe;
+  const auto gpipe = on_threads(3, c, o);
+  o.schedule = Schedule::one_f_one_b;
+  const auto a = on_threads(3, c, o), b = on_threads(3, c, o);
+  EXPECT_EQ(a.params, b.params);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, gpipe.params);
+}
+
+TEST(PipelineDropout, MasksMatchSingleRankTraining) {
+  DpConfig c;
+  c.dropout = 0.3;
+  auto o = mesh(1, 2, 1);
+  o.micro_batches = 4;
+  EXPECT_EQ(test::compare(on_threads(2, c, o), test::train_single(c), 1e-5), "");
+}
+
+TEST(PipelineCuts, GivenCutPointsAndFlopBalanceMatchSingleRank) {
+  DpConfig c;
+  auto o = mesh(1, 2, 1);
+  o.micro_batches = 3;
+  o.cuts = {4};  // Linear, ReLU, Linear, ReLU | Linear
+  EXPECT_EQ(test::compare(on_threads(2, c, o), test::train_single(c), 1e-5), "");
+  o.cuts.clear();
+  o.balance = Balance::flops;
+  EXPECT_EQ(test::compare(on_threads(2, c, o), test::train_single(c), 1e-5), "");
+}
+
+TEST(PipelinePlan, BalancesByCostAndRespectsTensorParallelPairs) {
+  // Costs 10, 0, 10, 0, 1: two stages split after the first activation.
+  EXPECT_EQ(plan_stages({10, 0, 10, 0, 1}, {true, true, true, true, true}, 2, {}),
+            (std::vector<std::size_t>{0, 2, 5}));
+  // A column-parallel pair cannot be cut: 0-2 belong together.
+  EXPECT_EQ(plan_stages({10, 0, 10, 0, 1}, {false, false, true, true, true}, 2, {}),
+            (std::vector<std::size_t>{0, 3, 5}));
+  EXPECT_EQ(plan_stages({1, 1, 1}, {true, true, true}, 3, {}),
+            (std::vector<std::size_t>{0, 1, 2, 3}));
+}
+
+// ------------------------------------------------------------ tensor parallel
+class TensorParallel : public ::testing::TestWithParam<int> {};
+
+TEST_P(TensorParallel, MatchesSingleRankTraining) {
+  DpConfig c;
+  EXPECT_EQ(test::compare(on_threads(GetParam(), c, mesh(1, 1, GetParam())),
+                          test::train_single(c), 1e-5),
+            "");
+}
+
+TEST_P(TensorParallel, ShardedDropoutMatchesSingleRankTraining) {
+  DpConfig c;
+  c.dropout = 0.25;
+  EXPECT_EQ(test::compare(on_threads(GetParam(), c, mesh(1, 1, GetParam())),
+                          test::train_single(c), 1e-5),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallel, ::testing::Values(2, 4));
+
+// -------------------------------------------------------------------- ZeRO-1
+class Zero1 : public ::testing::TestWithParam<int> {};
+
+TEST_P(Zero1, MatchesSingleRankTrainingWithShardedOptimizerState) {
+  DpConfig c;
+  auto o = mesh(GetParam(), 1, 1);
+  o.zero = 1;
+  std::vector<MemoryReport> memory;
+  EXPECT_EQ(test::compare(on_threads(GetParam(), c, o, &memory), test::train_single(c), 1e-5), "");
+  // Adam keeps two moments: 2 x (padded parameters / ranks) per rank.
+  const std::size_t n = 12 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;
+  const std::size_t per = (n + GetParam() - 1) / GetParam();
+  for (const auto& m : memory) EXPECT_EQ(m.optimizer, 2 * per * sizeof(float));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Zero1, ::testing::Values(2, 3));
+
+// --------------------------------------------------------------------- meshes
+TEST(Mesh, DataParallelOfTwoStagePipelinesMatchesSingleRank) {
+  DpConfig c;
+  auto o = mesh(2, 2, 1);
+  o.micro_batches = 3;
+  EXPECT_EQ(test::compare(on_threads(4, c, o), test::train_single(c), 1e-5), "");
+}
+
+TEST(Mesh, DataParallelOfTensorParallelPairsMatchesSingleRank) {
+  DpConfig c;
+  c.batch = 11;  // uneven data-parallel shards
+  EXPECT_EQ(test::compare(on_threads(4, c, mesh(2, 1, 2)), test::train_single(c), 1e-5), "");
+}
+
+TEST(Mesh, PipelineOfTensorParallelStagesWithZeroMatchesSingleRank) {
+  DpConfig c;
+  c.widths = {12, 16, 8, 8, 3};
+  auto o = mesh(1, 2, 2);
+  o.micro_batches = 2;
+  EXPECT_EQ(test::compare(on_threads(4, c, o), test::train_single(c), 1e-5), "");
+  auto z = mesh(2, 1, 2);
+  z.zero = 1;
+  EXPECT_EQ(test::compare(on_threads(4, c, z), test::train_single(c), 1e-5), "");
+}
+
+TEST(Mesh, GroupsFollowTheDocumentedLayout) {
+  run_ranks(4, 1, [&](Context&, comm::Communicator& world) {
+    Mesh m(world, {2, 1, 2});
+    const int w = world.rank();
+    EXPECT_EQ(m.tp_rank(), w % 2);
+    EXPECT_EQ(m.dp_rank(), w / 2);
+    EXPECT_EQ(m.tp().size(), 2);
+    EXPECT_EQ(m.dp().size(), 2);
+    EXPECT_EQ(m.pp().size(), 1);
+    // The tensor group of rank w holds w and its neighbour.
+    const int sum = m.tp().allreduce_value(w);
+    EXPECT_EQ(sum, (w / 2) * 4 + 1);
+  });
+}
+
+// ------------------------------------------------------------- memory budget
+TEST(MemoryBudget, TooLargeForOneRankTrainsWithPipelineOrTensorParallelism) {
+  DpConfig c;
+  c.widths = {12, 256, 256, 256, 3};
+  c.steps = 5;
+  // SGD: Adam's first steps turn the rounding differences of tiny gradients
+  // (wide layers summed by differently threaded GEMMs) into differences of
+  // order lr; this test is about the budget.
+  c.optimizer = {OptimizerKind::sgd, 0.05, 0.9};
+  comm::SelfComm self;
+  Context ctx;
+  auto total_for = [&](comm::Communicator& world, const ModelParallelOptions& o) {
+    ModelParallel<float> mp(ctx, world, {c.widths}, Init::kaiming_uniform, 1,
+                            LossKind::cross_entropy, c.optimizer, c.batch, o);
+    return mp.memory().total();
+  };
+  const std::size_t single = total_for(self, mesh(1, 1, 1));
+  ModelParallelOptions o = mesh(1, 1, 1);
+  o.memory_budget = single * 3 / 4;
+  try {
+    total_for(self, o);
+    ADD_FAILURE() << "a model over the budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(e.message().find("memory budget"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("--pp or --tp"), std::string::npos) << e.message();
+  }
+  for (auto shape : {MeshShape{1, 2, 1}, MeshShape{1, 1, 2}}) {
+    auto m = mesh(shape.dp, shape.pp, shape.tp);
+    m.memory_budget = o.memory_budget;
+    EXPECT_EQ(test::compare(on_threads(2, c, m), test::train_single(c), 1e-5), "")
+        << shape.str();
+  }
+}
+
+// ------------------------------------------------------ impossible configurations
+std::string error_of(int world_size, const DpConfig& c, const ModelParallelOptions& o) {
+  std::string message;
+  std::mutex mutex;
+  try {
+    run_ranks(world_size, 1, [&](Context& ctx, comm::Communicator& comm) {
+      try {
+        ModelParallel<float> mp(ctx, comm, {c.widths}, Init::kaiming_uniform, 1,
+                                LossKind::cross_entropy, c.optimizer, c.batch, o);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        message = e.message();
+        EXPECT_EQ(e.kind(), ErrorKind::config) << e.message();
+      }
+    });
+  } catch (const Error& e) {
+    message = e.message();
+  }
+  return message;
+}
+
+TEST(ModelParallelErrors, MoreStagesThanLayers) {
+  DpConfig c;
+  c.widths = {12, 3};  // one layer
+  EXPECT_NE(error_of(2, c, mesh(1, 2, 1)).find("2 stages for a model of 1 layers"),
+            std::string::npos);
+}
+
+TEST(ModelParallelErrors, TensorParallelismMustDivideTheWidth) {
+  DpConfig c;
+  c.widths = {12, 15, 8, 3};
+  const auto m = error_of(2, c, mesh(1, 1, 2));
+  EXPECT_NE(m.find("--tp 2 does not divide the output width 15"), std::string::npos) << m;
+}
+
+TEST(ModelParallelErrors, MeshMustCoverTheWorld) {
+  DpConfig c;
+  const auto m = error_of(2, c, mesh(2, 2, 1));
+  EXPECT_NE(m.find("mesh dp 2 x pp 2 x tp 1 has 4 ranks but the world has 2"), std::string::npos)
+      << m;
+}
+
+TEST(ModelParallelErrors, CutsInsideATensorParallelPairOrOutOfOrder) {
+  DpConfig c;
+  auto o = mesh(1, 2, 2);
+  o.cuts = {1};  // between the column-parallel layer and its activation
+  auto m = error_of(4, c, o);
+  EXPECT_NE(m.find("split by tensor parallelism"), std::string::npos) << m;
+  o = mesh(1, 3, 1);
+  o.cuts = {3, 2};
+  m = error_of(3, c, o);
+  EXPECT_NE(m.find("cut points must increase"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace strata
