@@ -83,6 +83,51 @@ TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
   });
 }
 
+// Model parallelism over MPI processes: the whole world as a pipeline, as a
+// tensor-parallel group, and (4 ranks) as data x pipeline and pipeline x
+// tensor meshes.
+ModelParallelOptions mesh_options(int dp, int pp, int tp, std::size_t micro = 1) {
+  ModelParallelOptions o;
+  o.mesh = {dp, pp, tp};
+  o.micro_batches = micro;
+  return o;
+}
+
+TEST(ModelParallelMpi, PipelineOverEveryRankMatchesSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  test::DpConfig c;
+  Context ctx;
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
+    auto o = mesh_options(1, world.size(), 1, 4);
+    o.schedule = s;
+    EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, o), test::train_single(c), 1e-5), "")
+        << to_string(s);
+  }
+}
+
+TEST(ModelParallelMpi, TensorParallelOverEveryRankMatchesSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  test::DpConfig c;
+  Context ctx;
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, mesh_options(1, 1, world.size())),
+                          test::train_single(c), 1e-5),
+            "");
+}
+
+TEST(ModelParallelMpi, MeshesOfFourRanksMatchSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  test::DpConfig c;
+  c.widths = {12, 16, 8, 8, 3};
+  Context ctx;
+  const auto single = test::train_single(c);
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, mesh_options(2, 2, 1, 3)), single, 1e-5), "");
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, mesh_options(1, 2, 2, 2)), single, 1e-5), "");
+  auto zero = mesh_options(2, 1, 2);
+  zero.zero = 1;
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, zero), single, 1e-5), "");
+}
+
 }  // namespace
 }  // namespace strata
 
