@@ -314,15 +314,28 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   return total / static_cast<double>(global_samples);
 }
 
+namespace {
 template <class T>
-std::vector<T> ModelParallel<T>::full_params() {
+std::vector<T> host_copy(Vector<T> v) {
+  std::vector<T> out(v.extent(0));
+  if (!out.empty())
+    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(out.data(), out.size()), v);
+  return out;
+}
+template <class T>
+void device_copy(const std::vector<T>& in, Vector<T> v) {
+  if (!in.empty())
+    Kokkos::deep_copy(v, Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
+}
+}  // namespace
+
+template <class T>
+std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values) {
   // This stage's layers in single-rank layout (tensor shards gathered).
-  auto host = Kokkos::create_mirror_view(stage_->params());
-  Kokkos::deep_copy(host, stage_->params());
   std::vector<T> mine;
   comm::Communicator& tp = mesh_->tp();
   for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
-    const T* values = host.data() + stage_->param_offset(i);
+    const T* values = stage_values.data() + stage_->param_offset(i);
     const std::size_t n = stage_->layer(i).num_params();
     if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i))) {
       std::vector<T> blocks(n * static_cast<std::size_t>(tp.size()));
@@ -352,25 +365,80 @@ std::vector<T> ModelParallel<T>::full_params() {
 }
 
 template <class T>
-void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
+std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const {
   std::size_t total = 0, offset = 0;
+  const std::size_t first = bounds_[mesh_->pp_rank()];
   for (std::size_t i = 0; i < full_sizes_.size(); ++i) {
-    if (i == bounds_[mesh_->pp_rank()]) offset = total;
+    if (i == first) offset = total;
     total += full_sizes_[i];
   }
   STRATA_REQUIRE(full.size() == total, config, "model parallel: ", full.size(),
-                 " parameters given for a model of ", total);
-  auto host = Kokkos::create_mirror_view(stage_->params());
+                 " values given for a model of ", total, " parameters");
+  std::vector<T> mine(stage_->num_params());
   for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
-    T* shard = host.data() + stage_->param_offset(i);
+    T* shard = mine.data() + stage_->param_offset(i);
     const T* whole = full.data() + offset;
     if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i)))
       sharded->extract(whole, shard);
     else
       std::copy(whole, whole + stage_->layer(i).num_params(), shard);
-    offset += full_sizes_[bounds_[mesh_->pp_rank()] + i];
+    offset += full_sizes_[first + i];
   }
-  Kokkos::deep_copy(stage_->params(), host);
+  return mine;
+}
+
+template <class T>
+std::vector<T> ModelParallel<T>::full_params() {
+  return gather_stage(host_copy(stage_->params()));
+}
+
+template <class T>
+void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
+  device_copy(scatter_stage(full), stage_->params());
+}
+
+template <class T>
+std::vector<T> ModelParallel<T>::stage_state(Vector<T> state) {
+  std::vector<T> mine = host_copy(state);
+  if (options_.zero == 1) {  // every rank's block of the padded buffer
+    comm::Communicator& dp = mesh_->dp();
+    std::vector<T> padded(mine.size() * static_cast<std::size_t>(dp.size()));
+    dp.allgather(mine.data(), padded.data(), mine.size(), comm::data_type_of<T>());
+    padded.resize(stage_->num_params());
+    return padded;
+  }
+  return mine;
+}
+
+template <class T>
+void ModelParallel<T>::set_stage_state(Vector<T> state, const std::vector<T>& stage_values) {
+  if (options_.zero == 1) {
+    const std::size_t per = state.extent(0);
+    std::vector<T> block(per, T(0));
+    const std::size_t first = per * static_cast<std::size_t>(mesh_->dp_rank());
+    for (std::size_t i = 0; i < per && first + i < stage_values.size(); ++i)
+      block[i] = stage_values[first + i];
+    device_copy(block, state);
+    return;
+  }
+  device_copy(stage_values, state);
+}
+
+template <class T>
+std::vector<T> ModelParallel<T>::full_optimizer_state(int k) {
+  Vector<T> state = k == 0 ? optimizer_->state0() : optimizer_->state1();
+  // Whether the optimizer keeps this buffer is the same on every rank.
+  if (state.extent(0) == 0) return {};
+  return gather_stage(stage_state(state));
+}
+
+template <class T>
+void ModelParallel<T>::set_full_optimizer_state(int k, const std::vector<T>& full) {
+  Vector<T> state = k == 0 ? optimizer_->state0() : optimizer_->state1();
+  STRATA_REQUIRE(state.extent(0) > 0 || full.empty(), config,
+                 "model parallel: optimizer state ", k, " given to an optimizer that keeps none");
+  if (state.extent(0) == 0) return;
+  set_stage_state(state, scatter_stage(full));
 }
 
 template <class T>

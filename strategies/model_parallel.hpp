@@ -100,6 +100,12 @@ class ModelParallel {
   std::vector<T> full_params();
   // Sets this rank's shard from the whole model's parameters (single-rank layout).
   void set_full_params(const std::vector<T>& full);
+  // Optimizer state buffer k (0, 1; see Optimizer::state0/state1) of the
+  // whole model in single-rank layout (empty when the optimizer keeps none),
+  // and back: checkpoints of any mesh are single-rank checkpoints, resumable
+  // on any other mesh. Collective over world.
+  std::vector<T> full_optimizer_state(int k);
+  void set_full_optimizer_state(int k, const std::vector<T>& full);
 
   // The stage model: this rank's layers (sharded ones included).
   Sequential<T>& stage() { return *stage_; }
@@ -121,6 +127,12 @@ class ModelParallel {
                      std::size_t count, T scale, double& loss_sum);
   void backward_micro(std::size_t m, std::size_t count);
   void synchronize_and_update();
+  // Stage layout (num_params() values, host) <-> single-rank layout of the whole model.
+  std::vector<T> gather_stage(const std::vector<T>& stage_values);
+  std::vector<T> scatter_stage(const std::vector<T>& full) const;
+  // An optimizer state buffer in stage layout (ZeRO-1: gathered over dp) and back.
+  std::vector<T> stage_state(Vector<T> state);
+  void set_stage_state(Vector<T> state, const std::vector<T>& stage_values);
   Matrix<T> rows(const VectorBuffer<T>& buf, std::size_t count, std::size_t width) const;
 
   Context& ctx_;

@@ -100,19 +100,38 @@ inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig
   return r;
 }
 
+// The whole state of a model-parallel run in single-rank layout, as a
+// checkpoint holds it.
+struct FullState {
+  std::size_t step = 0;
+  std::vector<float> params, opt0, opt1;
+};
+
 // ModelParallel (pipeline, tensor parallel, ZeRO-1 and meshes) on `comm`:
 // each data-parallel rank loads its shard of the same global batches as
 // train_single; the parameters returned are the whole model's, gathered.
+// resume: start from this state (steps before it are skipped); end: the
+// state after the last step.
 inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, const DpConfig& c,
                                       const ModelParallelOptions& options,
                                       MemoryReport* memory = nullptr,
-                                      std::size_t* peak_in_flight = nullptr) {
+                                      std::size_t* peak_in_flight = nullptr,
+                                      const FullState* resume = nullptr,
+                                      FullState* end = nullptr) {
   auto d = dp_data(c);
   const int dp = options.mesh.dp;
   const int dp_rank = comm.rank() / (options.mesh.pp * options.mesh.tp);
   ModelParallel<float> mp(ctx, comm, {c.widths, ActivationKind::relu, c.dropout, c.seed},
                           Init::kaiming_uniform, c.seed, LossKind::cross_entropy, c.optimizer,
                           data::BatchLoader<float>::shard(c.batch, 0, dp).second, options);
+  std::size_t first = 0;
+  if (resume) {
+    mp.set_full_params(resume->params);
+    mp.set_full_optimizer_state(0, resume->opt0);
+    mp.set_full_optimizer_state(1, resume->opt1);
+    mp.optimizer().set_steps(static_cast<std::int64_t>(resume->step));
+    first = resume->step;
+  }
   data::BatchLoader<float> loader(d, c.batch, true, c.seed, false, dp_rank, dp);
   RunResult r;
   data::Batch<float> b;
@@ -120,14 +139,15 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
   for (std::size_t s = 0, epoch = 0; s < c.steps;) {
     loader.seek(epoch++, 0);
     while (s < c.steps && loader.next(b)) {
+      if (s++ < first) continue;
       r.losses.push_back(mp.step(b, loader.global_size()));
       peak = std::max(peak, mp.peak_in_flight());
-      ++s;
     }
   }
   r.params = mp.full_params();
   if (memory) *memory = mp.memory();
   if (peak_in_flight) *peak_in_flight = peak;
+  if (end) *end = {c.steps, r.params, mp.full_optimizer_state(0), mp.full_optimizer_state(1)};
   return r;
 }
 

@@ -208,6 +208,34 @@ TEST(Mesh, GroupsFollowTheDocumentedLayout) {
   });
 }
 
+// A run's state saved on one mesh continues on another: 10 steps as a
+// 2-stage pipeline, then 10 steps on dp2 x tp2 with ZeRO-1, equal 20 steps of
+// single-rank training (the optimizer state moves between layouts too).
+TEST(Mesh, StateMovesBetweenMeshesInSingleRankLayout) {
+  DpConfig c;
+  c.steps = 10;
+  test::FullState half;
+  auto pipeline = mesh(1, 2, 1);
+  pipeline.micro_batches = 2;
+  run_ranks(2, 1, [&](Context& ctx, comm::Communicator& comm) {
+    test::FullState mine;
+    test::train_model_parallel(ctx, comm, c, pipeline, nullptr, nullptr, nullptr, &mine);
+    if (comm.rank() == 0) half = mine;
+  });
+  ASSERT_FALSE(half.opt1.empty());
+  c.steps = 20;
+  auto hybrid = mesh(2, 1, 2);
+  hybrid.zero = 1;
+  RunResult second;
+  run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
+    auto r = test::train_model_parallel(ctx, comm, c, hybrid, nullptr, nullptr, &half);
+    if (comm.rank() == 0) second = r;
+  });
+  const auto single = test::train_single(c);
+  RunResult tail{{single.losses.begin() + 10, single.losses.end()}, single.params};
+  EXPECT_EQ(test::compare(second, tail, 1e-5), "");
+}
+
 // ------------------------------------------------------------- memory budget
 TEST(MemoryBudget, TooLargeForOneRankTrainsWithPipelineOrTensorParallelism) {
   DpConfig c;
