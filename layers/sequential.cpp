@@ -190,7 +190,7 @@ std::size_t count_nonfinite(Context& ctx, const T* p, std::size_t n) {
 template <class T>
 std::string Sequential<T>::first_nonfinite(Context& ctx) const {
   auto where = [&](std::size_t i) {
-    return "layer " + std::to_string(i) + " (" + layers_[i]->name() + ")";
+    return "layer " + std::to_string(first_index_ + i) + " (" + layers_[i]->name() + ")";
   };
   // Forward order for outputs, then backward order for gradients.
   for (std::size_t i = 0; i < layers_.size(); ++i)

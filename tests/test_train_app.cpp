@@ -183,6 +183,101 @@ TEST_F(TrainApp, DataParallelCheckpointResumesOnAnotherRankCount) {
   expect_close(losses(read_metrics("3.jsonl")), losses(read_metrics("1.jsonl")), 1e-5);
 }
 
+// ------------------------------------------------------- model parallelism
+const char* kModelParallelRun =
+    "--dataset synthetic --layers 12,32,32,16,4 --samples 240 --batch-size 12 --optimizer adam "
+    "--dropout 0.1 --steps 12 --log-every 1 --no-eval --threads 1 --metrics ";
+
+TEST_F(TrainApp, PipelineTensorAndHybridMatchOneRank) {
+  ASSERT_EQ(train(kModelParallelRun + path("one.jsonl")).exit_code, 0);
+  const auto one = losses(read_metrics("one.jsonl"));
+  for (const std::string& extra :
+       {"--strategy pipeline --ranks 3 --schedule gpipe --micro-batches 4",
+        "--strategy pipeline --ranks 2 --stage-cuts 4 --balance flops",
+        "--strategy tensor --ranks 2", "--strategy hybrid --ranks 4 --pp 2 --tp 2",
+        "--strategy hybrid --ranks 4 --dp 2 --pp 2", "--strategy dp --ranks 3 --zero 1"}) {
+    auto r = train(kModelParallelRun + path("mp.jsonl") + " " + extra);
+    ASSERT_EQ(r.exit_code, 0) << extra << "\n" << r.output;
+    EXPECT_OUTPUT_HAS(r, "strategy: mesh");
+    expect_close(losses(read_metrics("mp.jsonl")), one, 1e-5);
+  }
+}
+
+TEST_F(TrainApp, ModelParallelCheckpointsResumeOnAnotherMesh) {
+  // 6 steps as a 2-stage pipeline, then 6 more tensor parallel with ZeRO-1:
+  // the final checkpoint equals the one of 12 uninterrupted single-rank steps.
+  const std::string args = std::string(kCheckpointRun) + "--checkpoint-dir ";
+  ASSERT_EQ(train(args + path("one") + " --steps 12").exit_code, 0);
+  ASSERT_EQ(train(args + path("mp") + " --steps 6 --strategy pipeline --ranks 2 --threads 1").exit_code, 0);
+  auto r = train(args + path("mp") + " --steps 12 --strategy hybrid --ranks 4 --tp 2 --zero 1 "
+                 "--threads 1 --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Same losses to rounding; compare the parameters through the files' sizes
+  // and a one-rank continuation of the model-parallel checkpoint.
+  auto cont = train(std::string(kCheckpointRun) + "--steps 13 --checkpoint-dir " + path("mp") +
+                    " --resume --log-every 1 --metrics " + path("a.jsonl"));
+  auto ref = train(std::string(kCheckpointRun) + "--steps 13 --checkpoint-dir " + path("one") +
+                   " --resume --log-every 1 --metrics " + path("b.jsonl"));
+  ASSERT_EQ(cont.exit_code, 0) << cont.output;
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  expect_close(losses(read_metrics("a.jsonl")), losses(read_metrics("b.jsonl")), 1e-5);
+}
+
+TEST_F(TrainApp, ImpossibleMeshesAreRefusedBeforeTraining) {
+  struct Case {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"--strategy hybrid --ranks 2 --pp 2 --tp 2", "= 4 does not divide the 2 ranks"},
+      {"--strategy hybrid --ranks 2 --dp 2 --pp 2", "has 4 ranks but the world has 2"},
+      {"--strategy pipeline --ranks 3 --layers 12,4", "3 stages for a model of 1 layers"},
+      {"--strategy tensor --ranks 3", "--tp 3 does not divide the output width 32"},
+      {"--strategy pipeline --ranks 2 --stage-cuts 9", "cut points must increase"},
+      {"--strategy hybrid --ranks 4 --pp 2 --tp 2 --stage-cuts 1", "split by tensor parallelism"},
+      {"--strategy local --pp 2", "--strategy local contradicts"},
+      {"--strategy tensor --ranks 2 --accumulate 2", "--accumulate is for --strategy dp"},
+      {"--schedule zigzag", "unknown pipeline schedule 'zigzag'"},
+      {"--stage-cuts 2,x", "--stage-cuts '2,x': 'x' is not a positive integer"},
+  };
+  for (const auto& k : cases) {
+    const std::string args = k.args;
+    const std::string layers =
+        args.find("--layers") == std::string::npos ? "--layers 12,32,32,16,4 " : "";
+    auto r = train("--dataset synthetic --samples 100 --steps 2 --threads 1 " + layers + args);
+    EXPECT_EQ(r.exit_code, 2) << k.args << "\n" << r.output;
+    EXPECT_OUTPUT_HAS(r, k.message);
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "trained before refusing: " << k.args;
+  }
+}
+
+TEST_F(TrainApp, MemoryBudgetRefusesOneRankButFitsAPipeline) {
+  // 12-256-256-256-4 with Adam: about 2.1 MiB of parameters, gradients and
+  // optimizer state on one rank; a 2-stage pipeline or 2-way tensor
+  // parallelism needs about half.
+  const std::string args = "--dataset synthetic --layers 12,256,256,256,4 --samples 100 "
+                           "--steps 2 --optimizer adam --threads 1 --memory-budget-mb 1.8 ";
+  auto one = train(args);
+  EXPECT_EQ(one.exit_code, 2) << one.output;
+  EXPECT_OUTPUT_HAS(one, "memory budget of 1.80 MiB per rank exceeded");
+  auto pipeline = train(args + "--strategy pipeline --ranks 2");
+  EXPECT_EQ(pipeline.exit_code, 0) << pipeline.output;
+  auto tensor = train(args + "--strategy tensor --ranks 2");
+  EXPECT_EQ(tensor.exit_code, 0) << tensor.output;
+}
+
+#ifdef STRATA_MPIEXEC
+TEST_F(TrainApp, PipelineOnMpiRanksMatchesOneRank) {
+  ASSERT_EQ(train(kModelParallelRun + path("one.jsonl")).exit_code, 0);
+  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " +
+                               kModelParallelRun + path("mpi.jsonl") + " --strategy pipeline");
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  EXPECT_OUTPUT_HAS(mpi, "dp 1 x pp 2 x tp 1");
+  expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
+}
+#endif
+
 TEST_F(TrainApp, CorruptOrForeignCheckpointsAreRefusedAndEarlierOnesStillLoad) {
   const std::string dir = path("ck");
   ASSERT_EQ(train(std::string(kCheckpointRun) + "--steps 20 --checkpoint-every 5 --checkpoint-dir " + dir).exit_code, 0);

@@ -11,6 +11,7 @@
 #include "strategies/checkpoint.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
+#include "strategies/model_parallel.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -173,11 +174,7 @@ std::vector<float> to_host_vector(const View& v) {
   return out;
 }
 
-void from_host_vector(const std::vector<float>& in, Vector<T> v, const std::string& what,
-                      const std::string& file) {
-  STRATA_REQUIRE(in.size() == v.size(), config, "checkpoint '", file, "': ", what, " has ",
-                 in.size(), " values but this model needs ", v.size(),
-                 " (a checkpoint of another model?)");
+void from_host_vector(const std::vector<float>& in, Vector<T> v) {
   if (!in.empty())
     Kokkos::deep_copy(v, Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
 }
@@ -187,9 +184,22 @@ struct Position {
   std::size_t step = 0, epoch = 0, index = 0;  // index: next micro-batch in the epoch
 };
 
-// Restores parameters, optimizer state, dropout counters and the position.
-Position restore(const TrainConfig& c, const std::string& file, Sequential<T>& model,
-                 Optimizer<T>& optimizer) {
+// What a checkpoint holds besides configuration and position, in the
+// single-rank layout whatever the strategy (so any strategy resumes any).
+struct Snapshot {
+  std::vector<float> params, opt0, opt1;
+  std::int64_t optimizer_steps = 0;
+  std::vector<std::uint64_t> dropout_calls;
+};
+
+// Dropout layers of the whole model.
+std::size_t dropout_layers(const TrainConfig& c) {
+  return c.dropout > 0 ? c.layers.size() - 2 : 0;
+}
+
+// Reads and verifies a checkpoint against this configuration.
+std::pair<Snapshot, Position> load_checkpoint(const TrainConfig& c, const std::string& file,
+                                              std::size_t num_params) {
   const auto ck = checkpoint::load(file);
   const auto want = nlohmann::json::parse(checkpoint_config(c));
   nlohmann::json have;
@@ -203,44 +213,217 @@ Position restore(const TrainConfig& c, const std::string& file, Sequential<T>& m
                    "checkpoint '", file, "' was written with ", it.key(), " = ",
                    have.contains(it.key()) ? have[it.key()].dump() : "nothing",
                    " but this run has ", it.key(), " = ", it.value().dump());
-  from_host_vector(ck.params, model.params(), "params", file);
-  from_host_vector(ck.opt0, optimizer.state0(), "optimizer state", file);
-  from_host_vector(ck.opt1, optimizer.state1(), "optimizer state", file);
+  Snapshot s;
+  s.params = ck.params;
+  s.opt0 = ck.opt0;
+  s.opt1 = ck.opt1;
+  for (const auto* v : {&s.params, &s.opt0, &s.opt1})
+    STRATA_REQUIRE(v->size() == num_params || (v != &s.params && v->empty()), config,
+                   "checkpoint '", file, "': ", v == &s.params ? "params" : "optimizer state",
+                   " has ", v->size(), " values but this model needs ", num_params,
+                   " (a checkpoint of another model?)");
   Position p;
   try {
     const auto st = nlohmann::json::parse(ck.state);
     p.step = st.at("step");
     p.epoch = st.at("epoch");
     p.index = st.at("index");
-    optimizer.set_steps(st.at("optimizer_steps"));
-    const auto calls = st.at("dropout_calls").get<std::vector<std::uint64_t>>();
-    auto d = dropouts(model);
-    STRATA_REQUIRE(calls.size() == d.size(), config, "checkpoint '", file, "': ", calls.size(),
-                   " dropout layers, this model has ", d.size());
-    for (std::size_t i = 0; i < d.size(); ++i) d[i]->set_calls(calls[i]);
+    s.optimizer_steps = st.at("optimizer_steps");
+    s.dropout_calls = st.at("dropout_calls").get<std::vector<std::uint64_t>>();
   } catch (const nlohmann::json::exception& e) {
     STRATA_THROW(data, "checkpoint '", file, "': bad state section (", e.what(), ")");
   }
-  return p;
+  STRATA_REQUIRE(s.dropout_calls.size() == dropout_layers(c), config, "checkpoint '", file, "': ",
+                 s.dropout_calls.size(), " dropout layers, this model has ", dropout_layers(c));
+  return {s, p};
 }
 
-std::string save_checkpoint(const TrainConfig& c, const Position& p, Sequential<T>& model,
-                            Optimizer<T>& optimizer) {
+std::string save_checkpoint(const TrainConfig& c, const Position& p, const Snapshot& snap) {
   checkpoint::State s;
   s.config = checkpoint_config(c);
-  std::vector<std::uint64_t> calls;
-  for (auto* d : dropouts(model)) calls.push_back(d->calls());
   s.state = nlohmann::json{{"step", p.step},
                            {"epoch", p.epoch},
                            {"index", p.index},
-                           {"optimizer_steps", optimizer.steps()},
-                           {"dropout_calls", calls}}
+                           {"optimizer_steps", snap.optimizer_steps},
+                           {"dropout_calls", snap.dropout_calls}}
                 .dump();
-  s.params = to_host_vector(model.params());
-  s.opt0 = to_host_vector(optimizer.state0());
-  s.opt1 = to_host_vector(optimizer.state1());
+  s.params = snap.params;
+  s.opt0 = snap.opt0;
+  s.opt1 = snap.opt1;
   return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
 }
+
+// The strategy train_rank drives: DataParallel (one rank is local training)
+// or ModelParallel (pipeline, tensor parallelism, ZeRO-1, meshes).
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string describe() const = 0;
+  virtual std::size_t num_params() const = 0;  // of the whole model
+  // Which shard of each global batch this rank loads.
+  virtual int data_rank() const = 0;
+  virtual int data_ranks() const = 0;
+  virtual double step(const std::vector<data::Batch<T>>& micro, std::size_t global) = 0;
+  virtual std::string first_nonfinite() = 0;
+  // Collective engines: every rank calls evaluate() and snapshot(); else only rank 0.
+  virtual bool collective() const = 0;
+  virtual Evaluation evaluate(const data::Dataset& d, std::size_t batch) = 0;
+  virtual Snapshot snapshot() = 0;
+  virtual void restore(const Snapshot& s) = 0;
+};
+
+class DataParallelEngine final : public Engine {
+ public:
+  DataParallelEngine(const TrainConfig& c, Context& ctx, comm::Communicator& comm,
+                     std::size_t batch)
+      : ctx_(ctx),
+        comm_(comm),
+        model_(make_mlp<T>({c.layers, c.activation, c.dropout, c.seed})),
+        loss_(make_loss<T>(c.loss)) {
+    // The largest shard of a global batch (the first ranks take the remainder).
+    model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
+    model_.init(c.init, c.seed);
+    optimizer_ = std::make_unique<Optimizer<T>>(c.optimizer, model_.num_params());
+    DataParallelOptions o;
+    o.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
+    o.overlap = c.overlap;
+    strategy_ = std::make_unique<DataParallel<T>>(ctx, comm, model_, *loss_, *optimizer_, o);
+  }
+  std::string describe() const override {
+    return comm_.size() == 1 ? "local (one rank)"
+                             : "data parallel over " + std::to_string(comm_.size()) + " ranks";
+  }
+  std::size_t num_params() const override { return model_.num_params(); }
+  int data_rank() const override { return comm_.rank(); }
+  int data_ranks() const override { return comm_.size(); }
+  double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
+    return strategy_->step(micro, global);
+  }
+  std::string first_nonfinite() override { return model_.first_nonfinite(ctx_); }
+  bool collective() const override { return false; }
+  Evaluation evaluate(const data::Dataset& d, std::size_t batch) override {
+    return strata::evaluate(ctx_, model_, *loss_, d, batch);
+  }
+  Snapshot snapshot() override {
+    Snapshot s;
+    s.params = to_host_vector(model_.params());
+    s.opt0 = to_host_vector(optimizer_->state0());
+    s.opt1 = to_host_vector(optimizer_->state1());
+    s.optimizer_steps = optimizer_->steps();
+    for (auto* d : dropouts(model_)) s.dropout_calls.push_back(d->calls());
+    return s;
+  }
+  void restore(const Snapshot& s) override {
+    from_host_vector(s.params, model_.params());
+    from_host_vector(s.opt0, optimizer_->state0());
+    from_host_vector(s.opt1, optimizer_->state1());
+    optimizer_->set_steps(s.optimizer_steps);
+    auto d = dropouts(model_);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i]->set_calls(s.dropout_calls.at(i));
+  }
+
+ private:
+  Context& ctx_;
+  comm::Communicator& comm_;
+  Sequential<T> model_;
+  std::unique_ptr<Loss<T>> loss_;
+  std::unique_ptr<Optimizer<T>> optimizer_;
+  std::unique_ptr<DataParallel<T>> strategy_;
+};
+
+// The mesh of a configuration on `world` ranks: the factors given, the
+// strategy's default for the others, and the data-parallel factor last.
+MeshShape mesh_shape(const TrainConfig& c, int world) {
+  MeshShape m;
+  m.pp = c.pp > 0 ? c.pp : c.strategy == "pipeline" && c.dp == 0 ? world : 1;
+  m.tp = c.tp > 0 ? c.tp : c.strategy == "tensor" && c.dp == 0 ? world : 1;
+  if (c.dp > 0) {
+    m.dp = c.dp;
+  } else {
+    STRATA_REQUIRE(world % (m.pp * m.tp) == 0, config, "--pp ", m.pp, " x --tp ", m.tp, " = ",
+                   m.pp * m.tp, " does not divide the ", world, " ranks");
+    m.dp = world / (m.pp * m.tp);
+  }
+  return m;
+}
+
+class ModelParallelEngine final : public Engine {
+ public:
+  ModelParallelEngine(const TrainConfig& c, Context& ctx, comm::Communicator& world,
+                      std::size_t batch)
+      : ctx_(ctx), world_(world), config_(c) {
+    ModelParallelOptions o;
+    o.mesh = mesh_shape(c, world.size());
+    o.micro_batches = c.micro_batches > 0 ? c.micro_batches : 2 * static_cast<std::size_t>(o.mesh.pp);
+    o.schedule = parse_schedule(c.schedule);
+    o.cuts = c.stage_cuts;
+    o.balance = parse_balance(c.balance);
+    o.zero = c.zero;
+    o.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
+    validate_mesh(o.mesh, world.size());
+    const std::size_t shard =
+        std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, o.mesh.dp).second);
+    mp_ = std::make_unique<ModelParallel<T>>(ctx, world, MlpSpec{c.layers, c.activation, c.dropout, c.seed},
+                                             c.init, c.seed, c.loss, c.optimizer, shard, o);
+    options_ = o;
+  }
+  std::string describe() const override {
+    std::string s = "mesh " + options_.mesh.str();
+    if (options_.mesh.pp > 1)
+      s += ", " + std::string(to_string(options_.schedule)) + " with " +
+           std::to_string(options_.micro_batches) + " micro-batches, stage " +
+           std::to_string(mp_->mesh().pp_rank()) + " holds layers " +
+           std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
+           std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
+    if (options_.zero) s += ", ZeRO-1";
+    return s + "; memory per rank: " + mp_->memory().str();
+  }
+  std::size_t num_params() const override {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i + 1 < config_.layers.size(); ++i)
+      n += config_.layers[i] * config_.layers[i + 1] + config_.layers[i + 1];
+    return n;
+  }
+  int data_rank() const override { return mp_->mesh().dp_rank(); }
+  int data_ranks() const override { return mp_->mesh().shape().dp; }
+  double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
+    return mp_->step(micro.at(0), global);
+  }
+  std::string first_nonfinite() override {
+    return "stage " + std::to_string(mp_->mesh().pp_rank()) + ": " +
+           mp_->stage().first_nonfinite(ctx_);
+  }
+  bool collective() const override { return true; }
+  Evaluation evaluate(const data::Dataset& d, std::size_t) override { return mp_->evaluate(d); }
+  Snapshot snapshot() override {
+    Snapshot s;
+    s.params = mp_->full_params();
+    s.opt0 = mp_->full_optimizer_state(0);
+    s.opt1 = mp_->full_optimizer_state(1);
+    s.optimizer_steps = mp_->optimizer().steps();
+    // Every dropout layer has drawn once per step: the calls of any.
+    std::int64_t calls = 0;
+    for (auto* d : dropouts(mp_->stage())) calls = static_cast<std::int64_t>(d->calls());
+    calls = world_.allreduce_value(calls, comm::ReduceOp::max);
+    s.dropout_calls.assign(dropout_layers(config_), static_cast<std::uint64_t>(calls));
+    return s;
+  }
+  void restore(const Snapshot& s) override {
+    mp_->set_full_params(s.params);
+    mp_->set_full_optimizer_state(0, s.opt0);
+    mp_->set_full_optimizer_state(1, s.opt1);
+    mp_->optimizer().set_steps(s.optimizer_steps);
+    for (auto* d : dropouts(mp_->stage()))
+      d->set_calls(s.dropout_calls.empty() ? 0 : s.dropout_calls.front());
+  }
+
+ private:
+  Context& ctx_;
+  comm::Communicator& world_;
+  TrainConfig config_;
+  ModelParallelOptions options_;
+  std::unique_ptr<ModelParallel<T>> mp_;
+};
 
 // Fault injection for tests of failure handling: STRATA_FAULT=RANK:STEP makes
 // global rank RANK fail after STEP steps: a thread rank throws; with MPI (one
@@ -277,28 +460,26 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   const auto wall0 = Clock::now();
   Progress progress(rep.active && !c.quiet);
   const std::size_t batch = std::min(c.batch_size, d.train.size());
-  MlpSpec spec{c.layers, c.activation, c.dropout, c.seed};
-  Sequential<T> model = make_mlp<T>(spec);
-  // The largest shard of a global batch (the first ranks take the remainder).
-  model.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
-  model.init(c.init, c.seed);
-  auto loss = make_loss<T>(c.loss);
-  Optimizer<T> optimizer(c.optimizer, model.num_params());
-  // Every rank restores the same checkpoint (DataParallel then broadcasts
-  // rank 0's parameters, which are the same).
+  std::unique_ptr<Engine> engine;
+  if (model_parallel(c))
+    engine = std::make_unique<ModelParallelEngine>(c, ctx, comm, batch);
+  else
+    engine = std::make_unique<DataParallelEngine>(c, ctx, comm, batch);
+  // Every rank restores the same checkpoint (it holds the whole model in
+  // single-rank layout: any strategy and mesh resumes it).
   Position start;
   const std::string resume_file =
       !c.resume_from.empty() ? c.resume_from : c.resume ? checkpoint::latest(c.checkpoint_dir) : "";
-  if (!resume_file.empty()) start = restore(c, resume_file, model, optimizer);
-  DataParallelOptions dpo;
-  dpo.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
-  dpo.overlap = c.overlap;
-  DataParallel<T> strategy(ctx, comm, model, *loss, optimizer, dpo);
+  if (!resume_file.empty()) {
+    auto [snapshot, position] = load_checkpoint(c, resume_file, engine->num_params());
+    engine->restore(snapshot);
+    start = position;
+  }
   // One loader per micro-batch of an optimizer step (each keeps its batch alive).
   std::vector<std::unique_ptr<data::BatchLoader<T>>> loaders;
   for (std::size_t m = 0; m < c.accumulate; ++m)
-    loaders.push_back(std::make_unique<data::BatchLoader<T>>(d.train, batch, c.shuffle, c.seed,
-                                                            false, comm.rank(), comm.size()));
+    loaders.push_back(std::make_unique<data::BatchLoader<T>>(
+        d.train, batch, c.shuffle, c.seed, false, engine->data_rank(), engine->data_ranks()));
   const std::size_t per_epoch = loaders[0]->batches_per_epoch();  // micro-batches
   const std::size_t steps_per_epoch = (per_epoch + c.accumulate - 1) / c.accumulate;
   const std::size_t total = c.steps > 0 ? c.steps : c.epochs * steps_per_epoch;
@@ -308,7 +489,8 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   if (!resume_file.empty())
     progress.line(rep.prefix + "resumed from " + resume_file + " at step " +
                   std::to_string(start.step) + " (epoch " + std::to_string(start.epoch + 1) + ")");
-  progress.line(rep.prefix + "model: " + std::to_string(model.num_params()) + " parameters, " +
+  progress.line(rep.prefix + "strategy: " + engine->describe());
+  progress.line(rep.prefix + "model: " + std::to_string(engine->num_params()) + " parameters, " +
                 std::to_string(d.train.size()) + " training samples (" + d.train.name +
                 "), global batch " + std::to_string(batch) +
                 (c.accumulate > 1 ? " x " + std::to_string(c.accumulate) + " accumulated" : "") +
@@ -320,7 +502,13 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   double timed_s = 0, last_loss = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
-  const bool saves = !c.checkpoint_dir.empty() && comm.rank() == 0;
+  const bool saves = !c.checkpoint_dir.empty();  // rank 0 writes
+  // Snapshots are collective for model-parallel engines.
+  auto save = [&](const Position& p) {
+    if (!engine->collective() && comm.rank() != 0) return std::string();
+    const Snapshot snap = engine->snapshot();
+    return comm.rank() == 0 ? save_checkpoint(c, p, snap) : std::string();
+  };
   Position pos = start;
   const Fault fault = Fault::from_environment(comm.name() == "mpi");
   std::vector<data::Batch<T>> micro(c.accumulate);
@@ -337,10 +525,10 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
         global += loaders[m]->global_size();
       }
       const auto t0 = Clock::now();
-      last_loss = strategy.step(micro, global);
+      last_loss = engine->step(micro, global);
       ++step;
       if (!std::isfinite(last_loss)) {
-        const std::string origin = model.first_nonfinite(ctx);
+        const std::string origin = engine->first_nonfinite();
         STRATA_THROW(runtime, "training diverged: the loss is ", last_loss, " at step ", step,
                      " (epoch ", epoch + 1, ")",
                      origin.empty() ? std::string() : "; the first non-finite values are in " + origin,
@@ -350,7 +538,7 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
       // Where the next step starts.
       pos = index == per_epoch ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
       if (saves && c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && step < total)
-        save_checkpoint(c, pos, model, optimizer);
+        save(pos);
       if (step > first_step + c.warmup_steps) {
         timed_s += seconds_since(t0);
         timed_samples += global;
@@ -374,12 +562,13 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
                         " samples/s  ETA " + format_duration(elapsed / step * (total - step)));
       }
     }
-    if (saves && c.checkpoint_every == 0 && step < total && index == per_epoch)
-      save_checkpoint(c, pos, model, optimizer);
-    // Every rank holds the same parameters: rank 0 evaluates, the others go on
-    // (they wait for it in the next step's collectives).
+    if (saves && c.checkpoint_every == 0 && step < total && index == per_epoch) save(pos);
+    // Data parallel: every rank holds the same parameters, rank 0 evaluates
+    // and the others go on (they wait for it in the next step's
+    // collectives). Model parallel: every rank takes part.
+    if (c.evaluate && d.test.size() > 0 && (comm.rank() == 0 || engine->collective()))
+      eval = engine->evaluate(d.test, batch);
     if (c.evaluate && d.test.size() > 0 && comm.rank() == 0) {
-      eval = evaluate(ctx, model, *loss, d.test, batch);
       nlohmann::json j{{"step", step}, {"epoch", epoch + 1}};
       std::string text = "epoch " + std::to_string(epoch + 1) + ": ";
       if (d.test.is_classification()) {
@@ -395,8 +584,8 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
     }
   }
   if (saves) {
-    const std::string file = save_checkpoint(c, pos, model, optimizer);
-    progress.line(rep.prefix + "checkpoint: " + file);
+    const std::string file = save(pos);
+    if (comm.rank() == 0) progress.line(rep.prefix + "checkpoint: " + file);
   }
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
   const double wall = seconds_since(wall0);
@@ -423,6 +612,13 @@ int train(const TrainConfig& c, comm::Communicator& world) {
                  " ranks were requested (use --strategy dp)");
   STRATA_REQUIRE(c.accumulate == 1 || c.strategy != "local", config,
                  "--accumulate needs --strategy dp (or auto)");
+  // Meshes split the world; thread ranks inside several MPI processes form a
+  // hierarchical communicator, which cannot be split.
+  STRATA_REQUIRE(!(model_parallel(c) && c.ranks > 1 && world.size() > 1), config,
+                 "--strategy ", c.strategy, " with --pp/--tp/--zero runs on thread ranks of one "
+                 "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
+                 " x ", world.size(), " processes");
+  if (model_parallel(c)) validate_mesh(mesh_shape(c, c.ranks * world.size()), c.ranks * world.size());
   data::Split d = load_data(c);
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;

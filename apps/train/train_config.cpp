@@ -8,9 +8,40 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 
 namespace strata::app {
+
+namespace {
+// "2,4" -> {2, 4}; throws config naming the option and the bad field.
+std::vector<std::size_t> parse_positive_list(const char* option, const std::string& text) {
+  std::vector<std::size_t> values;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string field = text.substr(start, end - start);
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(field, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    STRATA_REQUIRE(!field.empty() && used == field.size() && v > 0, config, option, " '", text,
+                   "': '", field, "' is not a positive integer");
+    values.push_back(static_cast<std::size_t>(v));
+    start = end + 1;
+  }
+  return values;
+}
+}  // namespace
+
+bool model_parallel(const TrainConfig& c) {
+  return c.strategy == "pipeline" || c.strategy == "tensor" || c.strategy == "hybrid" ||
+         c.pp > 1 || c.tp > 1 || c.zero > 0 || c.memory_budget_mb > 0 || !c.stage_cuts.empty() ||
+         c.micro_batches > 0;
+}
 
 std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args) {
   TrainConfig c;
@@ -79,7 +110,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->capture_default_str();
   app.add_option("--gemm", c.gemm, "auto | vendor | portable")->capture_default_str();
   app.add_option("--strategy", c.strategy,
-                 "auto | local | dp (auto: dp when there is more than one rank)")
+                 "auto | local | dp | pipeline | tensor | hybrid (auto: dp when there is more "
+                 "than one rank, hybrid when --pp, --tp or --zero is given)")
       ->capture_default_str();
   app.add_option("--ranks", c.ranks,
                  "thread ranks per process (under mpirun/srun: per MPI process)")
@@ -99,6 +131,28 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
+  app.add_option("--dp", c.dp, "mesh: data-parallel ranks (default: the ranks left over)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--pp,--stages", c.pp,
+                 "mesh: pipeline stages (--strategy pipeline: default every rank)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tp", c.tp, "mesh: tensor-parallel ranks (--strategy tensor: default every rank)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--micro-batches", c.micro_batches,
+                 "pipeline: micro-batches per step (default: 2 x stages)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--schedule", c.schedule, "pipeline: gpipe | 1f1b")->capture_default_str();
+  std::string cuts;
+  app.add_option("--stage-cuts", cuts,
+                 "pipeline: first layer index of stages 1.. (e.g. 2,4; default: balanced)");
+  app.add_option("--balance", c.balance, "pipeline: balance stages by params | flops")
+      ->capture_default_str();
+  app.add_option("--zero", c.zero, "1: shard optimizer state over data-parallel ranks (ZeRO-1)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--memory-budget-mb", c.memory_budget_mb,
+                 "refuse to start when a rank needs more MiB for parameters, gradients, "
+                 "optimizer state and activations")
+      ->check(CLI::Range(0.0, 1e12));
   app.add_option("--checkpoint-dir", c.checkpoint_dir,
                  "write checkpoints here (atomically; a 'latest' file names the newest)");
   app.add_option("--checkpoint-every", c.checkpoint_every,
@@ -142,8 +196,26 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "--resume and --resume-from contradict each other; give one");
   STRATA_REQUIRE(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), config,
                  "--checkpoint-every needs --checkpoint-dir");
-  STRATA_REQUIRE(c.strategy == "auto" || c.strategy == "local" || c.strategy == "dp", config,
-                 "--strategy: unknown strategy '", c.strategy, "' (expected auto, local or dp)");
+  const std::vector<std::string> strategies{"auto", "local", "dp", "pipeline", "tensor", "hybrid"};
+  STRATA_REQUIRE(std::find(strategies.begin(), strategies.end(), c.strategy) != strategies.end(),
+                 config, "--strategy: unknown strategy '", c.strategy,
+                 "' (expected auto, local, dp, pipeline, tensor or hybrid)");
+  STRATA_REQUIRE(c.schedule == "gpipe" || c.schedule == "1f1b", config,
+                 "--schedule: unknown pipeline schedule '", c.schedule, "' (expected gpipe or 1f1b)");
+  STRATA_REQUIRE(c.balance == "params" || c.balance == "flops", config,
+                 "--balance: unknown value '", c.balance, "' (expected params or flops)");
+  if (!cuts.empty()) c.stage_cuts = parse_positive_list("--stage-cuts", cuts);
+  STRATA_REQUIRE(!(c.strategy == "local" && (c.pp > 1 || c.tp > 1 || c.dp > 1 || c.zero)), config,
+                 "--strategy local contradicts --dp/--pp/--tp/--zero (use --strategy hybrid)");
+  STRATA_REQUIRE(!(c.strategy == "dp" && (c.pp > 1 || c.tp > 1)), config,
+                 "--strategy dp contradicts --pp/--tp (use --strategy hybrid)");
+  STRATA_REQUIRE(!(c.strategy == "pipeline" && c.tp > 1), config,
+                 "--strategy pipeline contradicts --tp (use --strategy hybrid)");
+  STRATA_REQUIRE(!(c.strategy == "tensor" && c.pp > 1), config,
+                 "--strategy tensor contradicts --pp (use --strategy hybrid)");
+  STRATA_REQUIRE(!(model_parallel(c) && c.accumulate > 1), config,
+                 "--accumulate is for --strategy dp; pipelines split the batch with "
+                 "--micro-batches instead");
   STRATA_REQUIRE(c.gemm == "auto" || c.gemm == "vendor" || c.gemm == "portable", config,
                  "--gemm: unknown value '", c.gemm, "' (expected auto, vendor or portable)");
   STRATA_REQUIRE(c.data_dir.empty() || c.dataset == "fashion-mnist", config,

@@ -39,13 +39,21 @@ struct TrainConfig {
   bool quiet = false;
   std::string gemm = "auto";  // auto | vendor | portable
   // Parallelism.
-  std::string strategy = "auto";  // auto | local | dp
+  std::string strategy = "auto";  // auto | local | dp | pipeline | tensor | hybrid
   int ranks = 1;                  // thread ranks per process
   int threads = 0;                // Kokkos threads per rank (0: cores / ranks on this node)
   double bucket_mb = 25;          // gradient bucket size (0: one bucket)
   bool overlap = true;            // communicate buckets during backward
   std::size_t accumulate = 1;     // micro-batches per optimizer step
   bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
+  // Model parallelism (0: derived from the strategy and the world size).
+  int dp = 0, pp = 0, tp = 0;
+  std::size_t micro_batches = 0;         // pipeline micro-batches per step (0: 2 x stages)
+  std::string schedule = "1f1b";         // gpipe | 1f1b
+  std::vector<std::size_t> stage_cuts;   // first layer of stages 1..pp-1 (empty: balanced)
+  std::string balance = "params";        // params | flops
+  int zero = 0;                          // 1: shard optimizer state over data-parallel ranks
+  double memory_budget_mb = 0;           // per rank; 0: no limit
   // Checkpoints.
   std::string checkpoint_dir;
   std::size_t checkpoint_every = 0;  // steps; 0: at the end of every epoch
@@ -53,6 +61,10 @@ struct TrainConfig {
   bool resume = false;               // from the latest checkpoint in checkpoint_dir
   std::string resume_from;           // a checkpoint file
 };
+
+// Whether the configuration needs the model-parallel engine (pipeline,
+// tensor parallelism, ZeRO-1 or a memory budget) rather than DataParallel.
+bool model_parallel(const TrainConfig& c);
 
 // Parses the program's arguments (argv without argv[0] and without Kokkos
 // options). Returns nullopt after printing --help or --version output.
