@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <sstream>
 
@@ -25,6 +26,9 @@ Balance parse_balance(const std::string& name) {
 const char* to_string(Balance b) { return b == Balance::params ? "params" : "flops"; }
 
 namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 std::string mib(std::size_t bytes) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -213,7 +217,9 @@ void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
     in = row_block(shard.x, first, count);
   } else {
     Matrix<T> buf = rows(inputs_[slot], count, stage_->in_features());
+    const auto t0 = Clock::now();
     mesh_->pp().recv(buf, p - 1, tag);
+    timing_.pipeline_wait_s += since(t0);
     in = buf;
   }
   stage_->set_row_offset(shard.first_row + first);
@@ -238,7 +244,9 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
     dy = stage_->output_grad(slot);
   } else {
     Matrix<T> buf = rows(dy_, count, stage_->out_features());
+    const auto t0 = Clock::now();
     mesh_->pp().recv(buf, p + 1, tag);
+    timing_.pipeline_wait_s += since(t0);
     dy = buf;
   }
   Matrix<T> dx;
@@ -284,6 +292,8 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
                  " rows exceeds the ", max_micro_ * options_.micro_batches, " it was built for");
   const std::size_t M = std::min(options_.micro_batches, B);
   const T scale = T(1) / static_cast<T>(global_samples);
+  const auto t0 = Clock::now();
+  timing_ = Timing();
   stage_->zero_grad(ctx_);
   stage_->set_training(true);
   in_flight_ = peak_in_flight_ = 0;
@@ -307,10 +317,14 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     }
     for (std::size_t m = M - warmup; m < M; ++m) Bk(m);
   }
+  const auto t1 = Clock::now();
   synchronize_and_update();
+  timing_.sync_s = since(t1);
   // The loss: summed on the last stage of every pipeline (tensor rank 0).
   const bool counts = last_stage() && mesh_->tp_rank() == 0;
   const double total = mesh_->world().allreduce_value(counts ? loss_sum : 0.0);
+  ctx_.exec.fence();
+  timing_.step_s = since(t0);
   return total / static_cast<double>(global_samples);
 }
 

@@ -117,6 +117,14 @@ class ModelParallel {
   MemoryReport memory() const { return memory_; }
   // Most micro-batches whose activations were held at once (last step).
   std::size_t peak_in_flight() const { return peak_in_flight_; }
+  // Where the last step's time went on this rank (seconds): waiting for
+  // activations or gradients from the neighbouring stages (the pipeline
+  // bubble as this stage sees it), and the data-parallel synchronisation
+  // with the optimizer step.
+  struct Timing {
+    double step_s = 0, pipeline_wait_s = 0, sync_s = 0;
+  };
+  const Timing& last_timing() const { return timing_; }
   // Evaluates the whole model over a data set (evaluation mode; collective
   // over world): every pipeline runs the data set through its stages, the
   // result is the same on every rank.
@@ -150,6 +158,7 @@ class ModelParallel {
   std::vector<VectorBuffer<T>> inputs_;
   VectorBuffer<T> dy_, dx_;
   MemoryReport memory_;
+  Timing timing_;
 };
 
 }  // namespace strata

@@ -334,7 +334,7 @@ TEST_F(TrainApp, BadOptionsExitWith2) {
        {"--no-such-option", "--epochs 2 --steps 3", "--layers 10,abc,2", "--layers 10",
         "--optimizer lbfgs", "--loss hinge", "--activation swish", "--batch-size 0",
         "--dataset imagenet", "--dataset synthetic --lr -1", "--loss mse --dataset fashion-mnist",
-        "--dataset synthetic --strategy local --ranks 2", "--strategy pipeline", "--ranks 0",
+        "--dataset synthetic --strategy local --ranks 2", "--strategy zigzag", "--ranks 0",
         "--resume", "--checkpoint-every 5", "--checkpoint-dir x --resume --resume-from y"}) {
     auto r = train(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
