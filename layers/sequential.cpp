@@ -51,12 +51,9 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
   const std::size_t padded = (n + pad_multiple - 1) / pad_multiple * pad_multiple;
   if (!built_ || params_.extent(0) != padded) {
     params_ = VectorBuffer<T>("strata::params", padded);
-    grads_ = VectorBuffer<T>("strata::grads", padded);
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const auto slice = Kokkos::make_pair(offsets_[i], offsets_[i + 1]);
-      layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice),
-                       Kokkos::subview(Vector<T>(grads_), slice));
-    }
+    grads_owner_ = VectorBuffer<T>("strata::grads", padded);
+    grads_ = grads_owner_;
+    bind_layers();
   }
   acts_.clear();
   dout_.clear();
@@ -76,6 +73,26 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
   grad_a_ = VectorBuffer<T>("strata::grad_a", max_batch * widest);
   grad_b_ = VectorBuffer<T>("strata::grad_b", max_batch * widest);
   built_ = true;
+}
+
+template <class T>
+void Sequential<T>::bind_layers() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto slice = Kokkos::make_pair(offsets_[i], offsets_[i + 1]);
+    layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice), Kokkos::subview(grads_, slice));
+  }
+}
+
+template <class T>
+void Sequential<T>::use_grad_storage(Vector<T> storage) {
+  STRATA_REQUIRE(built_, config, "Sequential: use_grad_storage() before build()");
+  STRATA_REQUIRE(storage.extent(0) >= grads_.extent(0), config, "Sequential: gradient storage of ",
+                 storage.extent(0), " elements for ", grads_.extent(0));
+  Vector<T> target(storage.data(), grads_.extent(0));
+  Kokkos::deep_copy(target, grads_);
+  grads_ = target;
+  grads_owner_ = VectorBuffer<T>();
+  bind_layers();
 }
 
 template <class T>

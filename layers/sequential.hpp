@@ -88,6 +88,12 @@ class Sequential {
   Vector<T> padded_params() const { return params_; }
   Vector<T> padded_grads() const { return grads_; }
 
+  // Moves the flat gradient buffer into `storage` (at least
+  // padded_grads().extent(0) elements, host or device memory as MemSpace;
+  // for example a communicator's shared memory, Communicator::allocate_shared).
+  // The storage must outlive every later use of the model. After build().
+  void use_grad_storage(Vector<T> storage);
+
   // Bytes of activation storage build(max_batch, slots) allocates: layer
   // outputs and loss gradients per slot, input-gradient ping-pong buffers and
   // layer workspaces. Known before build() (memory budgets are checked first).
@@ -103,6 +109,8 @@ class Sequential {
   std::string first_nonfinite(Context& ctx) const;
 
  private:
+  void bind_layers();
+
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::size_t> widths_;   // widths_[i]: input width of layer i
   std::vector<std::size_t> offsets_;  // offsets_[i]: first parameter of layer i
@@ -110,7 +118,8 @@ class Sequential {
   std::size_t max_batch_ = 0, slots_ = 1;
   std::vector<std::size_t> batch_;  // rows of the last forward, per slot
   bool built_ = false;
-  VectorBuffer<T> params_, grads_;
+  VectorBuffer<T> params_, grads_owner_;
+  Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
   std::vector<VectorBuffer<T>> acts_;  // acts_[s * L + i]: output of layer i in slot s (flat)
   VectorBuffer<T> grad_a_, grad_b_;    // ping-pong input gradients (flat)
   std::vector<VectorBuffer<T>> dout_;  // per slot: gradient of the model output (flat)

@@ -21,6 +21,13 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
                  optimizer.size(), " parameters used with a model of ", model.num_params());
   // Rank 0's parameters for everyone.
   comm_.broadcast(model_.params(), 0);
+  // Gradients in the communicator's shared memory where it has some (MPI
+  // ranks on one node): buckets are then reduced in place across processes.
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible && comm.size() > 1) {
+    const std::size_t n = model.padded_grads().extent(0);
+    if (void* p = comm_.allocate_shared(n * sizeof(T)))
+      model_.use_grad_storage(Vector<T>(static_cast<T*>(p), n));
+  }
   // Buckets from the end of the flat buffer (the last layer's gradients are
   // ready first).
   const std::size_t n = model.num_params();

@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include <Kokkos_Core.hpp>
 
 namespace strata {
@@ -63,6 +66,53 @@ TEST(Hierarchical, EveryCollectiveWithTwoThreadRanksPerProcess) {
     errors[local.rank()] = test::check_all_collectives(h);
   });
   for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+// allocate_shared: allreduce of a buffer in the node's shared-memory window
+// (reduced in place across processes) equals MPI's allreduce of a private
+// copy, for every type and operation, counts not divisible by the ranks and
+// buffers at an offset inside the window.
+TEST(Mpi, SharedMemoryAllreduceMatchesMpi) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  const std::size_t capacity = 1 << 16;
+  void* shared = world.allocate_shared(capacity * sizeof(double));
+  if (world.size() == 1) {
+    EXPECT_EQ(shared, nullptr);
+    return;
+  }
+  ASSERT_NE(shared, nullptr) << "every rank of this test runs on one node";
+  auto* base = static_cast<double*>(shared);
+  for (std::size_t count : {std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(40001)}) {
+    for (comm::ReduceOp op : {comm::ReduceOp::sum, comm::ReduceOp::average, comm::ReduceOp::max,
+                              comm::ReduceOp::min}) {
+      const std::size_t offset = count % 5;  // not at the start of the window
+      double* buf = base + offset;
+      std::vector<double> mine(count);
+      for (std::size_t i = 0; i < count; ++i)
+        mine[i] = std::sin(double(i + 1) * (world.rank() + 1)) * 1000.0;
+      std::copy(mine.begin(), mine.end(), buf);
+      world.allreduce(buf, buf, count, comm::DataType::f64, op);
+      std::vector<double> expect(count);
+      MPI_Allreduce(mine.data(), expect.data(), static_cast<int>(count), MPI_DOUBLE,
+                    op == comm::ReduceOp::max ? MPI_MAX : op == comm::ReduceOp::min ? MPI_MIN : MPI_SUM,
+                    MPI_COMM_WORLD);
+      if (op == comm::ReduceOp::average)
+        for (double& v : expect) v /= world.size();
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_NEAR(buf[i], expect[i], 1e-12 * (1 + std::fabs(expect[i])))
+            << "count " << count << " op " << comm::to_string(op) << " element " << i;
+      // Every rank holds the same bits.
+      std::vector<double> first(buf, buf + count);
+      MPI_Bcast(first.data(), static_cast<int>(count), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      ASSERT_TRUE(std::equal(first.begin(), first.end(), buf)) << "count " << count;
+    }
+  }
+  // Integers too.
+  auto* ints = static_cast<std::int64_t*>(shared);
+  for (int i = 0; i < 100; ++i) ints[i] = world.rank() * 100 + i;
+  world.allreduce(ints, ints, 100, comm::DataType::i64, comm::ReduceOp::sum);
+  const std::int64_t n = world.size();
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(ints[i], 100 * n * (n - 1) / 2 + n * i);
 }
 
 TEST(DataParallelMpi, MatchesSingleRankTraining) {

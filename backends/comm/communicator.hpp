@@ -96,6 +96,14 @@ class Communicator {
   // Whether the primitives accept pointers to MemSpace (device) memory. When
   // false, the View wrappers stage non-host memory through host buffers.
   virtual bool accepts_device_memory() const { return false; }
+  // Host memory for a buffer this communicator reduces often (gradients),
+  // where the transport can do better than with private memory: MPI ranks
+  // on one node get a slice of a shared-memory window, and allreduce of a
+  // buffer in it reduces in place across the processes (no copies through
+  // MPI). Collective: every rank calls it with the same size, and then uses
+  // the buffer at the same offsets. nullptr when the transport has no such
+  // memory. The memory lives as long as the communicator.
+  virtual void* allocate_shared(std::size_t /*bytes*/) { return nullptr; }
 
   // -------------------------------------------------------------- primitives
   // Front doors: check the arguments, keep issue order with asynchronous

@@ -31,6 +31,7 @@ class MpiComm final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
   bool accepts_device_memory() const override { return cuda_aware_; }
+  void* allocate_shared(std::size_t bytes) override;
   MPI_Comm native() const { return comm_; }
 
  protected:
@@ -52,6 +53,23 @@ class MpiComm final : public Communicator {
   };
   void reap_sends(bool wait);
   std::deque<PendingSend> pending_sends_;
+
+  // Shared-memory windows of allocate_shared (ranks on one node; with
+  // several nodes, every node must have the same number of ranks).
+  struct Window {
+    MPI_Win win = MPI_WIN_NULL;
+    std::size_t bytes = 0;
+    std::vector<unsigned char*> base;  // every local rank's segment
+  };
+  // The window holding [p, p + bytes) of this rank's segment, or nullptr.
+  const Window* window_of(const void* p, std::size_t bytes) const;
+  void shared_allreduce(const Window& w, void* buf, std::size_t count, DataType type,
+                        ReduceOp op, std::uint64_t seq);
+  bool shm_setup_ = false, shm_ok_ = false;
+  MPI_Comm node_comm_ = MPI_COMM_NULL;   // ranks on this node
+  MPI_Comm cross_comm_ = MPI_COMM_NULL;  // same local rank on every node
+  int node_rank_ = 0, node_size_ = 1, nodes_ = 1;
+  std::vector<Window> windows_;
 
   MPI_Comm comm_;
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // private channel for descriptor exchange
