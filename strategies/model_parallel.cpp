@@ -164,6 +164,14 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
 
   stage_->build(max_micro_, slots_, pad);
   stage_->init(init, seed);
+  // Data-parallel gradient sums in place in shared memory where the
+  // communicator has some (MPI ranks on one node).
+  if (options.zero == 0 && shape.dp > 1 &&
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    const std::size_t n = stage_->padded_grads().extent(0);
+    if (void* shared = mesh_->dp().allocate_shared(n * sizeof(T)))
+      stage_->use_grad_storage(Vector<T>(static_cast<T*>(shared), n));
+  }
   optimizer_ =
       std::make_unique<Optimizer<T>>(optimizer, options.zero == 1 ? padded / dp : n);
   loss_ = make_loss<T>(loss);

@@ -134,7 +134,8 @@ TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
 }
 
 // Model parallelism over MPI processes: the whole world as a pipeline, as a
-// tensor-parallel group, and (4 ranks) as a data x pipeline mesh.
+// tensor-parallel group, and (4 ranks) as dp2 x pp2 (with and without
+// ZeRO-1) and pp2 x tp2 meshes.
 ModelParallelOptions mesh_options(int dp, int pp, int tp, std::size_t micro = 1) {
   ModelParallelOptions o;
   o.mesh = {dp, pp, tp};
@@ -144,7 +145,6 @@ ModelParallelOptions mesh_options(int dp, int pp, int tp, std::size_t micro = 1)
 
 TEST(ModelParallelMpi, PipelineOverEveryRankMatchesSingleRank) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
-  if (world.size() > 2) GTEST_SKIP() << "on 4 ranks the pipeline runs as dp2 x pp2 (next tests)";
   test::DpConfig c;
   Context ctx;
   for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b}) {
@@ -164,15 +164,15 @@ TEST(ModelParallelMpi, TensorParallelOverEveryRankMatchesSingleRank) {
             "");
 }
 
-TEST(ModelParallelMpi, DataParallelOfPipelinesWithZeroOnFourRanksMatchesSingleRank) {
+TEST(ModelParallelMpi, MeshesOfFourRanksMatchSingleRank) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
   if (world.size() != 4) GTEST_SKIP() << "needs 4 ranks";
   test::DpConfig c;
   c.widths = {12, 16, 8, 8, 3};
   Context ctx;
   const auto single = test::train_single(c);
-  // dp2 x pp2 with ZeRO-1 (pp2 x tp2 and the other meshes run on thread
-  // ranks: 4 processes share this machine's cores, so each mesh costs time).
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, mesh_options(2, 2, 1, 3)), single, 1e-5), "");
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, mesh_options(1, 2, 2, 2)), single, 1e-5), "");
   auto o = mesh_options(2, 2, 1, 3);
   o.zero = 1;
   EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, o), single, 1e-5), "");
