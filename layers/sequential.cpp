@@ -1,6 +1,7 @@
 #include "layers/sequential.hpp"
 
 #include "backends/error.hpp"
+#include "backends/trace.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -124,7 +125,11 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
     if (new_pass) layers_[i]->begin_pass();
     layers_[i]->use_slot(slot);
     Matrix<T> out = reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
-    layers_[i]->forward(ctx, in, out);
+    {
+      STRATA_SPAN("compute", "forward " + layers_[i]->name());
+      layers_[i]->forward(ctx, in, out);
+      if (trace::enabled()) ctx.exec.fence();  // spans time the kernels, not their launch
+    }
     in = out;
   }
   return in;
@@ -158,7 +163,11 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
     layers_[k]->use_slot(slot);
-    layers_[k]->backward(ctx, dy, dx);
+    {
+      STRATA_SPAN("compute", "backward " + layers_[k]->name());
+      layers_[k]->backward(ctx, dy, dx);
+      if (trace::enabled()) ctx.exec.fence();
+    }
     if (after_layer) after_layer(k);
     dy = dx;
   }

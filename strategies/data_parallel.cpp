@@ -1,6 +1,7 @@
 #include "strategies/data_parallel.hpp"
 
 #include "backends/error.hpp"
+#include "backends/trace.hpp"
 
 #include <chrono>
 
@@ -93,7 +94,10 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
     const auto& batch = micro[m];
     model_.set_row_offset(batch.first_row);
     ConstMatrix<T> out = model_.forward(ctx_, batch.x);
-    loss_sum += loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), scale);
+    {
+      STRATA_SPAN("compute", "loss " + loss_.name());
+      loss_sum += loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), scale);
+    }
     const bool last = m + 1 == count;
     if (!last || single || !options_.overlap) {
       model_.backward(ctx_);
@@ -110,11 +114,18 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
     while (launched_ < buckets_.size()) launch(launched_++);
   timing_.compute_s = since(t0);
   const auto t1 = Clock::now();
-  finish();
+  {
+    STRATA_SPAN("comm", "wait for gradient buckets");
+    finish();
+  }
   const double total = single ? loss_sum : comm_.allreduce_value(loss_sum);
   timing_.exposed_comm_s = since(t1);
   const auto t2 = Clock::now();
-  optimizer_.step(ctx_, model_.params(), model_.grads());
+  {
+    STRATA_SPAN("compute", "optimizer step");
+    optimizer_.step(ctx_, model_.params(), model_.grads());
+    if (trace::enabled()) ctx_.exec.fence();
+  }
   timing_.optimizer_s = since(t2);
   return total / static_cast<double>(global_samples);
 }

@@ -1,6 +1,7 @@
 #include "strategies/model_parallel.hpp"
 
 #include "backends/error.hpp"
+#include "backends/trace.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -220,6 +221,7 @@ void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
   const std::size_t slot = m % slots_;
   const int p = mesh_->pp_rank();
   const int tag = static_cast<int>(2 * m);
+  STRATA_SPAN("compute", "micro-batch " + std::to_string(m) + " forward");
   ConstMatrix<T> in;
   if (first_stage()) {
     in = row_block(shard.x, first, count);
@@ -234,6 +236,7 @@ void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
   ConstMatrix<T> out = stage_->forward(ctx_, in, slot, m == 0);
   peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
   if (last_stage()) {
+    STRATA_SPAN("compute", "loss " + loss_->name());
     loss_sum += loss_->forward_backward(ctx_, out, target_block(shard.targets, first, count),
                                         stage_->output_grad(slot), scale);
   } else {
@@ -247,6 +250,7 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
   const std::size_t slot = m % slots_;
   const int p = mesh_->pp_rank();
   const int tag = static_cast<int>(2 * m + 1);
+  STRATA_SPAN("compute", "micro-batch " + std::to_string(m) + " backward");
   ConstMatrix<T> dy;
   if (last_stage()) {
     dy = stage_->output_grad(slot);
@@ -326,7 +330,10 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     for (std::size_t m = M - warmup; m < M; ++m) Bk(m);
   }
   const auto t1 = Clock::now();
-  synchronize_and_update();
+  {
+    STRATA_SPAN("compute", "gradient sync and optimizer step");
+    synchronize_and_update();
+  }
   timing_.sync_s = since(t1);
   // The loss: summed on the last stage of every pipeline (tensor rank 0).
   const bool counts = last_stage() && mesh_->tp_rank() == 0;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 namespace strata {
 namespace {
@@ -277,6 +279,40 @@ TEST_F(TrainApp, PipelineOnMpiRanksMatchesOneRank) {
   expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
 }
 #endif
+
+TEST_F(TrainApp, TraceWritesATimelineWithALanePerRank) {
+  auto r = train("--dataset synthetic --layers 12,32,4 --samples 200 --batch-size 20 --steps 6 "
+                 "--ranks 2 --threads 1 -q --trace " + path("t.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(path("t.json"));
+  const auto trace = nlohmann::json::parse(in);
+  std::map<int, std::set<std::string>> names;  // lane -> span names
+  std::set<std::string> lane_names;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M") {
+      if (e.at("name") == "thread_name") lane_names.insert(e.at("args").at("name").get<std::string>());
+      continue;
+    }
+    ASSERT_EQ(e.at("ph"), "X");
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    names[e.at("tid").get<int>()].insert(e.at("name").get<std::string>());
+  }
+  EXPECT_EQ(lane_names, (std::set<std::string>{"rank 0", "rank 0 comm", "rank 1", "rank 1 comm"}));
+  for (int rank : {0, 1}) {
+    const auto& mine = names[2 * rank];
+    for (const char* span : {"forward Linear(12, 32)", "backward Linear(32, 4)", "forward ReLU",
+                             "loss softmax cross-entropy", "optimizer step", "next batch",
+                             "wait for gradient buckets"})
+      EXPECT_TRUE(mine.count(span)) << "rank " << rank << " has no span '" << span << "'";
+    // Gradient buckets are reduced on the communication lane.
+    bool bucket = false;
+    for (const auto& n : names[2 * rank + 1]) bucket |= n.rfind("allreduce", 0) == 0;
+    EXPECT_TRUE(bucket) << "rank " << rank;
+  }
+  auto bad = train("--dataset synthetic --layers 12,4 --steps 2 --trace " + path("no/such/dir/t.json"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_OUTPUT_HAS(bad, "--trace: cannot write");
+}
 
 TEST_F(TrainApp, CorruptOrForeignCheckpointsAreRefusedAndEarlierOnesStillLoad) {
   const std::string dir = path("ck");

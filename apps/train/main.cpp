@@ -4,6 +4,7 @@
 #include "apps/common/progress.hpp"
 #include "apps/train/train_config.hpp"
 #include "backends/runtime.hpp"
+#include "backends/trace.hpp"
 #include "data/loader.hpp"
 #include "layers/mlp.hpp"
 #include "backends/comm/hierarchical.hpp"
@@ -520,6 +521,7 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
       micro.resize(k);
       std::size_t global = 0;
       for (std::size_t m = 0; m < k; ++m) {
+        STRATA_SPAN("data", "next batch");
         loaders[m]->seek(epoch, index++);
         loaders[m]->next(micro[m]);
         global += loaders[m]->global_size();
@@ -605,6 +607,14 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   std::cout << result << std::endl;
 }
 
+// --trace PATH, or PATH with -rankN before .json for each MPI process.
+std::string trace_path(const std::string& path, const comm::Communicator& world) {
+  if (world.size() == 1) return path;
+  const std::string suffix = "-rank" + std::to_string(world.rank());
+  const auto dot = path.rfind(".json");
+  return dot == std::string::npos ? path + suffix : path.substr(0, dot) + suffix + ".json";
+}
+
 int train(const TrainConfig& c, comm::Communicator& world) {
   const bool multi = c.ranks > 1 || world.size() > 1;
   STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
@@ -623,15 +633,30 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;
   Metrics metrics(root_process ? c.metrics : std::string());
+  if (!c.trace.empty()) {
+    // Fail on an unwritable path now, not after training.
+    std::ofstream probe(trace_path(c.trace, world), std::ios::app);
+    STRATA_REQUIRE(probe.good(), config, "--trace: cannot write '", trace_path(c.trace, world), "'");
+    trace::start();
+  }
   auto body = [&](Context& ctx, comm::Communicator& comm) {
+    trace::set_lane(2 * comm.rank());
+    if (trace::enabled()) {
+      trace::name_lane(2 * comm.rank(), "rank " + std::to_string(comm.rank()));
+      trace::name_lane(2 * comm.rank() + 1, "rank " + std::to_string(comm.rank()) + " comm");
+    }
     Reporter rep{comm.rank() == 0 || c.verbose_ranks, comm.rank() == 0,
                  c.verbose_ranks ? "[rank " + std::to_string(comm.rank()) + "] " : ""};
     train_rank(c, d, ctx, comm, rep, metrics);
   };
+  auto finish = [&] {
+    if (!c.trace.empty()) trace::write(trace_path(c.trace, world), world.rank());
+    return exit_ok;
+  };
   if (c.ranks == 1) {
     Context ctx(gemm_backend(c));
     body(ctx, world);
-    return exit_ok;
+    return finish();
   }
   run_ranks(c.ranks, std::max(1, ctx_threads_per_rank(c)), [&](Context& ctx, comm::Communicator& local) {
     Context mine(gemm_backend(c), ctx.exec);
@@ -642,7 +667,7 @@ int train(const TrainConfig& c, comm::Communicator& world) {
       body(mine, h);
     }
   });
-  return exit_ok;
+  return finish();
 }
 
 }  // namespace

@@ -104,6 +104,10 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--seed", c.seed, "random seed (initialisation, shuffling, dropout, data)")
       ->capture_default_str();
   app.add_option("--metrics", c.metrics, "write JSON lines (training log, evaluation, summary)");
+  app.add_option("--trace", c.trace,
+                 "write a timeline (Chrome trace-event JSON for Perfetto or chrome://tracing): "
+                 "a lane per rank with layers, buckets, optimizer and data loading; under "
+                 "mpirun one file per process, PATH with -rankN before .json");
   app.add_option("--log-every", c.log_every, "a training log line every N steps (0: none)")
       ->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "steps excluded from samples_per_sec")

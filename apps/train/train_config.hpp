@@ -33,6 +33,7 @@ struct TrainConfig {
   bool shuffle = true;
   std::uint64_t seed = 42;
   std::string metrics;      // JSON-lines file
+  std::string trace;        // Chrome trace-event JSON (timeline)
   std::size_t log_every = 100;
   std::size_t warmup_steps = 5;  // excluded from samples_per_sec
   bool evaluate = true;

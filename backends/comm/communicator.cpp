@@ -1,5 +1,9 @@
 #include "backends/comm/communicator.hpp"
 
+#include "backends/trace.hpp"
+
+#include <cstdio>
+
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -182,6 +186,18 @@ Communicator::~Communicator() { shutdown(); }
 
 void Communicator::shutdown() noexcept { progress_.reset(); }
 
+namespace {
+// "allreduce 7.10 MiB" (built only while tracing).
+std::string span_name(const char* what, std::size_t count, DataType type) {
+  const double bytes = static_cast<double>(count * size_of(type));
+  char buf[64];
+  if (bytes >= 1 << 20) std::snprintf(buf, sizeof buf, "%s %.2f MiB", what, bytes / (1 << 20));
+  else if (bytes >= 1 << 10) std::snprintf(buf, sizeof buf, "%s %.1f KiB", what, bytes / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%s %.0f B", what, bytes);
+  return buf;
+}
+}  // namespace
+
 Handle Communicator::submit(std::function<void()> op) {
   if (!progress_) progress_ = std::make_unique<Progress>();
   return progress_->submit(std::move(op));
@@ -206,24 +222,29 @@ void Communicator::check_peer(int peer, const char* what) const {
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                              ReduceOp op) {
+  STRATA_SPAN("comm", span_name("allreduce", count, type));
   ordered([&] { do_allreduce(send, recv, count, type, op); });
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count,
                                   DataType type, ReduceOp op) {
+  STRATA_SPAN("comm", span_name("reduce_scatter", count, type));
   ordered([&] { do_reduce_scatter(send, recv, count, type, op); });
 }
 
 void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  STRATA_SPAN("comm", span_name("allgather", count, type));
   ordered([&] { do_allgather(send, recv, count, type); });
 }
 
 void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {
   check_peer(root, "broadcast root");
+  STRATA_SPAN("comm", span_name("broadcast", count, type));
   ordered([&] { do_broadcast(buf, count, type, root); });
 }
 
 void Communicator::send(const void* buf, std::size_t count, DataType type, int dest, int tag) {
+  STRATA_SPAN("comm", span_name("send", count, type));
   check_peer(dest, "send to");
   STRATA_REQUIRE(dest != rank(), config, name(), " communicator: rank ", rank(),
                  " sends to itself");
@@ -231,6 +252,7 @@ void Communicator::send(const void* buf, std::size_t count, DataType type, int d
 }
 
 void Communicator::recv(void* buf, std::size_t count, DataType type, int source, int tag) {
+  STRATA_SPAN("comm", span_name("recv", count, type));
   check_peer(source, "receive from");
   STRATA_REQUIRE(source != rank(), config, name(), " communicator: rank ", rank(),
                  " receives from itself");
@@ -249,16 +271,31 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
 
 Handle Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType type,
                                 ReduceOp op) {
-  return submit([=] { do_allreduce(send, recv, count, type, op); });
+  const int lane = trace::lane();
+  return submit([=] {
+    trace::set_lane(lane | 1);  // the rank's communication lane
+    STRATA_SPAN("comm", span_name("allreduce", count, type));
+    do_allreduce(send, recv, count, type, op);
+  });
 }
 
 Handle Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
                                      DataType type, ReduceOp op) {
-  return submit([=] { do_reduce_scatter(send, recv, count, type, op); });
+  const int lane = trace::lane();
+  return submit([=] {
+    trace::set_lane(lane | 1);
+    STRATA_SPAN("comm", span_name("reduce_scatter", count, type));
+    do_reduce_scatter(send, recv, count, type, op);
+  });
 }
 
 Handle Communicator::iallgather(const void* send, void* recv, std::size_t count, DataType type) {
-  return submit([=] { do_allgather(send, recv, count, type); });
+  const int lane = trace::lane();
+  return submit([=] {
+    trace::set_lane(lane | 1);
+    STRATA_SPAN("comm", span_name("allgather", count, type));
+    do_allgather(send, recv, count, type);
+  });
 }
 
 }  // namespace strata::comm
