@@ -75,10 +75,12 @@ void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 namespace detail {
 template <class T>
 void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
-  const int rows = static_cast<int>(y.extent(0)), cols = static_cast<int>(y.extent(1));
+  const int cols = static_cast<int>(y.extent(1));
+  // One thread per row: a 2D range policy costs more than tiny layers compute.
   Kokkos::parallel_for(
-      "strata::Linear::bias", Range2D(ctx.exec, {0, 0}, {rows, cols}),
-      KOKKOS_LAMBDA(const int i, const int j) { y(i, j) += b(j); });
+      "strata::Linear::bias", Range(ctx.exec, 0, y.extent(0)), KOKKOS_LAMBDA(const int i) {
+        for (int j = 0; j < cols; ++j) y(i, j) += b(j);
+      });
 }
 
 template <class T>
