@@ -6,7 +6,10 @@
 # Nothing is downloaded or installed: the package repositories are local
 # folders, spack's bootstrapping is disabled (clingo must be importable), and
 # when `unshare` can make one, spack runs in a network namespace of its own
-# with no network at all. A developer script, not run by CI (no spack there).
+# with no network at all. (Spack 1.x then warns "Unable to resolve the git
+# commit for strata": it asks the git server for the commit of @develop while
+# concretising; the namespace stops that request.) A developer script, not
+# run by CI (no spack there).
 #
 # Usage: scripts/check-spack.sh [SPACK_ROOT [BUILTIN_REPO]]
 #   SPACK_ROOT    a spack checkout (0.2x or 1.x); default: $SPACK_ROOT
@@ -46,10 +49,14 @@ export SPACK_PYTHON
 # ------------------------------------------------- isolated spack configuration
 work="$(mktemp -d "${TMPDIR:-/tmp}/strata-check-spack.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-export SPACK_DISABLE_LOCAL_CONFIG=1                # no /etc/spack, no ~/.spack
-export SPACK_USER_CONFIG_PATH="$work/user"         # the "user" scope: written below
+# The system scope (/etc/spack) and the user scope (~/.spack) move to empty
+# temporary folders; the user scope then gets this check's settings. (Not
+# SPACK_DISABLE_LOCAL_CONFIG: it removes the user scope altogether.)
+export SPACK_SYSTEM_CONFIG_PATH="$work/system"
+export SPACK_USER_CONFIG_PATH="$work/user"
 export SPACK_USER_CACHE_PATH="$work/cache"
-mkdir -p "$SPACK_USER_CONFIG_PATH"
+unset SPACK_DISABLE_LOCAL_CONFIG SPACK_ENV
+mkdir -p "$SPACK_SYSTEM_CONFIG_PATH" "$SPACK_USER_CONFIG_PATH"
 cat >"$SPACK_USER_CONFIG_PATH/bootstrap.yaml" <<'EOF'
 bootstrap:
   enable: false
@@ -115,15 +122,24 @@ spec_fails() {
   else sed 's/^/    /' "$work/$name.log"; bad "$name: refused without the message '$msg'"; fi
 }
 
+# Spack prints a node's boolean variants joined (+a~b+c), then key=value
+# pairs; spack 1.x writes multi-valued ones as key:=value.
 spec_ok default "strata" \
-  'strata@develop.*\+openmp.*\+serial' '\^kokkos@[0-9.]+[^ ]* .*\+openmp.*\+serial'
-spec_ok mpi "strata+mpi" 'strata@develop.*\+mpi' '\^(openmpi|mpich|mvapich2?|intel-oneapi-mpi)@'
+  'strata@develop[^ ]*\+blas[^ ]*\+openmp[^ ]*\+serial' \
+  '\^kokkos@[^ ]*~cuda[^ ]*\+openmp[^ ]*~rocm[^ ]*\+serial' '\^openblas@'
+spec_ok mpi "strata+mpi" 'strata@develop[^ ]*\+mpi' '\^(openmpi|mpich|mvapich2?|intel-oneapi-mpi)@'
 spec_ok cuda "strata+cuda cuda_arch=90 +nccl" \
-  'strata@develop.*\+cuda.*\+nccl.* cuda_arch=90' \
-  '\^kokkos@[^ ]*.*\+cuda.*\+cuda_lambda.*\+wrapper.* cuda_arch=90' \
-  '\^nccl@[^ ]*.*\+cuda.* cuda_arch=90' '\^kokkos-nvcc-wrapper@'
+  'strata@develop[^ ]*\+cuda[^ ]*\+nccl[^ ]* .*cuda_arch=90' \
+  '\^kokkos@[^ ]*\+cuda[^ ]*\+cuda_lambda[^ ]* .*cuda_arch:?=90' \
+  '\^nccl@[^ ]*\+cuda .*cuda_arch:?=90'
+# With GCC, Kokkos must bring nvcc_wrapper (without a compiler named, the
+# solver may pick a clang, which compiles CUDA itself).
+spec_ok cuda-gcc "strata+cuda cuda_arch=90 +nccl %gcc" \
+  '\^kokkos@[^ ]*\+cuda[^ ]*\+cuda_lambda[^ ]*\+wrapper[^ ]* .*cuda_arch:?=90' \
+  '\^kokkos-nvcc-wrapper@'
 spec_ok rocm "strata+rocm amdgpu_target=gfx90a" \
-  'strata@develop.* amdgpu_target=gfx90a' '\^kokkos@[^ ]*.*\+rocm.* amdgpu_target=gfx90a' '\^hip@'
+  'strata@develop[^ ]*\+rocm[^ ]* .*amdgpu_target=gfx90a' \
+  '\^kokkos@[^ ]*\+rocm[^ ]* .*amdgpu_target:?=gfx90a' '\^hip@'
 
 spec_fails cuda-rocm "strata+cuda cuda_arch=90 +rocm amdgpu_target=gfx90a" "+cuda or +rocm, not both"
 spec_fails cuda-noarch "strata+cuda" "+cuda needs a GPU architecture"
