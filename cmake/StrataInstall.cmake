@@ -18,6 +18,30 @@ endforeach()
 install(FILES "${PROJECT_BINARY_DIR}/generated/strata_config.hpp"
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)
 
+# find_dependency() calls of StrataConfig.cmake: exactly the dependencies this
+# build uses. A consumer of a static libstrata links its private dependencies
+# too (CMake exports them as $<LINK_ONLY:...>), so they are found there as well.
+get_target_property(_strata_type strata TYPE)
+set(_strata_deps "find_dependency(Kokkos HINTS \"${Kokkos_DIR}\")" "find_dependency(Threads)")
+if(STRATA_ENABLE_MPI)
+  list(APPEND _strata_deps "find_dependency(MPI COMPONENTS CXX)")
+endif()
+if(STRATA_ENABLE_CUBLAS OR STRATA_ENABLE_NCCL)
+  list(APPEND _strata_deps "find_dependency(CUDAToolkit)")
+endif()
+if(_strata_type STREQUAL "STATIC_LIBRARY")
+  if(STRATA_ENABLE_BLAS)
+    list(APPEND _strata_deps "find_dependency(BLAS)")
+  endif()
+  if(STRATA_ENABLE_ZLIB)
+    list(APPEND _strata_deps "find_dependency(ZLIB)")
+  endif()
+  if(STRATA_ENABLE_TBB)
+    list(APPEND _strata_deps "find_dependency(TBB CONFIG)")
+  endif()
+endif()
+string(REPLACE ";" "\n" STRATA_FIND_DEPENDENCIES "${_strata_deps}")
+
 set(STRATA_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Strata)
 install(EXPORT StrataTargets NAMESPACE Strata:: DESTINATION ${STRATA_CMAKE_DIR})
 configure_package_config_file(cmake/StrataConfig.cmake.in

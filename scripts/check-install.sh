@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Checks Strata's installed CMake package: installs the build tree (build/, or
+# BUILD_DIR; brought up to date through scripts/build.sh first) into a
+# temporary prefix, checks that StrataConfig.cmake finds exactly the optional
+# dependencies this build uses, then configures, builds and runs the
+# downstream project in tests/downstream/ against that prefix with
+# find_package(Strata) (no Kokkos_ROOT given: the package must find its own
+# Kokkos), and runs the installed strata-train for a few steps.
+#
+# Usage: scripts/check-install.sh        (STRATA_KEEP_INSTALL=1 keeps the prefix)
+# Exit code 0 when everything worked; otherwise 1 with a message saying which
+# step failed and its log.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+top="$(dirname "$here")"
+build="${BUILD_DIR:-$top/build}"
+
+fail() { echo "check-install: FAILED: $*" >&2; exit 1; }
+# run LOG CMD...: runs CMD with its output in LOG; prints the log on failure.
+run() {
+  local log="$1"; shift
+  "$@" >"$log" 2>&1 || { cat "$log" >&2; fail "$* (log above)"; }
+}
+
+"$here/build.sh"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/strata-check-install.XXXXXX")"
+if [ "${STRATA_KEEP_INSTALL:-0}" = 1 ]; then
+  echo "check-install: keeping $work"
+else
+  trap 'rm -rf "$work"' EXIT
+fi
+prefix="$work/prefix"
+
+echo "check-install: cmake --install into a temporary prefix"
+run "$work/install.log" cmake --install "$build" --prefix "$prefix"
+config="$(find "$prefix" -name StrataConfig.cmake -print -quit)"
+[ -n "$config" ] || fail "no StrataConfig.cmake under the install prefix"
+for f in StrataConfigVersion.cmake StrataTargets.cmake; do
+  [ -f "$(dirname "$config")/$f" ] || fail "$f missing next to $config"
+done
+[ -f "$prefix/include/strata/strata_config.hpp" ] || fail "include/strata/strata_config.hpp not installed"
+[ -x "$prefix/bin/strata-train" ] || fail "bin/strata-train not installed"
+
+# find_dependency() in StrataConfig.cmake for exactly the dependencies that
+# strata_config.hpp says this build has. The private ones (BLAS, ZLIB, TBB)
+# are needed by consumers of a static library only.
+header="$prefix/include/strata/strata_config.hpp"
+static=0
+ls "$prefix"/lib*/libstrata.a >/dev/null 2>&1 && static=1
+has() { grep -q "^#define STRATA_HAS_$1 1" "$header"; }
+finds() { grep -q "^find_dependency($1[ )]" "$config"; }
+expect() {  # expect PACKAGE WANTED(0|1)
+  if [ "$2" = 1 ]; then finds "$1" || fail "StrataConfig.cmake lacks find_dependency($1) ($config)"
+  else ! finds "$1" || fail "StrataConfig.cmake has find_dependency($1), which this build does not use ($config)"; fi
+}
+want() { has "$1" && echo 1 || echo 0; }
+expect Kokkos 1
+expect Threads 1
+expect MPI "$(want MPI)"
+if has CUBLAS || has NCCL; then expect CUDAToolkit 1; else expect CUDAToolkit 0; fi
+if [ "$static" = 1 ]; then
+  expect BLAS "$(want CBLAS)"
+  expect ZLIB "$(want ZLIB)"
+  expect TBB "$(want TBB)"
+else
+  expect BLAS 0; expect ZLIB 0; expect TBB 0
+fi
+echo "check-install: StrataConfig.cmake finds: $(grep -o '^find_dependency([A-Za-z]*' "$config" | cut -d'(' -f2 | paste -sd' ' -)"
+
+# The downstream project, with the compiler Strata was built with (for GPU
+# builds: nvcc_wrapper or hipcc).
+cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+generator=()
+command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+echo "check-install: configuring tests/downstream with find_package(Strata)"
+run "$work/downstream-configure.log" cmake -S "$top/tests/downstream" -B "$work/downstream" \
+  "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" ${cxx:+-DCMAKE_CXX_COMPILER="$cxx"} \
+  -DCMAKE_BUILD_TYPE=Release
+grep -q "^Strata_DIR:PATH=$prefix/" "$work/downstream/CMakeCache.txt" \
+  || fail "tests/downstream found a Strata other than the one just installed ($(grep '^Strata_DIR' "$work/downstream/CMakeCache.txt"))"
+echo "check-install: building tests/downstream"
+run "$work/downstream-build.log" cmake --build "$work/downstream"
+echo "check-install: running strata-downstream"
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" "$work/downstream/strata-downstream" \
+  || fail "strata-downstream exited with $?"
+
+echo "check-install: running the installed strata-train"
+run "$work/version.log" "$prefix/bin/strata-train" --version
+sed 's/^/  /' "$work/version.log"
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" run "$work/train.log" "$prefix/bin/strata-train" \
+  --dataset synthetic --layers 10,5,2 --loss mse --batch-size 32 --steps 20 --quiet
+tail -n 2 "$work/train.log" | sed 's/^/  /'
+echo "check-install: OK"
