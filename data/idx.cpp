@@ -172,12 +172,16 @@ void read_payload(InputFile& in, const std::string& path, std::size_t n, Consume
                  in.short_read_note());
 }
 
-// Room for n values up front (so that filling never reallocates); a data
-// error when a corrupt header claims more than can be allocated.
+// Room for the n values a header announces, up front so that filling does
+// not reallocate, but at most 64 Mi values: beyond that the vector grows with
+// the data that actually arrives, so that a corrupt header claiming billions
+// of values in a small file costs nothing (the read then ends with a
+// "truncated" error). A data error when even that cannot be allocated.
 template <class T>
 void reserve_for(std::vector<T>& v, std::size_t n, const std::string& path) {
+  constexpr std::size_t max_up_front = std::size_t{1} << 26;
   try {
-    v.reserve(n);
+    v.reserve(std::min(n, max_up_front));
   } catch (const std::exception&) {
     STRATA_THROW(data, "'", path, "': the header claims ", n,
                  " values, more than fits in memory (corrupt file?)");
