@@ -77,11 +77,17 @@ bool parse_double(const Field& f, double& v) {
 
 Dataset read_csv(const std::string& path, CsvTask task, std::size_t classes,
                  std::size_t target_width) {
+  STRATA_REQUIRE(task == CsvTask::classification || target_width > 0, config,
+                 "read_csv: target_width must be positive for regression");
+  return parse_csv(read_text(path), path, task, classes, target_width);
+}
+
+Dataset parse_csv(std::string text, const std::string& path, CsvTask task, std::size_t classes,
+                  std::size_t target_width) {
   const bool classify = task == CsvTask::classification;
   STRATA_REQUIRE(classify || target_width > 0, config,
                  "read_csv: target_width must be positive for regression");
 
-  std::string text = read_text(path);
   std::size_t pos = 0;
   if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) pos = 3;  // UTF-8 byte-order mark
 

@@ -59,6 +59,11 @@ enum class CsvTask {
 Dataset read_csv(const std::string& path, CsvTask task, std::size_t classes = 0,
                  std::size_t target_width = 1);
 
+// The same for CSV text already in memory; `name` names it in messages
+// (read_csv reads the file and calls this).
+Dataset parse_csv(std::string text, const std::string& name, CsvTask task,
+                  std::size_t classes = 0, std::size_t target_width = 1);
+
 // Seeded random data shaped by a model: inputs ~ N(0, 1) of width
 // `features`; for classification labels uniform in [0, classes), for
 // regression targets ~ N(0, 1) of width `target_width`. The same seed gives

@@ -96,6 +96,19 @@ class InputFile {
     return total;
   }
 
+  // How many bytes of data the file can plausibly still hold: its size on
+  // disk for a plain file, 8 times that for a compressed one (IDX pixels
+  // rarely compress better). A bound for reserving memory, not a promise.
+  std::size_t plausible_bytes() const {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path_, ec);
+    if (ec) return std::numeric_limits<std::size_t>::max();
+#if STRATA_HAS_ZLIB
+    if (gzdirect(gz_) == 0) return size > std::numeric_limits<std::size_t>::max() / 8 ? size : size * 8;
+#endif
+    return size;
+  }
+
   // Extra words for a short read: why the data ended early, if known.
   std::string short_read_note() const {
 #if STRATA_HAS_ZLIB
@@ -172,12 +185,16 @@ void read_payload(InputFile& in, const std::string& path, std::size_t n, Consume
                  in.short_read_note());
 }
 
-// Room for n values up front (so that filling never reallocates); a data
-// error when a corrupt header claims more than can be allocated.
+// Room for the n values a header announces, up front so that filling does
+// not reallocate, but no more than the file can plausibly hold: a corrupt
+// header claiming billions of values in a small file costs nothing (the read
+// then ends with a "truncated" error), and beyond the bound the vector grows
+// with the data that actually arrives. A data error when even that cannot be
+// allocated.
 template <class T>
-void reserve_for(std::vector<T>& v, std::size_t n, const std::string& path) {
+void reserve_for(std::vector<T>& v, std::size_t n, const InputFile& in, const std::string& path) {
   try {
-    v.reserve(n);
+    v.reserve(std::min(n, in.plausible_bytes()));
   } catch (const std::exception&) {
     STRATA_THROW(data, "'", path, "': the header claims ", n,
                  " values, more than fits in memory (corrupt file?)");
@@ -218,7 +235,7 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
 
   std::array<float, 256> scale;
   for (std::size_t v = 0; v < scale.size(); ++v) scale[v] = static_cast<float>(v) / 255.0f;
-  reserve_for(out.x, n * features, images_path);
+  reserve_for(out.x, n * features, images, images_path);
   read_payload(images, images_path, n * features,
                [&](const unsigned char* p, std::size_t count, std::size_t offset) {
                  out.x.resize(offset + count);
@@ -226,7 +243,7 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
                  for (std::size_t i = 0; i < count; ++i) dst[i] = scale[p[i]];
                });
 
-  reserve_for(out.labels, n, labels_path);
+  reserve_for(out.labels, n, labels, labels_path);
   read_payload(labels, labels_path, n,
                [&](const unsigned char* p, std::size_t count, std::size_t offset) {
                  for (std::size_t i = 0; i < count; ++i) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <thread>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -52,6 +54,17 @@ std::uint32_t crc32_of(const void* data, std::size_t n) {
 }
 
 int g_fail_nth = -1;  // -1: read the environment on first use
+
+// For tests that kill a process while it writes a checkpoint:
+// STRATA_CHECKPOINT_WRITE_DELAY_MS=N pauses N ms in the middle of writing each
+// checkpoint file (its first sections written, the rest not yet).
+void delay_for_tests() {
+  static const long ms = [] {
+    const char* e = std::getenv("STRATA_CHECKPOINT_WRITE_DELAY_MS");
+    return e ? std::max(0L, std::atol(e)) : 0L;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 bool should_fail_write() {
   if (g_fail_nth < 0) {
@@ -147,11 +160,30 @@ struct Section {
 
 void inject_write_failure(int nth) { g_fail_nth = nth; }
 
-std::string save(const std::string& dir, std::uint64_t step, const State& s, int keep) {
-  STRATA_REQUIRE(keep >= 1, config, "checkpoint: keep must be at least 1");
+namespace {
+void create_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   STRATA_REQUIRE(!ec, runtime, "checkpoint: cannot create directory '", dir, "': ", ec.message());
+}
+}  // namespace
+
+void prepare_dir(const std::string& dir) {
+  create_dir(dir);
+  const std::string probe = (fs::path(dir) / (".strata-write-test-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    STRATA_THROW(runtime, "checkpoint: cannot create files in '", dir, "': ", std::strerror(e));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+std::string save(const std::string& dir, std::uint64_t step, const State& s, int keep) {
+  STRATA_REQUIRE(keep >= 1, config, "checkpoint: keep must be at least 1");
+  std::error_code ec;
+  create_dir(dir);
   char name[64];
   std::snprintf(name, sizeof name, "ckpt-%09llu.strata", static_cast<unsigned long long>(step));
   const std::vector<Section> sections = {
@@ -166,6 +198,7 @@ std::string save(const std::string& dir, std::uint64_t step, const State& s, int
     w.put(kVersion);
     w.put(static_cast<std::uint32_t>(sections.size()));
     for (const auto& sec : sections) {
+      if (sec.name == "opt0") delay_for_tests();
       w.put(static_cast<std::uint32_t>(sec.name.size()));
       w.write(sec.name.data(), sec.name.size());
       w.put(static_cast<std::uint64_t>(sec.bytes));
@@ -177,11 +210,16 @@ std::string save(const std::string& dir, std::uint64_t step, const State& s, int
     const std::string line = std::string(name) + "\n";
     w.write(line.data(), line.size());
   });
-  // Remove checkpoints beyond the newest `keep` (names sort by step).
+  // Remove checkpoints beyond the newest `keep` (names sort by step), and the
+  // temporary files of writes that a killed process left behind (one writer
+  // per directory: none is in progress now).
   std::vector<std::string> all;
-  static const std::regex pattern("ckpt-[0-9]+\\.strata");
-  for (const auto& e : fs::directory_iterator(dir))
-    if (std::regex_match(e.path().filename().string(), pattern)) all.push_back(e.path().string());
+  static const std::regex pattern("ckpt-[0-9]+\\.strata"), stale("ckpt-[0-9]+\\.strata\\.tmp");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string file = e.path().filename().string();
+    if (std::regex_match(file, pattern)) all.push_back(e.path().string());
+    else if (std::regex_match(file, stale)) fs::remove(e.path(), ec);
+  }
   std::sort(all.begin(), all.end());
   for (std::size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i], ec);
   return (fs::path(dir) / name).string();
@@ -202,15 +240,24 @@ std::string latest(const std::string& dir) {
 State load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   STRATA_REQUIRE(in.good(), data, "checkpoint '", path, "': cannot open");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  STRATA_REQUIRE(!in.bad(), data, "checkpoint '", path, "': read failed");
+  return parse(bytes.data(), bytes.size(), path);
+}
+
+State parse(const void* buffer, std::size_t size_bytes, const std::string& path) {
+  const char* const bytes = static_cast<const char*>(buffer);
   std::size_t pos = 0;
-  auto need = [&](std::size_t n, const char* what) {
-    STRATA_REQUIRE(pos + n <= bytes.size(), data, "checkpoint '", path, "': truncated (", what,
-                   " needs ", n, " bytes at offset ", pos, ", the file has ", bytes.size(), ")");
+  // pos <= size_bytes always holds, so the subtraction cannot wrap (a section
+  // size read from the file may be anything up to 2^64 - 1).
+  auto need = [&](std::uint64_t n, const char* what) {
+    STRATA_REQUIRE(n <= size_bytes - pos, data, "checkpoint '", path, "': truncated (", what,
+                   " needs ", n, " bytes at offset ", pos, ", the file has ", size_bytes, ")");
   };
   auto take = [&](void* out, std::size_t n, const char* what) {
     need(n, what);
-    std::memcpy(out, bytes.data() + pos, n);
+    std::memcpy(out, bytes + pos, n);
     pos += n;
   };
   char magic[8];
@@ -225,6 +272,11 @@ State load(const std::string& path) {
   STRATA_REQUIRE(count <= 64, data, "checkpoint '", path, "': corrupt header (", count,
                  " sections)");
   State s;
+  // The sections every writer of this version writes. Their names are not
+  // under a checksum: a damaged name shows as a required section missing (or
+  // twice), never as a silently skipped one.
+  const char* const required[] = {"config", "state", "params", "opt0", "opt1"};
+  bool seen[5] = {false, false, false, false, false};
   for (std::uint32_t i = 0; i < count; ++i) {
     std::uint32_t len = 0;
     take(&len, 4, "a section header");
@@ -236,7 +288,7 @@ State load(const std::string& path) {
     take(&size, 8, "a section header");
     take(&crc, 4, "a section header");
     need(size, ("section '" + name + "'").c_str());
-    const char* payload = bytes.data() + pos;
+    const char* payload = bytes + pos;
     STRATA_REQUIRE(crc32_of(payload, size) == crc, data, "checkpoint '", path, "': section '",
                    name, "' fails its checksum (the file is corrupt)");
     pos += size;
@@ -244,8 +296,14 @@ State load(const std::string& path) {
       STRATA_REQUIRE(size % sizeof(float) == 0, data, "checkpoint '", path, "': section '",
                      name, "' has a size that is not a whole number of floats");
       v.resize(size / sizeof(float));
-      std::memcpy(v.data(), payload, size);
+      if (size > 0) std::memcpy(v.data(), payload, size);
     };
+    for (int r = 0; r < 5; ++r) {
+      if (name != required[r]) continue;
+      STRATA_REQUIRE(!seen[r], data, "checkpoint '", path, "': section '", name,
+                     "' appears twice (the file is corrupt)");
+      seen[r] = true;
+    }
     if (name == "config") s.config.assign(payload, size);
     else if (name == "state") s.state.assign(payload, size);
     else if (name == "params") floats(s.params);
@@ -253,10 +311,13 @@ State load(const std::string& path) {
     else if (name == "opt1") floats(s.opt1);
     // Unknown sections are skipped (written by a newer minor version).
   }
-  STRATA_REQUIRE(pos == bytes.size(), data, "checkpoint '", path, "': ", bytes.size() - pos,
+  STRATA_REQUIRE(pos == size_bytes, data, "checkpoint '", path, "': ", size_bytes - pos,
                  " unexpected bytes after the last section");
+  for (int r = 0; r < 5; ++r)
+    STRATA_REQUIRE(seen[r], data, "checkpoint '", path, "': section '", required[r],
+                   "' is missing (the file is corrupt)");
   STRATA_REQUIRE(!s.config.empty() && !s.state.empty(), data, "checkpoint '", path,
-                 "': missing the config or state section");
+                 "': the config or state section is empty");
   return s;
 }
 

@@ -27,19 +27,31 @@ struct State {
 };
 
 // Writes `dir`/ckpt-<step>.strata atomically, points `latest` at it and keeps
-// the newest `keep` checkpoints (keep >= 1). Throws runtime errors naming the
-// file on any failure (a full disk included); earlier checkpoints are kept.
+// the newest `keep` checkpoints (keep >= 1); temporary files that a killed
+// writer left behind are removed. Throws runtime errors naming the file on any
+// failure (a full disk included); earlier checkpoints are kept.
 std::string save(const std::string& dir, std::uint64_t step, const State& s, int keep);
 
+// Creates `dir` if needed and checks that files can be created in it (a probe
+// file is written and removed). Throws runtime errors naming the directory.
+void prepare_dir(const std::string& dir);
+
 // Reads and verifies a checkpoint file: magic, version, every section's size
-// and CRC. Throws data errors naming the file and the problem.
+// and CRC, each of the five sections present once (unknown ones are skipped).
+// Throws data errors naming the file and the problem.
 State load(const std::string& path);
+
+// The same checks and decoding for a checkpoint held in memory (`name` names
+// it in messages); load() reads the file and calls this.
+State parse(const void* data, std::size_t size, const std::string& name);
 
 // The file `latest` points to in `dir`; throws data errors when there is none.
 std::string latest(const std::string& dir);
 
 // For tests of failure handling: the next N-th file write fails as if the
 // disk were full (0: off). Also set by STRATA_FAIL_CHECKPOINT_WRITE.
+// STRATA_CHECKPOINT_WRITE_DELAY_MS=N (read once) pauses N ms in the middle of
+// writing each checkpoint file, for tests that kill a writer.
 void inject_write_failure(int nth);
 
 }  // namespace strata::checkpoint

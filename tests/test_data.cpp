@@ -278,6 +278,21 @@ TEST_F(DataFiles, IdxLabelOutOfRange) {
   }
 }
 
+// Found by fuzz_idx (tests/fuzz/corpus/fuzz_idx/regression-huge-header): a
+// few bytes whose header claims 2^31 images of 1000x1000 pixels made the
+// reader reserve all of them (8 PB) before reading any; under AddressSanitizer
+// that aborted the program. Memory now follows the data that arrives.
+TEST_F(DataFiles, IdxHeaderClaimingHugeSizesIsTruncationNotAnAllocation) {
+  for (bool gz : compress_modes()) {
+    SCOPED_TRACE(gz ? "gzip" : "plain");
+    const std::string ext = gz ? ".gz" : "";
+    const std::string ip = write("huge-img" + ext, idx_images(0x7FFFFFFF, 1000, 1000, {1, 2, 3, 4}), gz);
+    const std::string lp = write("huge-lbl" + ext, idx_labels(0x7FFFFFFF, {0, 1}), gz);
+    expect_error([&] { read_idx(ip, lp); }, ErrorKind::data,
+                 {"huge-img" + ext, "truncated", "expected 2147483647000000 bytes of data, got 4"});
+  }
+}
+
 TEST_F(DataFiles, FashionMnistLayoutPlainAndGzip) {
   // Small stand-ins with the real names: plain for train, gzip for t10k
   // (when zlib is available).

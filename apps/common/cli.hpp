@@ -5,11 +5,66 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace strata::app {
+
+// Validators whose messages say what is wrong with a value. CLI11 2.1's Range
+// answers "not in range" for a value that is not a number at all (and shows
+// DBL_MAX as PositiveNumber's bound), lets NaN through, and its conversion to
+// unsigned types accepts "-1" as 2^64 - 1.
+
+// A whole number (digits only) in [lo, hi].
+inline CLI::Validator whole_number(std::uint64_t lo = 0,
+                                   std::uint64_t hi = std::numeric_limits<std::uint64_t>::max()) {
+  return CLI::Validator(
+      [lo, hi](std::string& in) -> std::string {
+        const bool digits = !in.empty() && in.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        const unsigned long long v = digits ? std::strtoull(in.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE)
+          return "'" + in + "' is not a whole number" + (in.rfind('-', 0) == 0 ? " (it is negative)" : "");
+        if (v < lo || v > hi) {
+          if (lo == 1 && hi == std::numeric_limits<std::uint64_t>::max())
+            return "must be a positive whole number, got '" + in + "'";
+          return "'" + in + "' is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        }
+        return {};
+      },
+      hi == std::numeric_limits<std::uint64_t>::max()
+          ? (lo == 1 ? "> 0" : "")
+          : "in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+// A finite number in [lo, hi].
+inline CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& in) -> std::string {
+        char* end = nullptr;
+        const double v = in.empty() ? 0.0 : std::strtod(in.c_str(), &end);
+        if (in.empty() || end != in.c_str() + in.size() || !std::isfinite(v))
+          return "'" + in + "' is not a finite number";
+        if (v < lo || v > hi) {
+          std::ostringstream os;
+          os << "'" << in << "' is out of range [" << lo << ", " << hi << "]";
+          return os.str();
+        }
+        return {};
+      },
+      [lo, hi] {
+        std::ostringstream os;
+        os << "in [" << lo << " - " << hi << "]";
+        return os.str();
+      }());
+}
 
 // Parses args (without argv[0] and Kokkos options). Returns false after
 // printing --help; throws a config error (exit code 2) naming the bad option.

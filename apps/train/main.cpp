@@ -113,7 +113,11 @@ data::Split load_data(const TrainConfig& c) {
   }
   // The model must fit the data.
   STRATA_REQUIRE(s.train.features == in, config, "--layers starts with width ", in, " but ",
-                 s.train.name, " has ", s.train.features, " features per sample");
+                 s.train.name, " has ", s.train.features, " features per sample",
+                 task == data::CsvTask::regression && c.dataset.rfind("csv:", 0) == 0
+                     ? " (with --loss mse the last " + std::to_string(out) +
+                           " columns of the CSV are the targets: as many as the output width)"
+                     : std::string());
   if (task == data::CsvTask::classification) {
     STRATA_REQUIRE(s.train.classes <= out, config, "--layers ends with width ", out, " but ",
                    s.train.name, " has ", s.train.classes,
@@ -498,8 +502,8 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
                 ", " + std::to_string(total) + " steps in " + std::to_string(epochs) + " epoch(s)");
 
   std::size_t step = start.step, timed_samples = 0, first_step = start.step;
-  STRATA_REQUIRE(step <= total, config, "the checkpoint is at step ", step, " but this run ends at step ",
-                 total, " (raise --steps or --epochs)");
+  STRATA_REQUIRE(step <= total, config, "checkpoint '", resume_file, "' is at step ", step,
+                 " but this run ends at step ", total, " (raise --steps or --epochs)");
   double timed_s = 0, last_loss = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
@@ -629,6 +633,9 @@ int train(const TrainConfig& c, comm::Communicator& world) {
                  "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
                  " x ", world.size(), " processes");
   if (model_parallel(c)) validate_mesh(mesh_shape(c, c.ranks * world.size()), c.ranks * world.size());
+  // An unusable checkpoint directory fails now rather than after the first
+  // stretch of training.
+  if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
   data::Split d = load_data(c);
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;

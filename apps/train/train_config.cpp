@@ -64,27 +64,29 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--data-dir", c.data_dir,
                  "Fashion-MNIST directory (default: $STRATA_FASHION_MNIST_DIR or Debian's "
                  "dataset-fashion-mnist directory)");
-  app.add_option("--samples", c.samples, "number of synthetic samples")->capture_default_str();
+  app.add_option("--samples", c.samples, "number of synthetic samples")
+      ->capture_default_str()
+      ->check(whole_number(1));
   app.add_option("--test-fraction", c.test_fraction,
                  "fraction of synthetic or CSV samples held out for testing")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.9));
+      ->check(number_in(0.0, 0.9));
   app.add_option("--layers", layers, "layer widths, input first, e.g. 784,256,128,10")
       ->capture_default_str();
   app.add_option("--activation", activation, "relu | gelu | tanh | sigmoid")->capture_default_str();
   app.add_option("--dropout", c.dropout, "dropout probability after each hidden activation")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
+      ->check(number_in(0.0, 0.99));
   app.add_option("--loss", loss, "cross-entropy | mse")->capture_default_str();
   auto* epochs = app.add_option("--epochs", c.epochs, "passes over the training data")
                      ->capture_default_str()
-                     ->check(CLI::PositiveNumber);
+                     ->check(whole_number(1));
   auto* steps = app.add_option("--steps", c.steps, "stop after this many training steps")
-                    ->check(CLI::PositiveNumber);
+                    ->check(whole_number(1));
   epochs->excludes(steps);
   app.add_option("--batch-size", c.batch_size, "global batch size")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--optimizer", optimizer, "sgd | adam | adamw")->capture_default_str();
   auto* lr_option = app.add_option("--lr", lr, "learning rate (default 0.01 for sgd, 0.001 for adam/adamw)");
   app.add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
@@ -102,16 +104,19 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_flag("--no-shuffle", no_shuffle, "keep the data order");
   app.add_flag("--no-eval", no_eval, "skip the evaluation on the test set");
   app.add_option("--seed", c.seed, "random seed (initialisation, shuffling, dropout, data)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--metrics", c.metrics, "write JSON lines (training log, evaluation, summary)");
   app.add_option("--trace", c.trace,
                  "write a timeline (Chrome trace-event JSON for Perfetto or chrome://tracing): "
                  "a lane per rank with layers, buckets, optimizer and data loading; under "
                  "mpirun one file per process, PATH with -rankN before .json");
   app.add_option("--log-every", c.log_every, "a training log line every N steps (0: none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--warmup-steps", c.warmup_steps, "steps excluded from samples_per_sec")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number());
   app.add_option("--gemm", c.gemm, "auto | vendor | portable")->capture_default_str();
   app.add_option("--strategy", c.strategy,
                  "auto | local | dp | pipeline | tensor | hybrid (auto: dp when there is more "
@@ -120,20 +125,20 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--ranks", c.ranks,
                  "thread ranks per process (under mpirun/srun: per MPI process)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number(1, 1024));
   app.add_option("--threads", c.threads,
                  "Kokkos threads per rank (default: the cores of this node / ranks on it)")
-      ->check(CLI::Range(1, 4096));
+      ->check(whole_number(1, 4096));
   app.add_option("--bucket-mb", c.bucket_mb,
                  "data parallel: gradient bucket size in MiB (0: one bucket)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(number_in(0.0, 1e6));
   app.add_flag("--no-overlap", [&](std::int64_t) { c.overlap = false; },
                "data parallel: communicate after backward instead of during it");
   app.add_option("--accumulate", c.accumulate,
                  "micro-batches of --batch-size per optimizer step (gradient accumulation)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(whole_number(1, 1 << 20));
   app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
   app.add_option("--dp", c.dp, "mesh: data-parallel ranks (default: the ranks left over)")
       ->check(CLI::Range(1, 1 << 20));
@@ -160,10 +165,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--checkpoint-dir", c.checkpoint_dir,
                  "write checkpoints here (atomically; a 'latest' file names the newest)");
   app.add_option("--checkpoint-every", c.checkpoint_every,
-                 "steps between checkpoints (default: every epoch end; always at the end)");
+                 "steps between checkpoints (default: every epoch end; always at the end)")
+      ->check(whole_number());
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints kept")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
+      ->check(whole_number(1, 1000000));
   app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --checkpoint-dir");
   app.add_option("--resume-from", c.resume_from, "continue from this checkpoint file");
   app.add_flag("--quiet,-q", c.quiet, "print only errors and the final result");
