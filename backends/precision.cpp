@@ -17,7 +17,7 @@ const char* to_string(Precision p) {
   return "?";
 }
 
-void round_in_place(const ExecSpace& exec, Precision p, Kokkos::View<float*, MemSpace, Unmanaged> x) {
+void round_in_place(const ExecSpace& exec, Precision p, Vector<float> x) {
   if (p == Precision::bf16) round_in_place<bf16>(exec, x);
   else if (p == Precision::fp16) round_in_place<fp16>(exec, x);
 }

@@ -130,8 +130,7 @@ KOKKOS_INLINE_FUNCTION float round_to(float f) {
 // to(i) = from(i) converted (rounded to nearest even when narrowing).
 // Launched on exec; both Views in MemSpace, of equal length.
 template <class From, class To>
-void convert(const ExecSpace& exec, Kokkos::View<const From*, MemSpace, Unmanaged> from,
-             Kokkos::View<To*, MemSpace, Unmanaged> to) {
+void convert(const ExecSpace& exec, ConstVector<From> from, Vector<To> to) {
   STRATA_REQUIRE(from.extent(0) == to.extent(0), config, "convert: ", from.extent(0),
                  " elements into a buffer of ", to.extent(0));
   Kokkos::parallel_for("strata::convert", Range(exec, 0, from.extent(0)),
@@ -141,11 +140,11 @@ void convert(const ExecSpace& exec, Kokkos::View<const From*, MemSpace, Unmanage
 // x(i) = round_to<L>(x(i)) in place: float buffers holding 16-bit values
 // (storage emulated in float; see docs/mixed-precision.md).
 template <class L>
-void round_in_place(const ExecSpace& exec, Kokkos::View<float*, MemSpace, Unmanaged> x) {
+void round_in_place(const ExecSpace& exec, Vector<float> x) {
   Kokkos::parallel_for("strata::round_in_place", Range(exec, 0, x.extent(0)),
                        KOKKOS_LAMBDA(const std::size_t i) { x(i) = round_to<L>(x(i)); });
 }
 // Runtime choice of L (fp32: nothing to do).
-void round_in_place(const ExecSpace& exec, Precision p, Kokkos::View<float*, MemSpace, Unmanaged> x);
+void round_in_place(const ExecSpace& exec, Precision p, Vector<float> x);
 
 }  // namespace strata

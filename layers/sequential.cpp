@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <type_traits>
 
 namespace strata {
 
@@ -90,6 +91,30 @@ void Sequential<T>::init(Init scheme, std::uint64_t seed) {
   Kokkos::deep_copy(params_, host);
 }
 
+namespace {
+// Rounds a float activation buffer to the storage precision, in place.
+template <class T>
+void round_storage_impl(Context& ctx, Precision p, Matrix<T> m) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p != Precision::fp32) round_in_place(ctx.exec, p, Vector<float>(m.data(), m.size()));
+  } else {
+    (void)ctx, (void)p, (void)m;
+  }
+}
+}  // namespace
+
+template <class T>
+void Sequential<T>::set_storage(Precision p) {
+  STRATA_REQUIRE(p == Precision::fp32 || (std::is_same_v<T, float>), config,
+                 "Sequential: ", to_string(p), " storage needs a float model");
+  storage_ = p;
+}
+
+template <class T>
+void Sequential<T>::round_storage(Context& ctx, Matrix<T> m) const {
+  round_storage_impl(ctx, storage_, m);
+}
+
 template <class T>
 ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_t slot,
                                       bool new_pass) {
@@ -108,6 +133,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
     layers_[i]->use_slot(slot);
     Matrix<T> out = reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     layers_[i]->forward(ctx, in, out);
+    round_storage(ctx, out);
     in = out;
   }
   return in;
@@ -121,6 +147,7 @@ Matrix<T> Sequential<T>::output_grad(std::size_t slot) const {
 template <class T>
 void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)>& after_layer,
                              std::size_t slot) {
+  round_storage(ctx, output_grad(slot));
   backward(ctx, output_grad(slot), Matrix<T>(), slot, after_layer);
 }
 
@@ -142,6 +169,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
     layers_[k]->use_slot(slot);
     layers_[k]->backward(ctx, dy, dx);
+    if (k > 0) round_storage(ctx, dx);
     if (after_layer) after_layer(k);
     dy = dx;
   }
