@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace strata {
@@ -93,6 +94,114 @@ void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
     s1(i) = v;
     p(i) = pi - step_size * m / (kmath::sqrt(v) / c2 + eps);
   });
+}
+
+namespace {
+// Writes the requested copies of an updated parameter.
+struct Copies {
+  Vector<bf16> b;
+  Vector<fp16> h;
+  Vector<float> r;
+  Precision rp;
+  bool any;
+
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, const T p) const {
+    if (!any) return;
+    const float f = static_cast<float>(p);
+    if (b.extent(0) != 0) b(i) = bf16(f);
+    if (h.extent(0) != 0) h(i) = fp16(f);
+    if (r.extent(0) != 0) r(i) = rp == Precision::bf16 ? round_to<bf16>(f)
+                                 : rp == Precision::fp16 ? round_to<fp16>(f) : f;
+  }
+};
+}  // namespace
+
+template <class T>
+FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g,
+                                     const FusedStep& fused) {
+  STRATA_REQUIRE(p.extent(0) == n_ && g.extent(0) == n_, config, "optimizer for ", n_,
+                 " parameters got buffers of ", p.extent(0), " and ", g.extent(0));
+  for (std::size_t e : {fused.copy_bf16.extent(0), fused.copy_fp16.extent(0), fused.copy_rounded.extent(0)})
+    STRATA_REQUIRE(e == 0 || e == n_, config, "fused optimizer step: a parameter copy of ", e,
+                   " elements for ", n_, " parameters");
+  STRATA_REQUIRE(fused.inv_scale > 0 && std::isfinite(fused.inv_scale), config,
+                 "fused optimizer step: inverse loss scale must be finite and > 0, got ",
+                 fused.inv_scale);
+  STRATA_REQUIRE(fused.max_norm >= 0, config, "clip-grad-norm must be >= 0, got ", fused.max_norm);
+  // One reduction: the sum of squares in double (no overflow for any float
+  // gradient; an Inf or a NaN makes it non-finite).
+  double sumsq = 0;
+  Kokkos::parallel_reduce(
+      "strata::grad_sumsq", Range(ctx.exec, 0, n_),
+      KOKKOS_LAMBDA(const std::size_t i, double& acc) {
+        const double v = static_cast<double>(g(i));
+        acc += v * v;
+      },
+      sumsq);
+  FusedResult r;
+  r.finite = std::isfinite(sumsq);
+  r.grad_norm = std::sqrt(sumsq) * fused.inv_scale;
+  if (!r.finite && fused.skip_nonfinite) {
+    r.applied = false;
+    return r;
+  }
+  // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1.
+  if (fused.max_norm > 0 && r.finite)
+    r.clip_coef = std::min(1.0, fused.max_norm / (r.grad_norm + 1e-6));
+  const T f = static_cast<T>(fused.inv_scale * r.clip_coef);
+  const Copies copy{fused.copy_bf16, fused.copy_fp16, fused.copy_rounded, fused.copy_precision,
+                    fused.copy_bf16.extent(0) + fused.copy_fp16.extent(0) +
+                            fused.copy_rounded.extent(0) > 0};
+  ++steps_;
+  // The updates below are step()'s, operation for operation, on g * f.
+  const T lr = static_cast<T>(config_.lr);
+  const T wd = static_cast<T>(config_.weight_decay);
+  Vector<T> s0 = state0_, s1 = state1_;
+  if (config_.kind == OptimizerKind::sgd) {
+    const T mu = static_cast<T>(config_.momentum);
+    const bool first = steps_ == 1, nesterov = config_.nesterov;
+    if (config_.momentum == 0) {
+      Kokkos::parallel_for("strata::sgd_fused", Range(ctx.exec, 0, n_),
+                           KOKKOS_LAMBDA(const std::size_t i) {
+                             const T gi = g(i) * f;
+                             p(i) -= lr * (gi + wd * p(i));
+                             copy(i, p(i));
+                           });
+    } else {
+      Kokkos::parallel_for("strata::sgd_momentum_fused", Range(ctx.exec, 0, n_),
+                           KOKKOS_LAMBDA(const std::size_t i) {
+                             const T d = g(i) * f + wd * p(i);
+                             const T b = first ? d : mu * s0(i) + d;
+                             s0(i) = b;
+                             p(i) -= lr * (nesterov ? d + mu * b : b);
+                             copy(i, p(i));
+                           });
+    }
+    return r;
+  }
+  const T b1 = static_cast<T>(config_.beta1), b2 = static_cast<T>(config_.beta2);
+  const T eps = static_cast<T>(config_.eps);
+  const T c1 = static_cast<T>(1.0 - std::pow(config_.beta1, static_cast<double>(steps_)));
+  const T c2 = static_cast<T>(std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(steps_))));
+  const T step_size = lr / c1;
+  const bool decoupled = config_.kind == OptimizerKind::adamw;
+  Kokkos::parallel_for("strata::adam_fused", Range(ctx.exec, 0, n_), KOKKOS_LAMBDA(const std::size_t i) {
+    T pi = p(i);
+    T gi = g(i) * f;
+    if (decoupled)
+      pi -= lr * wd * pi;
+    else
+      gi += wd * pi;
+    const T m = b1 * s0(i) + (T(1) - b1) * gi;
+    const T v = b2 * s1(i) + (T(1) - b2) * gi * gi;
+    s0(i) = m;
+    s1(i) = v;
+    const T pn = pi - step_size * m / (kmath::sqrt(v) / c2 + eps);
+    p(i) = pn;
+    copy(i, pn);
+  });
+  return r;
 }
 
 template class Optimizer<float>;

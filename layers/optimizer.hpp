@@ -8,6 +8,7 @@
 #pragma once
 
 #include "backends/context.hpp"
+#include "backends/precision.hpp"
 
 #include <cstdint>
 #include <string>
@@ -36,6 +37,27 @@ inline std::size_t state_elements(const OptimizerConfig& config, std::size_t n) 
   return 2 * n;  // Adam, AdamW: first and second moments
 }
 
+// What the fused step does besides the update (mixed precision, clipping).
+struct FusedStep {
+  double inv_scale = 1.0;  // gradients are multiplied by this first (1 / loss scale)
+  double max_norm = 0.0;   // > 0: clip the unscaled gradients to this global L2 norm
+  bool skip_nonfinite = true;  // no update when a gradient is Inf or NaN
+  // A 16-bit copy of the updated parameters, written when not empty (n elements).
+  Vector<bf16> copy_bf16;
+  Vector<fp16> copy_fp16;
+  // A float copy holding the updated parameters rounded to copy_precision
+  // (bf16 or fp16): the working weights of emulated 16-bit storage.
+  Vector<float> copy_rounded;
+  Precision copy_precision = Precision::fp32;
+};
+
+struct FusedResult {
+  bool finite = true;      // every gradient was finite
+  bool applied = true;     // the update happened (false: skipped, non-finite)
+  double grad_norm = 0;    // L2 norm of the unscaled gradients, before clipping
+  double clip_coef = 1;    // factor applied to the unscaled gradients (<= 1)
+};
+
 template <class T>
 class Optimizer {
  public:
@@ -44,6 +66,15 @@ class Optimizer {
 
   // params -= update(grads); both (n), device memory.
   void step(Context& ctx, Vector<T> params, ConstVector<T> grads);
+
+  // The fused step: one reduction over the gradients (sum of squares, in
+  // double: the global norm and the finiteness check), then one kernel that
+  // unscales (and clips) each gradient, applies the update of step() to the
+  // parameters (fp32 master weights) and writes the requested copies. With
+  // inv_scale 1 and no clipping the parameters equal step()'s bitwise. A
+  // skipped step leaves parameters, state and steps() unchanged.
+  FusedResult step_fused(Context& ctx, Vector<T> params, ConstVector<T> grads,
+                         const FusedStep& fused);
 
   const OptimizerConfig& config() const { return config_; }
   void set_lr(double lr) { config_.lr = lr; }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <type_traits>
 
 namespace strata {
 
@@ -108,6 +109,30 @@ void Sequential<T>::init(Init scheme, std::uint64_t seed) {
   Kokkos::deep_copy(params_, host);
 }
 
+namespace {
+// Rounds a float activation buffer to the storage precision, in place.
+template <class T>
+void round_storage_impl(Context& ctx, Precision p, Matrix<T> m) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p != Precision::fp32) round_in_place(ctx.exec, p, Vector<float>(m.data(), m.size()));
+  } else {
+    (void)ctx, (void)p, (void)m;
+  }
+}
+}  // namespace
+
+template <class T>
+void Sequential<T>::set_storage(Precision p) {
+  STRATA_REQUIRE(p == Precision::fp32 || (std::is_same_v<T, float>), config,
+                 "Sequential: ", to_string(p), " storage needs a float model");
+  storage_ = p;
+}
+
+template <class T>
+void Sequential<T>::round_storage(Context& ctx, Matrix<T> m) const {
+  round_storage_impl(ctx, storage_, m);
+}
+
 template <class T>
 ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_t slot,
                                       bool new_pass) {
@@ -128,6 +153,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
     {
       STRATA_SPAN("compute", "forward " + layers_[i]->name());
       layers_[i]->forward(ctx, in, out);
+      round_storage(ctx, out);
       if (trace::enabled()) ctx.exec.fence();  // spans time the kernels, not their launch
     }
     in = out;
@@ -143,6 +169,7 @@ Matrix<T> Sequential<T>::output_grad(std::size_t slot) const {
 template <class T>
 void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)>& after_layer,
                              std::size_t slot) {
+  round_storage(ctx, output_grad(slot));
   backward(ctx, output_grad(slot), Matrix<T>(), slot, after_layer);
 }
 
@@ -166,6 +193,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
     {
       STRATA_SPAN("compute", "backward " + layers_[k]->name());
       layers_[k]->backward(ctx, dy, dx);
+      if (k > 0) round_storage(ctx, dx);
       if (trace::enabled()) ctx.exec.fence();
     }
     if (after_layer) after_layer(k);

@@ -13,6 +13,7 @@
 //   model.backward(ctx);                   // accumulates into grads()
 #pragma once
 
+#include "backends/precision.hpp"
 #include "layers/layer.hpp"
 
 #include <functional>
@@ -65,6 +66,15 @@ class Sequential {
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, std::size_t slot,
                 const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
+
+  // Storage precision of activations (float models only): with bf16 or fp16
+  // every layer output, the loss gradient and every gradient passed between
+  // layers is rounded to that type where it is stored, so that the model
+  // computes with the values 16-bit storage would hold (emulated: the
+  // buffers stay float; see docs/mixed-precision.md). The model input and
+  // the parameter gradients stay fp32. Default fp32: nothing is rounded.
+  void set_storage(Precision p);
+  Precision storage() const { return storage_; }
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
 
@@ -117,7 +127,9 @@ class Sequential {
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;
   std::vector<std::size_t> batch_;  // rows of the last forward, per slot
+  void round_storage(Context& ctx, Matrix<T> m) const;
   bool built_ = false;
+  Precision storage_ = Precision::fp32;
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
   std::vector<VectorBuffer<T>> acts_;  // acts_[s * L + i]: output of layer i in slot s (flat)

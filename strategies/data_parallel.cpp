@@ -4,6 +4,8 @@
 #include "backends/trace.hpp"
 
 #include <chrono>
+#include <cmath>
+#include <type_traits>
 
 namespace strata {
 
@@ -11,6 +13,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
+
+GradCompression parse_grad_compression(const std::string& name) {
+  for (GradCompression c : {GradCompression::none, GradCompression::bf16, GradCompression::fp16})
+    if (name == to_string(c)) return c;
+  STRATA_THROW(config, "unknown gradient compression '", name, "' (expected none, bf16 or fp16)");
+}
+
+const char* to_string(GradCompression c) {
+  switch (c) {
+    case GradCompression::none: return "none";
+    case GradCompression::bf16: return "bf16";
+    case GradCompression::fp16: return "fp16";
+  }
+  return "?";
+}
 
 template <class T>
 DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential<T>& model,
@@ -20,6 +37,10 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   STRATA_REQUIRE(model.built(), config, "data parallel: build the model first");
   STRATA_REQUIRE(optimizer.size() == model.num_params(), config, "optimizer for ",
                  optimizer.size(), " parameters used with a model of ", model.num_params());
+  STRATA_REQUIRE(options.precision == Precision::fp32 || (std::is_same_v<T, float>), config,
+                 "data parallel: ", to_string(options.precision), " training needs a float model");
+  STRATA_REQUIRE(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), config,
+                 "clip-grad-norm must be finite and >= 0, got ", options.clip_grad_norm);
   // Rank 0's parameters for everyone.
   comm_.broadcast(model_.params(), 0);
   // Gradients in the communicator's shared memory where it has some (MPI
@@ -29,6 +50,19 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
     if (void* p = comm_.allocate_shared(n * sizeof(T)))
       model_.use_grad_storage(Vector<T>(static_cast<T*>(p), n));
   }
+  fused_ = options.precision != Precision::fp32 || options.clip_grad_norm > 0 ||
+           options.loss_scaling;
+  if (options.loss_scaling) scaler_ = std::make_unique<DynamicLossScaler>(options.scaler);
+  if (options.precision != Precision::fp32) {
+    // The model's parameters become the working weights (rounded to 16 bits);
+    // the optimizer updates fp32 master weights.
+    master_ = VectorBuffer<T>("strata::dp::master", model.num_params());
+    Kokkos::deep_copy(ctx.exec, master_, model_.params());
+    model_.set_storage(options.precision);
+    sync_working_params();
+  }
+  if (options.compression != GradCompression::none)
+    comp_ = Kokkos::View<std::uint16_t*, MemSpace>("strata::dp::compressed", model.num_params());
   // Buckets from the end of the flat buffer (the last layer's gradients are
   // ready first).
   const std::size_t n = model.num_params();
@@ -42,8 +76,25 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   staged_ = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible &&
             !comm.accepts_device_memory();
   if (staged_)
-    for (auto& b : buckets_) staging_.emplace_back(b.second - b.first);
+    for (auto& b : buckets_) {
+      if (comp_.extent(0) > 0) staging16_.emplace_back(b.second - b.first);
+      else staging_.emplace_back(b.second - b.first);
+    }
   handles_.reserve(buckets_.size());
+}
+
+template <class T>
+Vector<T> DataParallel<T>::master_params() const {
+  return master_.extent(0) > 0 ? Vector<T>(master_) : model_.params();
+}
+
+template <class T>
+void DataParallel<T>::sync_working_params() {
+  if (master_.extent(0) == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    Kokkos::deep_copy(ctx_.exec, model_.params(), master_);
+    round_in_place(ctx_.exec, options_.precision, model_.params());
+  }
 }
 
 template <class T>
@@ -51,6 +102,30 @@ void DataParallel<T>::launch(std::size_t b) {
   const auto [first, last] = buckets_[b];
   T* grads = model_.grads().data() + first;
   const std::size_t count = last - first;
+  if (options_.compression != GradCompression::none) {
+    // Bucket -> 16 bits (rounded to nearest even), allreduce summing in float.
+    std::uint16_t* c16 = comp_.data() + first;
+    const ConstVector<T> g(grads, count);
+    comm::DataType type;
+    if (options_.compression == GradCompression::bf16) {
+      convert<T, bf16>(ctx_.exec, g, Vector<bf16>(reinterpret_cast<bf16*>(c16), count));
+      type = comm::DataType::bf16;
+    } else {
+      convert<T, fp16>(ctx_.exec, g, Vector<fp16>(reinterpret_cast<fp16*>(c16), count));
+      type = comm::DataType::f16;
+    }
+    ctx_.exec.fence();  // the communicator reads the converted bucket
+    void* buf = c16;
+    if (staged_) {
+      Kokkos::deep_copy(Kokkos::View<std::uint16_t*, Kokkos::HostSpace, Unmanaged>(staging16_[b].data(), count),
+                        Kokkos::View<const std::uint16_t*, MemSpace, Unmanaged>(c16, count));
+      buf = staging16_[b].data();
+    }
+    info_.comm_bytes += count * 2;
+    handles_.push_back(comm_.iallreduce(buf, buf, count, type, comm::ReduceOp::sum));
+    return;
+  }
+  info_.comm_bytes += count * sizeof(T);
   if (staged_) {
     // The gradients must be complete before they are copied out.
     ctx_.exec.fence();
@@ -68,6 +143,21 @@ template <class T>
 void DataParallel<T>::finish() {
   for (std::size_t b = 0; b < handles_.size(); ++b) {
     handles_[b].wait();
+    if (options_.compression != GradCompression::none) {
+      const auto [first, last] = buckets_[b];
+      const std::size_t count = last - first;
+      std::uint16_t* c16 = comp_.data() + first;
+      if (staged_)
+        Kokkos::deep_copy(Kokkos::View<std::uint16_t*, MemSpace, Unmanaged>(c16, count),
+                          Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Unmanaged>(
+                              staging16_[b].data(), count));
+      const Vector<T> g(model_.grads().data() + first, count);
+      if (options_.compression == GradCompression::bf16)
+        convert<bf16, T>(ctx_.exec, ConstVector<bf16>(reinterpret_cast<const bf16*>(c16), count), g);
+      else
+        convert<fp16, T>(ctx_.exec, ConstVector<fp16>(reinterpret_cast<const fp16*>(c16), count), g);
+      continue;
+    }
     if (staged_) {
       const auto [first, last] = buckets_[b];
       Kokkos::deep_copy(Vector<T>(model_.grads().data() + first, last - first),
@@ -84,7 +174,11 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
   STRATA_REQUIRE(count > 0, config, "data parallel: step without micro-batches");
   STRATA_REQUIRE(global_samples > 0, config, "data parallel: global batch of 0 samples");
   const auto t0 = Clock::now();
-  const T scale = T(1) / static_cast<T>(global_samples);
+  info_ = StepInfo{};
+  info_.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  // With loss scaling the loss gradient is multiplied by the scale (a power
+  // of two by default, so scaling and unscaling are exact).
+  const T scale = static_cast<T>(info_.loss_scale) / static_cast<T>(global_samples);
   model_.zero_grad(ctx_);
   model_.set_training(true);
   double loss_sum = 0;
@@ -123,7 +217,26 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
   const auto t2 = Clock::now();
   {
     STRATA_SPAN("compute", "optimizer step");
-    optimizer_.step(ctx_, model_.params(), model_.grads());
+    if (!fused_) {
+      optimizer_.step(ctx_, model_.params(), model_.grads());
+    } else {
+      // Every rank holds the same summed gradients, so the norm, the finiteness
+      // verdict and the skip decision agree on every rank without communication.
+      FusedStep f;
+      f.inv_scale = 1.0 / info_.loss_scale;
+      f.max_norm = options_.clip_grad_norm;
+      f.skip_nonfinite = scaler_ != nullptr;
+      if constexpr (std::is_same_v<T, float>) {
+        if (master_.extent(0) > 0) {
+          f.copy_rounded = model_.params();
+          f.copy_precision = options_.precision;
+        }
+      }
+      const FusedResult r = optimizer_.step_fused(ctx_, master_params(), model_.grads(), f);
+      info_.grad_norm = r.grad_norm;
+      info_.applied = r.applied;
+      if (scaler_) scaler_->update(r.finite);
+    }
     if (trace::enabled()) ctx_.exec.fence();
   }
   timing_.optimizer_s = since(t2);

@@ -17,18 +17,43 @@
 
 #include "backends/comm/communicator.hpp"
 #include "data/loader.hpp"
+#include "backends/precision.hpp"
 #include "layers/loss.hpp"
+#include "layers/loss_scaler.hpp"
 #include "layers/optimizer.hpp"
 #include "layers/sequential.hpp"
 
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace strata {
 
+// Gradient compression for the allreduce: buckets converted to 16 bits.
+enum class GradCompression { none, bf16, fp16 };
+GradCompression parse_grad_compression(const std::string& name);  // throws config
+const char* to_string(GradCompression c);
+
 struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t(25) << 20;  // 0: a single bucket
   bool overlap = true;  // start buckets during backward (else after it)
+  GradCompression compression = GradCompression::none;
+  // bf16/fp16: the model stores activations in that precision (Sequential::
+  // set_storage) and computes with working weights rounded to it, while the
+  // optimizer updates fp32 master weights (float models only).
+  Precision precision = Precision::fp32;
+  double clip_grad_norm = 0;  // > 0: clip gradients to this global L2 norm
+  bool loss_scaling = false;  // dynamic loss scaling (for fp16)
+  LossScalerConfig scaler;
+};
+
+// What the last step did (mixed precision and compression).
+struct StepInfo {
+  bool applied = true;          // false: skipped (non-finite gradients, loss scaling)
+  double grad_norm = 0;         // global L2 norm of the gradients (fused steps only)
+  double loss_scale = 1;        // the scale this step's loss gradient was multiplied by
+  std::size_t comm_bytes = 0;   // payload bytes this rank gave to gradient allreduces
 };
 
 // Where the time of the last step went (seconds, this rank).
@@ -58,7 +83,17 @@ class DataParallel {
   // Buckets as [first, last) ranges of the flat gradient buffer, in launch order.
   const std::vector<std::pair<std::size_t, std::size_t>>& buckets() const { return buckets_; }
   const StepTiming& last_timing() const { return timing_; }
+  const StepInfo& last_info() const { return info_; }
   comm::Communicator& communicator() { return comm_; }
+  const DataParallelOptions& options() const { return options_; }
+
+  // The weights the optimizer updates: fp32 master weights with a 16-bit
+  // precision, else the model's parameters. After writing them (restoring a
+  // checkpoint), call sync_working_params().
+  Vector<T> master_params() const;
+  void sync_working_params();
+  // The loss scaler (nullptr without loss scaling): its state is a checkpoint's.
+  DynamicLossScaler* scaler() { return scaler_.get(); }
 
  private:
   void launch(std::size_t b);
@@ -78,6 +113,12 @@ class DataParallel {
   bool staged_ = false;
   std::vector<std::vector<T>> staging_;
   StepTiming timing_;
+  StepInfo info_;
+  bool fused_ = false;
+  VectorBuffer<T> master_;                       // fp32 master weights (16-bit precision)
+  Kokkos::View<std::uint16_t*, MemSpace> comp_;  // compressed buckets
+  std::vector<std::vector<std::uint16_t>> staging16_;
+  std::unique_ptr<DynamicLossScaler> scaler_;
 };
 
 }  // namespace strata

@@ -31,7 +31,21 @@ struct DpConfig {
 struct RunResult {
   std::vector<double> losses;
   std::vector<float> params;
+  std::vector<bool> applied;   // DataParallel: whether each step was applied
+  std::size_t comm_bytes = 0;  // DataParallel: allreduce payload of the last step
 };
+
+// Largest deviation of a from b: of the losses (relative) and of the
+// parameters (relative to the largest parameter magnitude of b).
+inline std::pair<double, double> deviation(const RunResult& a, const RunResult& b) {
+  double loss = 0, scale = 0, param = 0;
+  for (std::size_t i = 0; i < a.losses.size() && i < b.losses.size(); ++i)
+    loss = std::max(loss, std::fabs(a.losses[i] - b.losses[i]) / std::fabs(b.losses[i]));
+  for (float p : b.params) scale = std::max(scale, double(std::fabs(p)));
+  for (std::size_t i = 0; i < a.params.size() && i < b.params.size(); ++i)
+    param = std::max(param, std::fabs(double(a.params[i]) - b.params[i]) / scale);
+  return {loss, param};
+}
 
 inline data::Dataset dp_data(const DpConfig& c) {
   return data::make_synthetic(c.samples, c.features, data::CsvTask::classification, c.classes, c.seed);
@@ -95,8 +109,10 @@ inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig
       global += loaders[m]->global_size();
     }
     r.losses.push_back(dp.step(micro, global));
+    r.applied.push_back(dp.last_info().applied);
+    r.comm_bytes = dp.last_info().comm_bytes;
   }
-  r.params = to_host(model.params());
+  r.params = to_host(dp.master_params());  // fp32 master weights in mixed precision
   return r;
 }
 

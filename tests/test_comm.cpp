@@ -36,6 +36,11 @@ TEST_P(ThreadRanks, EveryCollectiveMatchesTheReference) {
   for (const auto& err : on_ranks(GetParam(), test::check_all_collectives)) EXPECT_EQ(err, "");
 }
 
+TEST_P(ThreadRanks, SixteenBitReductionsSumInFloatAndRoundOnce) {
+  for (const auto& err : on_ranks(GetParam(), test::check_16bit<bf16>)) EXPECT_EQ(err, "");
+  for (const auto& err : on_ranks(GetParam(), test::check_16bit<fp16>)) EXPECT_EQ(err, "");
+}
+
 TEST_P(ThreadRanks, SendRecvRing) {
   for (const auto& err : on_ranks(GetParam(), test::check_ring)) EXPECT_EQ(err, "");
 }

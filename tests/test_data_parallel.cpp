@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+
 namespace strata {
 namespace {
 
@@ -84,6 +87,97 @@ TEST(DataParallelThreads4, LastBatchSmallerThanTheRankCount) {
   c.batch = 10;  // batches of 10, 10, 3: with 4 ranks one shard is empty
   c.steps = 9;
   EXPECT_EQ(test::compare(dp_on_threads(4, c), test::train_single(c), 1e-5), "");
+}
+
+// Gradient compression: buckets travel in 16 bits and are summed in float
+// (rounded once). Against uncompressed single-rank training over 20 Adam
+// steps the losses stay within 0.2% and the parameters within 0.5% of the
+// largest parameter (measured on 2-4 ranks: bf16 at most 2.5e-4 and 6.7e-4,
+// fp16 2.2e-5 and 4.8e-5; printed); the allreduce payload is half.
+TEST_P(DataParallelThreads, CompressedGradientsStayCloseToUncompressed) {
+  test::DpConfig c;
+  const auto single = test::train_single(c);
+  DataParallelOptions plain;
+  plain.bucket_bytes = 256;  // several buckets
+  const auto full = dp_on_threads(GetParam(), c, plain);
+  for (GradCompression g : {GradCompression::bf16, GradCompression::fp16}) {
+    DataParallelOptions o = plain;
+    o.compression = g;
+    const auto r = dp_on_threads(GetParam(), c, o);
+    const auto [dl, dp] = test::deviation(r, single);
+    std::printf("compression %s on %d ranks: loss deviation %.2e, parameter deviation %.2e\n",
+                to_string(g), GetParam(), dl, dp);
+    EXPECT_LT(dl, 2e-3) << to_string(g);
+    EXPECT_LT(dp, 5e-3) << to_string(g);
+    if (GetParam() > 1) EXPECT_EQ(r.comm_bytes * 2, full.comm_bytes) << to_string(g);
+  }
+}
+
+// Mixed-precision training (16-bit activation storage and working weights,
+// fp32 master weights) against fp32 single-rank training: 20 Adam steps of
+// the small MLP stay within 5% in loss and parameters (measured: bf16 4.6e-3
+// in loss, 2.8e-2 in parameters; fp16 with dynamic loss scaling 2.8e-4 and
+// 2.4e-4; printed). Clipping by a large norm changes nothing.
+TEST_P(DataParallelThreads, MixedPrecisionTrainingStaysCloseToFp32) {
+  test::DpConfig c;
+  const auto single = test::train_single(c);
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    DataParallelOptions o;
+    o.precision = p;
+    o.loss_scaling = p == Precision::fp16;
+    o.clip_grad_norm = 1e6;
+    const auto r = dp_on_threads(GetParam(), c, o);
+    const auto [dl, dp] = test::deviation(r, single);
+    std::printf("%s on %d ranks: loss deviation %.2e, parameter deviation %.2e\n", to_string(p),
+                GetParam(), dl, dp);
+    EXPECT_LT(dl, 0.05) << to_string(p);
+    EXPECT_LT(dp, 0.05) << to_string(p);
+    EXPECT_GT(dl, 0.0) << "16-bit storage must change the numbers";
+  }
+}
+
+// fp16 with too large a loss scale: the first steps overflow and are
+// skipped (parameters untouched) while the scale backs off; training then
+// proceeds and the loss falls.
+TEST(DataParallelMixed, LossScalerSkipsOverflowingStepsThenTrains) {
+  test::DpConfig c;
+  c.steps = 30;
+  Context ctx;
+  auto d = test::dp_data(c);
+  auto model = make_mlp<float>({c.widths, ActivationKind::relu, 0.0, c.seed});
+  model.build(c.batch);
+  model.init(Init::kaiming_uniform, c.seed);
+  SoftmaxCrossEntropy<float> loss;
+  Optimizer<float> opt(c.optimizer, model.num_params());
+  comm::SelfComm self;
+  DataParallelOptions o;
+  o.precision = Precision::fp16;
+  o.loss_scaling = true;
+  o.scaler.init_scale = o.scaler.max_scale = 16777216.0;  // 2^24: gradients overflow fp16
+  o.scaler.growth_interval = 1000;
+  DataParallel<float> dp(ctx, self, model, loss, opt, o);
+  const auto before = test::to_host(dp.master_params());
+  data::BatchLoader<float> loader(d, c.batch, true, c.seed);
+  data::Batch<float> b;
+  std::vector<double> losses;
+  std::size_t skipped = 0;
+  for (std::size_t s = 0, epoch = 0; s < c.steps;) {
+    loader.seek(epoch++, 0);
+    while (s < c.steps && loader.next(b)) {
+      losses.push_back(dp.step(b, loader.global_size()));
+      if (!dp.last_info().applied) {
+        ++skipped;
+        EXPECT_EQ(skipped, s + 1) << "skips come first";
+        EXPECT_EQ(test::to_host(dp.master_params()), before) << "a skipped step changed the weights";
+      }
+      ++s;
+    }
+  }
+  EXPECT_GE(skipped, 1u);
+  EXPECT_EQ(dp.scaler()->state().skipped, static_cast<std::int64_t>(skipped));
+  EXPECT_EQ(dp.scaler()->scale(), 16777216.0 / std::pow(2.0, double(skipped)));
+  EXPECT_EQ(opt.steps(), static_cast<std::int64_t>(c.steps - skipped));
+  EXPECT_LT(losses.back(), 0.8 * losses.front());
 }
 
 TEST(DataParallel, BucketsCoverTheGradientsInBackwardOrder) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <initializer_list>
 #include <tuple>
@@ -466,6 +467,77 @@ TEST(Sequential, BatchLargerThanBuiltIsAnError) {
   MatrixBuffer<float> x("x", 5, 3);
   Context ctx;
   EXPECT_THROW(m.forward(ctx, x), Error);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Each layer with 16-bit activation storage (Sequential::set_storage) against
+// the same layer in fp32, preceded by a Linear so that the layer's input
+// gradient is exercised too: the output is the fp32 output rounded once
+// (within 2 units of roundoff u = 2^-8 bf16, 2^-11 fp16 of the element plus
+// 2u of the largest output, for the rounded input),
+// and every gradient stays within 2% (bf16) / 0.3% (fp16) of the largest
+// fp32 gradient (measured at most about a quarter of that; printed).
+TEST(LowPrecisionStorage, EachLayerWithinBoundsOfFp32) {
+  const std::size_t batch = 16, in = 24, width = 32;
+  using Make = std::function<LayerPtr<float>()>;
+  const std::vector<std::pair<std::string, Make>> layers = {
+      {"Linear", [&] { return std::make_unique<Linear<float>>(width, 20); }},
+      {"ReLU", [] { return make_activation<float>(ActivationKind::relu); }},
+      {"GELU", [] { return make_activation<float>(ActivationKind::gelu); }},
+      {"Tanh", [] { return make_activation<float>(ActivationKind::tanh); }},
+      {"Sigmoid", [] { return make_activation<float>(ActivationKind::sigmoid); }},
+      {"LayerNorm", [&] { return std::make_unique<LayerNorm<float>>(width); }},
+  };
+  Context ctx;
+  const auto x = test::randn<float>(batch * in, 5);
+  auto dxin = test::to_device(x, batch, in);
+  for (const auto& [name, make] : layers) {
+    struct Out {
+      std::vector<float> y, g;
+    };
+    auto run = [&](Precision p) {
+      Sequential<float> m(in);
+      m.add(std::make_unique<Linear<float>>(in, width));
+      m.add(make());
+      m.build(batch);
+      m.init(Init::kaiming_uniform, 11);
+      m.set_storage(p);
+      m.zero_grad(ctx);
+      Out o;
+      o.y = test::to_host(m.forward(ctx, dxin));
+      const auto dy = test::randn<float>(o.y.size(), 6);
+      Kokkos::deep_copy(m.output_grad(), test::to_device(dy, batch, m.out_features()));
+      m.backward(ctx);
+      o.g = test::to_host(m.grads());
+      return o;
+    };
+    const Out ref = run(Precision::fp32);
+    for (auto [p, unit, gtol] : {std::tuple{Precision::bf16, 1.0 / 256, 0.02},
+                                 std::tuple{Precision::fp16, 1.0 / 2048, 0.003}}) {
+      const Out low = run(p);
+      double gmax = 0, gdev = 0;
+      for (float v : ref.g) gmax = std::max(gmax, double(std::fabs(v)));
+      for (std::size_t i = 0; i < ref.g.size(); ++i)
+        gdev = std::max(gdev, std::fabs(double(low.g[i]) - ref.g[i]) / gmax);
+      double ymax = 0;
+      for (float v : ref.y) ymax = std::max(ymax, double(std::fabs(v)));
+      for (std::size_t i = 0; i < ref.y.size(); ++i) {
+        // The output is rounded once; the layer's input was rounded too,
+        // which a Linear or LayerNorm mixes across features (hence the
+        // term relative to the largest output).
+        const double tol = 2 * unit * std::fabs(ref.y[i]) + 2 * unit * ymax;
+        ASSERT_NEAR(low.y[i], ref.y[i], tol) << name << " " << to_string(p) << " output " << i;
+      }
+      std::printf("%s %s: gradient deviation %.2e of the largest\n", name.c_str(), to_string(p), gdev);
+      EXPECT_LT(gdev, gtol) << name << " " << to_string(p);
+      EXPECT_GT(gdev, 0.0) << name << " " << to_string(p) << ": storage must round";
+    }
+  }
 }
 
 }  // namespace

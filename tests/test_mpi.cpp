@@ -27,6 +27,12 @@ TEST(Mpi, EveryCollectiveMatchesTheReference) {
   EXPECT_EQ(test::check_all_collectives(c), "");
 }
 
+TEST(Mpi, SixteenBitReductionsSumInFloatAndRoundOnce) {
+  comm::MpiComm c(MPI_COMM_WORLD, false);
+  EXPECT_EQ(test::check_16bit<bf16>(c), "");
+  EXPECT_EQ(test::check_16bit<fp16>(c), "");
+}
+
 TEST(Mpi, SendRecvRing) {
   comm::MpiComm c(MPI_COMM_WORLD, false);
   EXPECT_EQ(test::check_ring(c), "");

@@ -292,11 +292,24 @@ class DataParallelEngine final : public Engine {
     DataParallelOptions o;
     o.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
     o.overlap = c.overlap;
+    o.precision = c.precision;
+    o.compression = parse_grad_compression(c.grad_compression);
+    o.clip_grad_norm = c.clip_grad_norm;
+    o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
     strategy_ = std::make_unique<DataParallel<T>>(ctx, comm, model_, *loss_, *optimizer_, o);
   }
   std::string describe() const override {
-    return comm_.size() == 1 ? "local (one rank)"
-                             : "data parallel over " + std::to_string(comm_.size()) + " ranks";
+    std::string s = comm_.size() == 1 ? "local (one rank)"
+                                      : "data parallel over " + std::to_string(comm_.size()) + " ranks";
+    const auto& o = strategy_->options();
+    if (o.precision != Precision::fp32)
+      s += std::string(", ") + to_string(o.precision) +
+           " activations and working weights (emulated 16-bit storage), fp32 master weights";
+    if (o.loss_scaling) s += ", dynamic loss scaling";
+    if (o.compression != GradCompression::none)
+      s += std::string(", gradients communicated in ") + to_string(o.compression);
+    if (o.clip_grad_norm > 0) s += ", gradients clipped to norm " + fmt("%g", o.clip_grad_norm);
+    return s;
   }
   std::size_t num_params() const override { return model_.num_params(); }
   int data_rank() const override { return comm_.rank(); }
@@ -311,7 +324,7 @@ class DataParallelEngine final : public Engine {
   }
   Snapshot snapshot() override {
     Snapshot s;
-    s.params = to_host_vector(model_.params());
+    s.params = to_host_vector(strategy_->master_params());  // fp32 master weights
     s.opt0 = to_host_vector(optimizer_->state0());
     s.opt1 = to_host_vector(optimizer_->state1());
     s.optimizer_steps = optimizer_->steps();
@@ -319,7 +332,8 @@ class DataParallelEngine final : public Engine {
     return s;
   }
   void restore(const Snapshot& s) override {
-    from_host_vector(s.params, model_.params());
+    from_host_vector(s.params, strategy_->master_params());
+    strategy_->sync_working_params();
     from_host_vector(s.opt0, optimizer_->state0());
     from_host_vector(s.opt1, optimizer_->state1());
     optimizer_->set_steps(s.optimizer_steps);

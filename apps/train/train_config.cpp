@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 namespace strata::app {
@@ -139,6 +140,20 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "micro-batches of --batch-size per optimizer step (gradient accumulation)")
       ->capture_default_str()
       ->check(whole_number(1, 1 << 20));
+  std::string precision = "fp32";
+  app.add_option("--precision", precision,
+                 "fp32 | bf16 | fp16: activations and working weights in 16 bits (emulated "
+                 "storage), fp32 master weights")
+      ->capture_default_str();
+  app.add_option("--grad-compression", c.grad_compression,
+                 "none | bf16 | fp16: gradient buckets travel in 16 bits, summed in float")
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", c.clip_grad_norm,
+                 "clip gradients to this global L2 norm (0: no clipping)")
+      ->capture_default_str();
+  app.add_option("--loss-scale", c.loss_scale,
+                 "auto (dynamic for fp16, none otherwise) | dynamic | none")
+      ->capture_default_str();
   app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
   app.add_option("--dp", c.dp, "mesh: data-parallel ranks (default: the ranks left over)")
       ->check(CLI::Range(1, 1 << 20));
@@ -233,6 +248,24 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   STRATA_REQUIRE(c.loss != LossKind::mse || c.dataset != "fashion-mnist", config,
                  "--loss mse needs regression targets, but fashion-mnist has class labels "
                  "(use --loss cross-entropy)");
+  STRATA_REQUIRE(precision == "fp32" || precision == "bf16" || precision == "fp16", config,
+                 "--precision: unknown value '", precision, "' (expected fp32, bf16 or fp16)");
+  c.precision = parse_precision(precision);
+  STRATA_REQUIRE(c.grad_compression == "none" || c.grad_compression == "bf16" ||
+                     c.grad_compression == "fp16",
+                 config, "--grad-compression: unknown value '", c.grad_compression,
+                 "' (expected none, bf16 or fp16)");
+  STRATA_REQUIRE(c.loss_scale == "auto" || c.loss_scale == "dynamic" || c.loss_scale == "none",
+                 config, "--loss-scale: unknown value '", c.loss_scale,
+                 "' (expected auto, dynamic or none)");
+  STRATA_REQUIRE(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), config,
+                 "--clip-grad-norm must be finite and >= 0, got ", c.clip_grad_norm);
+  const bool mixed = c.precision != Precision::fp32 || c.grad_compression != "none" ||
+                     c.clip_grad_norm > 0 || c.loss_scale == "dynamic";
+  STRATA_REQUIRE(!(mixed && model_parallel(c)), config,
+                 "--precision/--grad-compression/--clip-grad-norm/--loss-scale run with "
+                 "--strategy local or dp; --strategy ", c.strategy,
+                 " (or --pp/--tp/--zero/--memory-budget-mb) does not support them yet");
   // Validates the optimizer settings now rather than after loading data.
   validate(c.optimizer);
   return c;

@@ -1,6 +1,7 @@
 // Options of strata-train, parsed and validated before any work starts.
 #pragma once
 
+#include "backends/precision.hpp"
 #include "layers/layer.hpp"
 #include "layers/activation.hpp"
 #include "layers/loss.hpp"
@@ -46,6 +47,11 @@ struct TrainConfig {
   double bucket_mb = 25;          // gradient bucket size (0: one bucket)
   bool overlap = true;            // communicate buckets during backward
   std::size_t accumulate = 1;     // micro-batches per optimizer step
+  // Mixed precision (docs/mixed-precision.md).
+  Precision precision = Precision::fp32;  // activation storage and working weights
+  std::string grad_compression = "none";  // none | bf16 | fp16: gradient allreduce in 16 bits
+  double clip_grad_norm = 0;              // > 0: clip by global L2 norm
+  std::string loss_scale = "auto";        // auto (dynamic for fp16) | dynamic | none
   bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
   // Model parallelism (0: derived from the strategy and the world size).
   int dp = 0, pp = 0, tp = 0;

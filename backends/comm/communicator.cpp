@@ -29,11 +29,14 @@ const char* to_string(DataType type) {
     case DataType::f64: return "float64";
     case DataType::i32: return "int32";
     case DataType::i64: return "int64";
+    case DataType::bf16: return "bfloat16";
+    case DataType::f16: return "float16";
   }
   return "?";
 }
 
 std::size_t size_of(DataType type) {
+  if (type == DataType::bf16 || type == DataType::f16) return 2;
   return type == DataType::f32 || type == DataType::i32 ? 4 : 8;
 }
 

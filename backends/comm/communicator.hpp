@@ -6,7 +6,8 @@
 // stage device memory through the host where a transport needs host memory.
 //
 // Semantics (n = size()):
-//   allreduce(send, recv, count)       recv = op over ranks of send (send == recv: in place)
+//   allreduce(send, recv, count)       recv = op over ranks of send (send == recv: in place);
+//                                      bf16/f16: summed in float in rank order, rounded once
 //   reduce_scatter(send, recv, count)  send holds n blocks of `count`; rank r gets block r reduced
 //                                      (recv may be block r of send; the other blocks are then
 //                                      undefined afterwards)
@@ -26,6 +27,7 @@
 
 #include "backends/error.hpp"
 #include "backends/kokkos.hpp"
+#include "backends/precision.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -36,7 +38,10 @@
 namespace strata::comm {
 
 enum class ReduceOp { sum, average, max, min };
-enum class DataType { f32, f64, i32, i64 };
+// bf16 and f16 are 16-bit storage types (backends/precision.hpp); their
+// reductions accumulate in float and round once (every transport but NCCL,
+// which uses its own 16-bit reductions; see docs/mixed-precision.md).
+enum class DataType { f32, f64, i32, i64, bf16, f16 };
 
 const char* to_string(ReduceOp op);
 const char* to_string(DataType type);
@@ -48,9 +53,11 @@ constexpr DataType data_type_of() {
   if constexpr (std::is_same_v<U, float>) return DataType::f32;
   else if constexpr (std::is_same_v<U, double>) return DataType::f64;
   else if constexpr (std::is_same_v<U, std::int32_t>) return DataType::i32;
+  else if constexpr (std::is_same_v<U, bf16>) return DataType::bf16;
+  else if constexpr (std::is_same_v<U, fp16>) return DataType::f16;
   else {
     static_assert(std::is_same_v<U, std::int64_t>,
-                  "communicators move float, double, int32 and int64 elements");
+                  "communicators move float, double, int32, int64, bf16 and fp16 elements");
     return DataType::i64;
   }
 }

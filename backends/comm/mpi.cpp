@@ -37,6 +37,8 @@ MPI_Datatype mpi_type(DataType t) {
     case DataType::f64: return MPI_DOUBLE;
     case DataType::i32: return MPI_INT32_T;
     case DataType::i64: return MPI_INT64_T;
+    case DataType::bf16:
+    case DataType::f16: return MPI_UINT16_T;  // moved as bits; reduced by reduce_16bit
   }
   return MPI_DATATYPE_NULL;
 }
@@ -428,10 +430,41 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
   MPI_Win_sync(w.win);
 }
 
+static bool is_16bit(DataType t) { return t == DataType::bf16 || t == DataType::f16; }
+
+void MpiComm::reduce_16bit(const void* blocks, void* mine, std::size_t block, DataType type,
+                           ReduceOp op, std::uint64_t seq) {
+  work16_.resize(block * size_);
+  {
+    Watched watch("allreduce (16-bit all-to-all)", seq, rank_, size_, options_.timeout_s);
+    check_mpi(MPI_Alltoall(blocks, mpi_count(block, "alltoall"), MPI_UINT16_T, work16_.data(),
+                           mpi_count(block, "alltoall"), MPI_UINT16_T, comm_),
+              "MPI_Alltoall");
+  }
+  std::vector<const void*> srcs(size_);
+  for (int k = 0; k < size_; ++k) srcs[k] = work16_.data() + k * block;
+  detail::reduce(type, op, mine, srcs.data(), size_, 0, block);  // average divides before rounding
+}
+
 void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                            ReduceOp op) {
   const std::uint64_t seq = seq_++;
   check("allreduce", seq, count, type, static_cast<int>(op), 0);
+  if (is_16bit(type)) {
+    const std::size_t block = (count + size_ - 1) / size_;
+    pad16_.assign(block * size_, 0);
+    if (count > 0) std::memcpy(pad16_.data(), send, count * 2);
+    mine16_.resize(block);
+    reduce_16bit(pad16_.data(), mine16_.data(), block, type, op, seq);
+    {
+      Watched watch("allreduce (16-bit allgather)", seq, rank_, size_, options_.timeout_s);
+      check_mpi(MPI_Allgather(mine16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T,
+                              pad16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T, comm_),
+                "MPI_Allgather");
+    }
+    if (count > 0) std::memcpy(recv, pad16_.data(), count * 2);
+    return;
+  }
   if (send == recv && !windows_.empty()) {
     if (const Window* w = window_of(recv, count * size_of(type))) {
       shared_allreduce(*w, recv, count, type, op, seq);
@@ -451,6 +484,10 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
                                 ReduceOp op) {
   const std::uint64_t seq = seq_++;
   check("reduce_scatter", seq, count, type, static_cast<int>(op), 0);
+  if (is_16bit(type)) {  // recv may be block r of send: the all-to-all has copied it first
+    reduce_16bit(send, recv, count, type, op, seq);
+    return;
+  }
   // In place when recv is this rank's block of send.
   const bool in_place =
       static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);

@@ -70,6 +70,15 @@ class MpiComm final : public Communicator {
   MPI_Comm cross_comm_ = MPI_COMM_NULL;  // same local rank on every node
   int node_rank_ = 0, node_size_ = 1, nodes_ = 1;
   std::vector<Window> windows_;
+  // 16-bit types (bf16, f16): MPI has no 16-bit float sum, and a
+  // user-defined MPI_Op would round after every pairwise step. blocks holds
+  // size() blocks of `block` elements; an all-to-all brings block r of every
+  // rank to rank r, which reduces them in float in rank order and rounds once
+  // into mine. allreduce adds an allgather of the results: the bytes of a
+  // ring allreduce of 16-bit data and the result thread ranks compute.
+  void reduce_16bit(const void* blocks, void* mine, std::size_t block, DataType type, ReduceOp op,
+                    std::uint64_t seq);
+  std::vector<std::uint16_t> work16_, pad16_, mine16_;
 
   MPI_Comm comm_;
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // private channel for descriptor exchange

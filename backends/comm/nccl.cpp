@@ -64,6 +64,15 @@ ncclDataType_t nccl_type(DataType t) {
     case DataType::f64: return ncclFloat64;
     case DataType::i32: return ncclInt32;
     case DataType::i64: return ncclInt64;
+    // NCCL reduces 16-bit data in its own kernels (rounding per step), not
+    // in float with one rounding as the host transports do.
+    case DataType::f16: return ncclFloat16;
+    case DataType::bf16:
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21000
+      return ncclBfloat16;
+#else
+      STRATA_THROW(config, "NCCL: bfloat16 needs NCCL 2.10 or newer");
+#endif
   }
   return ncclFloat32;
 }

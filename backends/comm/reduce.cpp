@@ -6,6 +6,21 @@
 namespace strata::comm::detail {
 namespace {
 
+// Accumulator type: 16-bit storage types are reduced in float and rounded
+// once when stored.
+template <class T>
+struct Acc {
+  using type = T;
+};
+template <>
+struct Acc<bf16> {
+  using type = float;
+};
+template <>
+struct Acc<fp16> {
+  using type = float;
+};
+
 template <class T>
 struct Sum {
   static T apply(T a, T b) { return a + b; }
@@ -24,56 +39,63 @@ struct Min {
 template <class T, class Op>
 void reduce_block(T* dst, const void* const* srcs, int n, std::size_t begin, std::size_t end,
                   bool average) {
+  using A = typename Acc<T>::type;
   constexpr std::size_t block = 512;
-  T acc[block];
+  A acc[block];
   for (std::size_t b = begin; b < end; b += block) {
     const std::size_t len = std::min(block, end - b);
     const T* s0 = static_cast<const T*>(srcs[0]) + b;
-    for (std::size_t i = 0; i < len; ++i) acc[i] = s0[i];
+    for (std::size_t i = 0; i < len; ++i) acc[i] = static_cast<A>(s0[i]);
     for (int k = 1; k < n; ++k) {
       const T* s = static_cast<const T*>(srcs[k]) + b;
-      for (std::size_t i = 0; i < len; ++i) acc[i] = Op::apply(acc[i], s[i]);
+      for (std::size_t i = 0; i < len; ++i) acc[i] = Op::apply(acc[i], static_cast<A>(s[i]));
     }
     if (average)
-      for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<T>(n);
-    std::copy(acc, acc + len, dst + b);
+      for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<A>(n);
+    for (std::size_t i = 0; i < len; ++i) dst[b + i] = static_cast<T>(acc[i]);
   }
 }
 
 template <class T>
 void reduce_typed(ReduceOp op, void* dst, const void* const* srcs, int n, std::size_t begin,
                   std::size_t end) {
+  using A = typename Acc<T>::type;
   T* d = static_cast<T*>(dst);
   switch (op) {
-    case ReduceOp::sum: reduce_block<T, Sum<T>>(d, srcs, n, begin, end, false); break;
-    case ReduceOp::average: reduce_block<T, Sum<T>>(d, srcs, n, begin, end, true); break;
-    case ReduceOp::max: reduce_block<T, Max<T>>(d, srcs, n, begin, end, false); break;
-    case ReduceOp::min: reduce_block<T, Min<T>>(d, srcs, n, begin, end, false); break;
+    case ReduceOp::sum: reduce_block<T, Sum<A>>(d, srcs, n, begin, end, false); break;
+    case ReduceOp::average: reduce_block<T, Sum<A>>(d, srcs, n, begin, end, true); break;
+    case ReduceOp::max: reduce_block<T, Max<A>>(d, srcs, n, begin, end, false); break;
+    case ReduceOp::min: reduce_block<T, Min<A>>(d, srcs, n, begin, end, false); break;
   }
 }
 
 template <class T>
 void accumulate_typed(ReduceOp op, void* dst, const void* src, std::size_t count) {
+  using A = typename Acc<T>::type;
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::average:
-      for (std::size_t i = 0; i < count; ++i) d[i] = d[i] + s[i];
+      for (std::size_t i = 0; i < count; ++i)
+        d[i] = static_cast<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
       break;
     case ReduceOp::max:
-      for (std::size_t i = 0; i < count; ++i) d[i] = Max<T>::apply(d[i], s[i]);
+      for (std::size_t i = 0; i < count; ++i)
+        d[i] = static_cast<T>(Max<A>::apply(static_cast<A>(d[i]), static_cast<A>(s[i])));
       break;
     case ReduceOp::min:
-      for (std::size_t i = 0; i < count; ++i) d[i] = Min<T>::apply(d[i], s[i]);
+      for (std::size_t i = 0; i < count; ++i)
+        d[i] = static_cast<T>(Min<A>::apply(static_cast<A>(d[i]), static_cast<A>(s[i])));
       break;
   }
 }
 
 template <class T>
 void average_typed(void* buf, std::size_t count, int n) {
+  using A = typename Acc<T>::type;
   T* b = static_cast<T*>(buf);
-  for (std::size_t i = 0; i < count; ++i) b[i] = b[i] / static_cast<T>(n);
+  for (std::size_t i = 0; i < count; ++i) b[i] = static_cast<T>(static_cast<A>(b[i]) / static_cast<A>(n));
 }
 
 template <template <class> class F, class... Args>
@@ -83,6 +105,8 @@ void dispatch(DataType type, Args&&... args) {
     case DataType::f64: F<double>::run(args...); break;
     case DataType::i32: F<std::int32_t>::run(args...); break;
     case DataType::i64: F<std::int64_t>::run(args...); break;
+    case DataType::bf16: F<bf16>::run(args...); break;
+    case DataType::f16: F<fp16>::run(args...); break;
   }
 }
 
