@@ -58,6 +58,7 @@ struct Config {
 
 struct Result {
   Stats samples_per_s;
+  std::vector<double> rates;  // samples/s of each repetition
   double hidden = -1;  // fraction of communication hidden (dp only)
 };
 
@@ -96,6 +97,7 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   }
   Result res;
   res.samples_per_s = stats(rates);
+  res.rates = rates;
   res.hidden = exposed / (reps * w.steps);  // exposed seconds per step (converted by caller)
   return res;
 }
@@ -224,7 +226,10 @@ int main(int argc, char** argv) {
                                  {"threads", threads_per_rank},
                                  {"samples_per_sec", res.samples_per_s.median},
                                  {"min", res.samples_per_s.min}, {"max", res.samples_per_s.max},
-                                 {"gflops", gflops}, {"sgemm_gflops", sgemm}}.dump()
+                                 {"gflops", gflops}, {"sgemm_gflops", sgemm}, {"rates", res.rates},
+                                 {"reps", reps}, {"warmup", warmup}, {"steps", w.steps},
+                                 {"batch", w.batch}, {"widths", w.widths}, {"loss", to_string(w.loss)},
+                                 {"weights", weights(w)}, {"configuration", configuration()}}.dump()
                << "\n";
       }
     }
