@@ -105,6 +105,13 @@ def scaling(plt, results, out):
     plt.close(fig)
 
 
+def size_label(b):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << shift:
+            return "%g %s" % (b / (1 << shift), unit)
+    return "%d B" % b
+
+
 def allreduce(plt, results, out):
     path = os.path.join(out, "collectives.jsonl")
     if not os.path.exists(path):
@@ -137,6 +144,9 @@ def allreduce(plt, results, out):
                        label="shared-memory bound (copy %.1f GB/s, %d threads)" % (b, n))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ticks = [1 << k for k in range(2, 40, 4) if min(r["bytes"] for r in rows) <= 1 << k <= max(r["bytes"] for r in rows) * 2]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([size_label(t) for t in ticks], fontsize=8)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title("Allreduce (in place, float32 sum): busbw = size / time x 2(n-1)/n")
