@@ -19,6 +19,9 @@
 #   --no-collectives   skip strata-bench-collectives (allreduce chart)
 #   --no-plots         skip the PNG charts
 #   --no-build         use the executables already in BUILD_DIR/bin
+#   --strata-env VAR=VALUE  environment for Strata's programs only (repeatable;
+#                      e.g. OMP_WAIT_POLICY=PASSIVE, which the 2-thread peer
+#                      always gets); recorded with the results
 #   -h, --help         this text
 #
 # Pairs (Strata configuration of strata-bench-train : peer):
@@ -59,6 +62,7 @@ quick=0
 collectives=1
 plots=1
 do_build=1
+strata_env=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || die "--out needs a folder"; out="$2"; shift ;;
@@ -73,6 +77,7 @@ while [ $# -gt 0 ]; do
     --no-collectives) collectives=0 ;;
     --no-plots) plots=0 ;;
     --no-build) do_build=0 ;;
+    --strata-env) [ $# -ge 2 ] && [[ "$2" == *=* ]] || die "--strata-env needs VAR=VALUE"; strata_env+=("$2"); shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -144,9 +149,10 @@ json_list() { "$py" -c 'import json,sys; print(",".join(map(str, json.loads(open
 
 git_commit="$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git -C "$top" diff --quiet HEAD -- 2>/dev/null || git_commit="$git_commit+changes"
-"$py" - "$out/machine.json" "$git_commit" "$reps" "$rounds" "$quick" <<'EOF'
+"$py" - "$out/machine.json" "$git_commit" "$reps" "$rounds" "$quick" "${strata_env[@]}" <<'EOF'
 import json, os, platform, subprocess, sys
-path, commit, reps, rounds, quick = sys.argv[1:]
+path, commit, reps, rounds, quick = sys.argv[1:6]
+strata_env = sys.argv[6:]
 cpu = ""
 try:
     for line in open("/proc/cpuinfo"):
@@ -163,7 +169,7 @@ except Exception:
 json.dump({"date": subprocess.run(["date", "-u", "+%F %H:%M UTC"], capture_output=True, text=True).stdout.strip(),
            "host_cores": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
            "python": platform.python_version(), "torch": torch_version, "strata_commit": commit,
-           "reps": int(reps), "rounds": int(rounds), "quick": quick == "1"},
+           "reps": int(reps), "rounds": int(rounds), "quick": quick == "1", "strata_env": strata_env},
           open(path, "w"), indent=1)
 EOF
 
@@ -180,11 +186,11 @@ for round in $(seq 1 "$rounds"); do
     warmup=$(( steps > min_warmup ? steps : min_warmup ))
     sj="$out/strata-$tag.jsonl"
     run "$w round $round: strata-bench-train local-1x1,local-1x2,dp-threads-2x1" "$out/logs/strata-$tag.log" \
-      "$bin/strata-bench-train" --workloads "$w" --configs local-1x1,local-1x2,dp-threads-2x1 \
+      env "${strata_env[@]}" "$bin/strata-bench-train" --workloads "$w" --configs local-1x1,local-1x2,dp-threads-2x1 \
       --reps "$reps" --warmup "$warmup" --scale "$scale" --json "$sj" || true
     if [ "$have_mpi" = 1 ]; then
       run "$w round $round: mpirun -np 2 strata-bench-train dp-mpi" "$out/logs/strata-mpi-$tag.log" \
-        mpirun -np 2 "$bin/strata-bench-train" --workloads "$w" --configs dp-mpi \
+        env "${strata_env[@]}" mpirun -np 2 "$bin/strata-bench-train" --workloads "$w" --configs dp-mpi \
         --reps "$reps" --warmup "$warmup" --scale "$scale" --json "$out/strata-mpi-$tag.jsonl" || true
     fi
     if [ ! -s "$sj" ]; then

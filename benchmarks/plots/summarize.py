@@ -153,6 +153,8 @@ def main(argv):
     print("# Strata vs PyTorch: samples/s median [min-max] over %s; ratio = Strata / peer; * = max/min > %.1f"
           % (reps, NOISY))
     print("# %s" % config)
+    strata_env = " ".join(machine.get("strata_env") or []) or "none (defaults)"
+    print("# Strata's extra environment: %s; the 2-thread peer runs with OMP_WAIT_POLICY=PASSIVE" % strata_env)
     if peer_info:
         print("# peer: torch %s, %s" % (peer_info.get("torch"), sys.executable))
     if machine:
@@ -194,7 +196,8 @@ def main(argv):
              "peer median, measured back to back in the same run. \"of sgemm\": GFLOP/s (6 x batch x "
              "weights per step) over the OpenBLAS sgemm rate of the same GEMM shapes on the same threads, "
              "measured by strata-bench-train in the same run." % (reps, NOISY),
-             "%s; PyTorch %s (Debian), fp32, SGD lr 0.01, synthetic data." % (config, peer_info.get("torch", "?"))]
+             "%s; PyTorch %s (Debian), fp32, SGD lr 0.01, synthetic data. Strata's extra environment: %s; "
+             "the 2-thread peer runs with OMP_WAIT_POLICY=PASSIVE." % (config, peer_info.get("torch", "?"), strata_env)]
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(md) + "\n\n" + "\n\n".join(notes) + "\n")
     return 0
