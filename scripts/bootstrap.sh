@@ -3,7 +3,7 @@
 # installed, builds Kokkos 3.4.1 from Debian's trilinos source package into a
 # cache prefix that later runs reuse.
 #
-# Usage: scripts/bootstrap.sh [--print-kokkos-root] [--kokkos-flavour NAME]
+# Usage: scripts/bootstrap.sh [--print-kokkos-root] [--kokkos-flavour NAME] [--peers]
 #   flavours: openmp (default; Serial + OpenMP), debug (OpenMP with
 #   Kokkos_ENABLE_DEBUG and bounds checking), hip (Serial + HIP for gfx908
 #   with Debian's hipcc, ROCm 5.2; compile checks only), cuda (Serial + CUDA
@@ -12,6 +12,9 @@
 #   The hip and cuda flavours install their own Debian packages (and, for
 #   cuda, add bookworm's contrib/non-free components in a separate apt
 #   sources file); the default flavour never does.
+#   --peers also installs what scripts/compare.sh needs to run the peers and
+#   draw the charts: PyTorch (python3-torch, 1.13) and python3-matplotlib,
+#   both for Debian's /usr/bin/python3.
 #
 # Environment:
 #   Kokkos_ROOT         use this Kokkos as it is (nothing is built)
@@ -27,10 +30,12 @@ source "$here/common.sh"
 
 flavour=openmp
 print_root=0
+peers=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --print-kokkos-root) print_root=1 ;;
     --kokkos-flavour) flavour="$2"; shift ;;
+    --peers) peers=1 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "bootstrap.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -47,6 +52,7 @@ packages=(
   dataset-fashion-mnist
 )
 strata_apt_install "${packages[@]}"
+if [ "$peers" = 1 ]; then strata_apt_install python3-torch python3-matplotlib; fi
 case "$flavour" in
   openmp|debug) ;;
   hip)  strata_apt_install $(strata_flavour_packages hip) ;;

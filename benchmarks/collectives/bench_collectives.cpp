@@ -19,8 +19,10 @@
 #endif
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -33,7 +35,10 @@ struct Options {
   std::size_t min_bytes = 4, max_bytes = std::size_t(128) << 20;
   int reps = 5;
   double seconds_per_rep = 0.02;
+  std::string json_path;  // also write every row as a JSON line (rank 0)
 };
+
+std::ofstream json_out;
 
 // Iterations per repetition: about seconds_per_rep at ~5 GB/s, at least 3.
 int iterations(std::size_t bytes, const Options& o) {
@@ -77,6 +82,14 @@ void print_row(const char* backend, int n, std::size_t bytes, const Stats& t,
   std::printf("%-10s %5d %10s %28s %10.2f %10.2f %12s\n", backend, n, format_bytes(bytes).c_str(),
               time, algbw, busbw, ratio.c_str());
   std::fflush(stdout);
+  if (json_out.is_open())
+    json_out << nlohmann::json{{"backend", backend}, {"ranks", n}, {"bytes", bytes},
+                               {"time_s", t.median}, {"time_min_s", t.min}, {"time_max_s", t.max},
+                               {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
+                               {"busbw_min_gbps", bytes / t.max / 1e9 * 2.0 * (n - 1) / n},
+                               {"busbw_max_gbps", bytes / t.min / 1e9 * 2.0 * (n - 1) / n},
+                               {"ratio", ratio}}.dump()
+             << std::endl;
 }
 
 std::vector<std::size_t> sizes(const Options& o) {
@@ -88,6 +101,10 @@ std::vector<std::size_t> sizes(const Options& o) {
 int run(const Options& o, comm::Communicator& world) {
   const bool root = world.rank() == 0;
   std::map<std::size_t, double> raw_mpi;  // bytes -> median seconds
+  if (root && !o.json_path.empty()) {
+    json_out.open(o.json_path);
+    STRATA_REQUIRE(json_out.is_open(), config, "--json: cannot write '", o.json_path, "'");
+  }
   if (root) {
     std::printf("# strata-bench-collectives: allreduce in place, float32 sum, %d repetitions; "
                 "median [min-max]; * = max/min > 1.2 (noisy, re-run)\n# %s\n",
@@ -177,6 +194,7 @@ int main(int argc, char** argv) {
     cli.add_option("--max-bytes", o.max_bytes, "largest message (sizes grow x4)")->capture_default_str();
     cli.add_option("--reps", o.reps, "repetitions per size")->capture_default_str()->check(CLI::Range(1, 1000));
     cli.add_option("--seconds-per-rep", o.seconds_per_rep, "target time per repetition")->capture_default_str();
+    cli.add_option("--json", o.json_path, "also write every row as a JSON line to this file");
     if (!app::parse_cli(cli, args.program)) return app::exit_ok;
     STRATA_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes, config,
                    "--min-bytes must be >= 4 and <= --max-bytes");

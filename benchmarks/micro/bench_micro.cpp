@@ -1,0 +1,341 @@
+// strata-bench-micro: Google Benchmark micro-benchmarks of Strata's kernels at
+// the shapes of the workloads of BENCHMARKS.md (W1 tutorial, W2 MLP, W3 wide):
+//   gemm/<vendor|portable>/<NT|TN|NN>/<W>/<m>x<n>x<k>  the step's GEMMs: forward
+//       y = x W^T (NT), weight gradient dW += dy^T x (TN), input gradient
+//       dx = dy W (NN, not for the first layer); FLOP/s = 2mnk / time
+//   linear/<fwd|bwd>/<W>/L<i>/<batch>x<in>x<out>   Linear with bias (FLOP/s)
+//   <relu|gelu|tanh|sigmoid|dropout|layernorm>/<fwd|bwd>/<W>/<batch>x<hidden>
+//       on the first hidden layer's activations (bytes/s: minimum traffic)
+//   loss/<ce|mse>/<W>/<batch>x<classes>           forward and gradient (bytes/s)
+//   opt/<sgd|sgd-momentum|adam|adamw>/<W>/<n>      one step over the flat buffers
+//       of the workload's n parameters (bytes/s)
+// Every benchmark measures wall-clock time (UseRealTime) and fences the
+// execution space after each iteration. The names carry the workload, so
+// --benchmark_filter=/W2/ runs one workload (ctest runs /W1/, the tiny one).
+#include "apps/common/app_main.hpp"
+#include "backends/blas.hpp"
+#include "backends/context.hpp"
+#include "backends/runtime.hpp"
+#include "benchmarks/common/bench_utils.hpp"
+#include "layers/activation.hpp"
+#include "layers/dropout.hpp"
+#include "layers/layernorm.hpp"
+#include "layers/linear.hpp"
+#include "layers/loss.hpp"
+#include "layers/optimizer.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace strata::bench {
+namespace {
+
+using T = float;
+
+struct Workload {
+  std::string name;
+  std::vector<int> widths;
+  int batch;
+};
+
+// The shapes of BENCHMARKS.md (all fp32).
+const std::vector<Workload>& workloads() {
+  static const std::vector<Workload> w = {
+      {"W1", {10, 5, 2}, 32},
+      {"W2", {784, 1024, 1024, 10}, 256},
+      {"W3", {4096, 4096, 4096, 4096, 4096, 10}, 512},
+  };
+  return w;
+}
+
+std::size_t num_params(const Workload& w) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i + 1 < w.widths.size(); ++i)
+    n += static_cast<std::size_t>(w.widths[i]) * w.widths[i + 1] + w.widths[i + 1];
+  return n;
+}
+
+std::string dims(std::initializer_list<long> d) {
+  std::string s;
+  for (long v : d) s += (s.empty() ? "" : "x") + std::to_string(v);
+  return s;
+}
+
+// Deterministic values in [-0.5, 0.5) (no denormals, no NaNs).
+void fill(Context& ctx, T* p, std::size_t n, unsigned salt) {
+  Kokkos::parallel_for("strata::bench::fill", Range(ctx.exec, 0, n), KOKKOS_LAMBDA(const std::size_t i) {
+    const unsigned h = static_cast<unsigned>(i) * 2654435761u + salt * 40503u;
+    p[i] = static_cast<T>((h >> 8) & 0xffff) / T(65536) - T(0.5);
+  });
+}
+
+MatrixBuffer<T> matrix(Context& ctx, const char* label, int rows, int cols, unsigned salt) {
+  MatrixBuffer<T> m(std::string(label), static_cast<std::size_t>(rows), static_cast<std::size_t>(cols));
+  fill(ctx, m.data(), m.size(), salt);
+  return m;
+}
+
+void set_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["FLOP/s"] = benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void set_bytes(benchmark::State& state, double bytes_per_iteration) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes_per_iteration));
+}
+
+// Runs `op` once untimed (first touch, lazy set-up), then times it with a
+// fence after every call; errors become a skipped benchmark.
+template <class Op>
+void timed(benchmark::State& state, Context& ctx, Op&& op) {
+  try {
+    op();
+    ctx.exec.fence();
+    for (auto _ : state) {
+      op();
+      ctx.exec.fence();
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+benchmark::internal::Benchmark* reg(const std::string& name, std::function<void(benchmark::State&)> f) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::move(f))
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+// ------------------------------------------------------------------ GEMM
+struct GemmShape {
+  Op ta, tb;
+  int m, n, k;
+  const char* kind;  // NT, TN, NN
+  bool operator<(const GemmShape& o) const {
+    return std::tie(ta, tb, m, n, k) < std::tie(o.ta, o.tb, o.m, o.n, o.k);
+  }
+};
+
+// The GEMMs of one training step of `w`, without duplicates (W3's four
+// 4096x4096 layers share their shapes).
+std::vector<GemmShape> gemm_shapes(const Workload& w) {
+  std::set<GemmShape> seen;
+  std::vector<GemmShape> out;
+  auto add = [&](GemmShape s) {
+    if (seen.insert(s).second) out.push_back(s);
+  };
+  for (std::size_t i = 0; i + 1 < w.widths.size(); ++i) {
+    const int b = w.batch, in = w.widths[i], o = w.widths[i + 1];
+    add({Op::N, Op::T, b, o, in, "NT"});  // y(b, out) = x(b, in) W(out, in)^T
+    add({Op::T, Op::N, o, in, b, "TN"});  // dW(out, in) += dy(b, out)^T x(b, in)
+    if (i > 0) add({Op::N, Op::N, b, in, o, "NN"});  // dx(b, in) = dy(b, out) W(out, in)
+  }
+  return out;
+}
+
+void register_gemm(const Workload& w, GemmBackend backend) {
+  for (const GemmShape& s : gemm_shapes(w)) {
+    const std::string name = std::string("gemm/") + to_string(backend) + "/" + s.kind + "/" + w.name +
+                             "/" + dims({s.m, s.n, s.k});
+    reg(name, [s, backend](benchmark::State& state) {
+      Context ctx(backend);
+      // Row-major storage of op(A) (m, k) and op(B) (k, n).
+      const int ar = s.ta == Op::N ? s.m : s.k, ac = s.ta == Op::N ? s.k : s.m;
+      const int br = s.tb == Op::N ? s.k : s.n, bc = s.tb == Op::N ? s.n : s.k;
+      auto A = matrix(ctx, "A", ar, ac, 1), B = matrix(ctx, "B", br, bc, 2), C = matrix(ctx, "C", s.m, s.n, 3);
+      const T beta = s.ta == Op::T ? T(1) : T(0);  // the weight gradient accumulates
+      timed(state, ctx, [&] { ctx.blas.gemm<T>(s.ta, s.tb, T(1), A, B, beta, C); });
+      set_flops(state, 2.0 * s.m * s.n * s.k);
+    });
+  }
+}
+
+// ------------------------------------------------------------------ layers
+// A layer bound to its own parameter and gradient buffers, initialised.
+struct Bound {
+  VectorBuffer<T> params, grads;
+  void bind(Layer<T>& layer) {
+    const std::size_t n = std::max<std::size_t>(1, layer.num_params());
+    params = VectorBuffer<T>("params", n);
+    grads = VectorBuffer<T>("grads", n);
+    auto host = Kokkos::create_mirror_view(params);
+    layer.init(HostVector<T>(host.data(), n), Init::kaiming_uniform, 1, 0);
+    Kokkos::deep_copy(params, host);
+    layer.bind(params, grads);
+  }
+};
+
+void register_linear(const Workload& w) {
+  for (std::size_t i = 0; i + 1 < w.widths.size(); ++i) {
+    const int b = w.batch, in = w.widths[i], out = w.widths[i + 1];
+    const std::string where = w.name + "/L" + std::to_string(i + 1) + "/" + dims({b, in, out});
+    const bool first = i == 0;  // the first layer computes no input gradient
+    for (bool backward : {false, true}) {
+      reg(std::string("linear/") + (backward ? "bwd/" : "fwd/") + where,
+          [=](benchmark::State& state) {
+            Context ctx;
+            Linear<T> layer(in, out);
+            Bound p;
+            p.bind(layer);
+            auto x = matrix(ctx, "x", b, in, 1), y = matrix(ctx, "y", b, out, 2);
+            auto dy = matrix(ctx, "dy", b, out, 3), dx = matrix(ctx, "dx", b, in, 4);
+            Matrix<T> dx_or_none = first ? Matrix<T>() : Matrix<T>(dx);
+            layer.forward(ctx, x, y);
+            if (backward)
+              timed(state, ctx, [&] { layer.backward(ctx, dy, dx_or_none); });
+            else
+              timed(state, ctx, [&] { layer.forward(ctx, x, y); });
+            set_flops(state, (backward ? (first ? 2.0 : 4.0) : 2.0) * b * in * out);
+          });
+    }
+  }
+}
+
+// Elementwise layers on (batch, first hidden width). Bytes: forward reads x
+// and writes y; backward reads dy and x (or y) and writes dx, except Dropout
+// (reads dy, writes dx).
+void register_elementwise(const Workload& w) {
+  const int b = w.batch, h = w.widths[1];
+  struct Kind {
+    std::string name;
+    std::function<LayerPtr<T>()> make;
+    double fwd_bytes, bwd_bytes;  // per element, in units of sizeof(T)
+  };
+  std::vector<Kind> kinds;
+  for (auto a : {ActivationKind::relu, ActivationKind::gelu, ActivationKind::tanh, ActivationKind::sigmoid})
+    kinds.push_back({to_string(a), [a] { return make_activation<T>(a); }, 2, 3});
+  kinds.push_back({"dropout", [] { return LayerPtr<T>(new Dropout<T>(0.1, 1)); }, 2, 2});
+  kinds.push_back({"layernorm", [h] { return LayerPtr<T>(new LayerNorm<T>(h)); }, 2, 3});
+  for (const Kind& k : kinds)
+    for (bool backward : {false, true})
+      reg(k.name + (backward ? "/bwd/" : "/fwd/") + w.name + "/" + dims({b, h}),
+          [=](benchmark::State& state) {
+            Context ctx;
+            auto layer = k.make();
+            layer->reserve(b, h);
+            Bound p;
+            p.bind(*layer);
+            auto x = matrix(ctx, "x", b, h, 1), y = matrix(ctx, "y", b, h, 2);
+            auto dy = matrix(ctx, "dy", b, h, 3), dx = matrix(ctx, "dx", b, h, 4);
+            layer->forward(ctx, x, y);
+            if (backward)
+              timed(state, ctx, [&] { layer->backward(ctx, dy, dx); });
+            else
+              timed(state, ctx, [&] { layer->forward(ctx, x, y); });
+            set_bytes(state, (backward ? k.bwd_bytes : k.fwd_bytes) * b * h * sizeof(T));
+          });
+}
+
+// Losses on (batch, output width): read the output (and targets), write the
+// gradient.
+void register_losses(const Workload& w) {
+  const int b = w.batch, c = w.widths.back();
+  for (LossKind kind : {LossKind::cross_entropy, LossKind::mse}) {
+    const std::string name = kind == LossKind::cross_entropy ? "ce" : "mse";
+    reg("loss/" + name + "/" + w.name + "/" + dims({b, c}), [=](benchmark::State& state) {
+      Context ctx;
+      auto loss = make_loss<T>(kind);
+      auto out = matrix(ctx, "out", b, c, 1), dout = matrix(ctx, "dout", b, c, 2);
+      auto values = matrix(ctx, "targets", b, c, 3);
+      LabelsBuffer labels("labels", b);
+      Kokkos::parallel_for("strata::bench::labels", Range(ctx.exec, 0, b),
+                           KOKKOS_LAMBDA(const int i) { labels(i) = (i * 7) % c; });
+      Targets<T> t;
+      if (kind == LossKind::cross_entropy) t.labels = labels;
+      else t.values = values;
+      timed(state, ctx, [&] { benchmark::DoNotOptimize(loss->forward_backward(ctx, out, t, dout, T(1) / b)); });
+      const double bytes = kind == LossKind::cross_entropy ? 2.0 * b * c * sizeof(T) + b * sizeof(std::int32_t)
+                                                          : 3.0 * b * c * sizeof(T);
+      set_bytes(state, bytes);
+    });
+  }
+}
+
+// One optimizer step over the workload's flat buffers. Bytes per parameter:
+// SGD reads p, g and writes p (3); with momentum also reads and writes the
+// buffer (5); Adam and AdamW read p, g, m, v and write p, m, v (7).
+void register_optimizers(const Workload& w) {
+  const std::size_t n = num_params(w);
+  struct Kind {
+    std::string name;
+    OptimizerConfig config;
+    double words;
+  };
+  OptimizerConfig sgd, momentum, adam, adamw;
+  momentum.momentum = 0.9;
+  adam.kind = OptimizerKind::adam;
+  adam.lr = 1e-3;
+  adamw.kind = OptimizerKind::adamw;
+  adamw.lr = 1e-3;
+  adamw.weight_decay = 0.01;
+  for (const Kind& k : {Kind{"sgd", sgd, 3}, Kind{"sgd-momentum", momentum, 5}, Kind{"adam", adam, 7},
+                        Kind{"adamw", adamw, 7}})
+    reg("opt/" + k.name + "/" + w.name + "/" + std::to_string(n), [=](benchmark::State& state) {
+      Context ctx;
+      Optimizer<T> opt(k.config, n);
+      VectorBuffer<T> p("p", n), g("g", n);
+      fill(ctx, p.data(), n, 1);
+      fill(ctx, g.data(), n, 2);
+      timed(state, ctx, [&] { opt.step(ctx, p, g); });
+      set_bytes(state, k.words * n * sizeof(T));
+    });
+}
+
+void register_all() {
+  for (const Workload& w : workloads()) {
+    if (Blas::vendor_available()) register_gemm(w, GemmBackend::vendor);
+    register_gemm(w, GemmBackend::portable);
+    register_linear(w);
+    register_elementwise(w);
+    register_losses(w);
+    register_optimizers(w);
+  }
+}
+
+void print_help() {
+  std::printf(
+      "Usage: strata-bench-micro [Google Benchmark options] [Kokkos options]\n\n"
+      "Micro-benchmarks of Strata's GEMM backends, layers, losses and optimizers at the\n"
+      "shapes of the workloads W1, W2, W3 (benchmarks are named\n"
+      "<kind>/.../<workload>/<shape>; FLOP/s or bytes_per_second as counters).\n\n"
+      "Common options:\n"
+      "  --benchmark_filter=REGEX        e.g. '/W2/', '^gemm/', '^opt/adam/'\n"
+      "  --benchmark_list_tests          list the names and exit\n"
+      "  --benchmark_min_time=SECONDS    minimum time per benchmark (default 0.5)\n"
+      "  --benchmark_repetitions=N       repeat and report mean/median/stddev\n"
+      "  --benchmark_report_aggregates_only=true\n"
+      "  --benchmark_format=console|json|csv, --benchmark_out=FILE --benchmark_out_format=json\n"
+      "  --kokkos-threads=N (Kokkos 3.x) / --kokkos-num-threads=N   host threads\n"
+      "All Google Benchmark options: see its documentation (--benchmark_*).\n\n"
+      "Exit codes: 0 done, 2 bad options, 4 runtime failure.\n");
+}
+
+}  // namespace
+}  // namespace strata::bench
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      bench::print_help();
+      return app::exit_ok;
+    }
+  std::unique_ptr<Runtime> runtime;
+  return app::guarded("strata-bench-micro", [&] {
+    runtime = std::make_unique<Runtime>(argc, argv);  // consumes --kokkos-* options
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return app::exit_config;
+    benchmark::AddCustomContext("strata", bench::configuration());
+    bench::register_all();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return app::exit_ok;
+  });
+}
