@@ -314,46 +314,9 @@ TEST_F(TrainApp, TraceWritesATimelineWithALanePerRank) {
   EXPECT_OUTPUT_HAS(bad, "--trace: cannot write");
 }
 
-TEST_F(TrainApp, CorruptOrForeignCheckpointsAreRefusedAndEarlierOnesStillLoad) {
-  const std::string dir = path("ck");
-  ASSERT_EQ(train(std::string(kCheckpointRun) + "--steps 20 --checkpoint-every 5 --checkpoint-dir " + dir).exit_code, 0);
-  const std::string last = dir + "/ckpt-000000020.strata", earlier = dir + "/ckpt-000000015.strata";
-  // A flipped bit in the parameters.
-  std::string bytes = file_bytes(last);
-  bytes[bytes.size() - 100] ^= 0x10;
-  std::ofstream(last, std::ios::binary) << bytes;
-  auto r = train(std::string(kCheckpointRun) + "--steps 30 --checkpoint-dir " + dir + " --resume");
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_OUTPUT_HAS(r, "ckpt-000000020.strata");
-  EXPECT_OUTPUT_HAS(r, "checksum");
-  // A truncated file.
-  std::ofstream(last, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  r = train(std::string(kCheckpointRun) + "--steps 30 --resume-from " + last);
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_OUTPUT_HAS(r, "truncated");
-  // The earlier checkpoint is intact and resumes.
-  r = train(std::string(kCheckpointRun) + "--steps 30 --resume-from " + earlier);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  // A checkpoint of another model is a configuration error naming the difference.
-  r = train("--dataset synthetic --layers 12,64,4 --samples 300 --batch-size 16 --optimizer adam "
-            "--dropout 0.1 --no-eval -q --steps 30 --resume-from " + earlier);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_OUTPUT_HAS(r, "layers");
-}
-
-TEST_F(TrainApp, AFailedCheckpointWriteKeepsThePreviousCheckpoint) {
-  const std::string dir = path("ck");
-  // The third file write (the second checkpoint; each also writes `latest`)
-  // fails as on a full disk.
-  auto r = test::run_command("STRATA_FAIL_CHECKPOINT_WRITE=3 " + bin("strata-train") + " " +
-                             kCheckpointRun + "--steps 20 --checkpoint-every 5 --checkpoint-dir " + dir);
-  EXPECT_EQ(r.exit_code, 4) << r.output;
-  EXPECT_OUTPUT_HAS(r, "ckpt-000000010.strata.tmp");
-  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000005.strata"));
-  EXPECT_FALSE(fs::exists(dir + "/ckpt-000000010.strata.tmp"));
-  EXPECT_EQ(file_bytes(dir + "/latest"), "ckpt-000000005.strata\n");
-  EXPECT_EQ(train(std::string(kCheckpointRun) + "--steps 20 --checkpoint-dir " + dir + " --resume").exit_code, 0);
-}
+// Bad options, bad data, models that do not fit the data, and corrupt,
+// foreign or unwritable checkpoints: the catalogue in test_bad_inputs.cpp
+// (docs/errors.md).
 
 TEST_F(TrainApp, HelpAndVersion) {
   auto h = train("--help");
@@ -363,62 +326,6 @@ TEST_F(TrainApp, HelpAndVersion) {
   auto v = train("--version");
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_OUTPUT_HAS(v, "Kokkos");
-}
-
-TEST_F(TrainApp, BadOptionsExitWith2) {
-  for (const char* args :
-       {"--no-such-option", "--epochs 2 --steps 3", "--layers 10,abc,2", "--layers 10",
-        "--optimizer lbfgs", "--loss hinge", "--activation swish", "--batch-size 0",
-        "--dataset imagenet", "--dataset synthetic --lr -1", "--loss mse --dataset fashion-mnist",
-        "--dataset synthetic --strategy local --ranks 2", "--strategy zigzag", "--ranks 0",
-        "--resume", "--checkpoint-every 5", "--checkpoint-dir x --resume --resume-from y"}) {
-    auto r = train(args);
-    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
-    EXPECT_OUTPUT_HAS(r, "configuration error");
-  }
-}
-
-TEST_F(TrainApp, ModelThatDoesNotFitTheDataExitsWith2) {
-  const std::string csv = write("d.csv", "1,2,3,0\n4,5,6,1\n7,8,9,2\n1,1,1,0\n");
-  auto r = train("--dataset csv:" + csv + " --layers 4,2,3 --steps 1");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_OUTPUT_HAS(r, "3 features");
-  r = train("--dataset csv:" + csv + " --layers 3,2 --steps 1");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_OUTPUT_HAS(r, "3 classes");
-}
-
-TEST_F(TrainApp, BadDataExitsWith3) {
-  auto r = train("--data-dir " + path("nowhere") + " --steps 1");
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_OUTPUT_HAS(r, "nowhere");
-
-  r = train("--dataset csv:" + write("ragged.csv", "1,2,0\n3,4,5,1\n") + " --layers 2,2 --steps 1");
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_OUTPUT_HAS(r, "ragged.csv");
-
-  r = train("--dataset csv:" + path("missing.csv") + " --layers 2,2 --steps 1");
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-
-  // A truncated IDX image file next to good label files.
-  fs::create_directories(path("fm"));
-  auto idx = [](std::uint32_t magic, std::vector<std::uint32_t> dims, std::size_t payload) {
-    std::string s;
-    for (std::uint32_t v : std::vector<std::uint32_t>{magic}) {
-      for (int b = 3; b >= 0; --b) s.push_back(char((v >> (8 * b)) & 0xff));
-    }
-    for (std::uint32_t v : dims)
-      for (int b = 3; b >= 0; --b) s.push_back(char((v >> (8 * b)) & 0xff));
-    s.append(payload, '\1');
-    return s;
-  };
-  write("fm/train-images-idx3-ubyte", idx(0x803, {10, 28, 28}, 10 * 784 - 5));
-  write("fm/train-labels-idx1-ubyte", idx(0x801, {10}, 10));
-  write("fm/t10k-images-idx3-ubyte", idx(0x803, {2, 28, 28}, 2 * 784));
-  write("fm/t10k-labels-idx1-ubyte", idx(0x801, {2}, 2));
-  r = train("--data-dir " + path("fm") + " --steps 1");
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_OUTPUT_HAS(r, "train-images-idx3-ubyte");
 }
 
 TEST_F(TrainApp, DivergenceExitsWith4NamingStepAndLayer) {

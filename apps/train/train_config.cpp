@@ -56,7 +56,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   std::string layers = "784,256,128,10", activation = "relu", loss = "cross-entropy";
   std::string optimizer = "sgd", init = "kaiming-uniform", normalize = "auto";
   double lr = 0;
-  bool no_shuffle = false, no_eval = false, version = false;
+  bool no_shuffle = false, no_eval = false, no_overlap = false, version = false;
 
   app.add_option("--dataset", c.dataset,
                  "fashion-mnist | synthetic | csv:PATH (CSV: numeric features, last column the "
@@ -134,7 +134,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "data parallel: gradient bucket size in MiB (0: one bucket)")
       ->capture_default_str()
       ->check(number_in(0.0, 1e6));
-  app.add_flag("--no-overlap", [&](std::int64_t) { c.overlap = false; },
+  // A plain bool flag: CLI11 converts a value given to it (--no-overlap=x)
+  // with a ParseError; a callback flag's std::stoll threw std::invalid_argument.
+  app.add_flag("--no-overlap", no_overlap,
                "data parallel: communicate after backward instead of during it");
   app.add_option("--accumulate", c.accumulate,
                  "micro-batches of --batch-size per optimizer step (gradient accumulation)")
@@ -209,6 +211,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   else STRATA_THROW(config, "--normalize: unknown value '", normalize,
                     "' (expected auto, none, global or per-feature)");
   c.shuffle = !no_shuffle;
+  c.overlap = !no_overlap;
   c.evaluate = !no_eval;
   STRATA_REQUIRE(c.dataset == "fashion-mnist" || c.dataset == "synthetic" ||
                      c.dataset.rfind("csv:", 0) == 0,
