@@ -171,6 +171,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         """Keeps tests/downstream for the stand-alone test_downstream."""
         cache_extra_test_sources(self, [self.downstream_src])
 
+    def _test_host_cxx(self):
+        """The C++ compiler (not spack's wrapper) for stand-alone tests."""
+        if os.environ.get("CXX"):  # spack 0.2x sets it for test_requires_compiler
+            return os.environ["CXX"]
+        return self.spec["cxx"].package.cxx  # spack 1.x: the compiler is a dependency
+
     def _strata_train(self):
         return Executable(join_path(self.prefix.bin, "strata-train"))
 
@@ -200,16 +206,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         """builds tests/downstream against the installed package and runs it"""
         spec = self.spec
         src = join_path(self.test_suite.current_test_cache_dir, self.downstream_src)
-        if spec.satisfies("+cuda"):
-            cxx = (
-                join_path(spec["kokkos-nvcc-wrapper"].prefix.bin, "nvcc_wrapper")
-                if spec.satisfies("^kokkos+wrapper")
-                else os.environ["CXX"]
-            )
+        cxx = self._test_host_cxx()
+        if spec.satisfies("+cuda ^kokkos+wrapper"):
+            os.environ["NVCC_WRAPPER_DEFAULT_COMPILER"] = cxx
+            cxx = join_path(spec["kokkos-nvcc-wrapper"].prefix.bin, "nvcc_wrapper")
         elif spec.satisfies("+rocm"):
             cxx = join_path(spec["hip"].prefix.bin, "hipcc")
-        else:
-            cxx = os.environ["CXX"]
         prefixes = [self.prefix] + [dep.prefix for dep in spec.traverse(root=False)]
         cmake = Executable(spec["cmake"].prefix.bin.cmake)
         build = join_path(os.getcwd(), "downstream-build")
@@ -220,6 +222,8 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         ]  # fmt: skip
         if spec.satisfies("+mpi"):
             args.append(self.define("MPI_HOME", spec["mpi"].prefix))
+        if spec.satisfies("+cuda"):
+            args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
         cmake(*args)
         cmake("--build", build)
         out = Executable(join_path(build, "strata-downstream"))(output=str.split, error=str.split)
