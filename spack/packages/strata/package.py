@@ -28,7 +28,11 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     for _backend in ("openmp", "threads", "serial"):
         depends_on(f"kokkos+{_backend}", when=f"+{_backend}")
         depends_on(f"kokkos~{_backend}", when=f"~{_backend}")
-    conflicts("+openmp", when="+threads", msg="Kokkos takes one parallel host backend: +openmp or +threads")
+    conflicts(
+        "+openmp",
+        when="+threads",
+        msg="Kokkos takes one parallel host backend: +openmp or +threads",
+    )
     conflicts(
         "~serial",
         when="~openmp~threads",
@@ -58,10 +62,16 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         sticky=True,
         when="+rocm",
     )
-    conflicts("+cuda", when="+rocm", msg="Strata builds for one GPU backend: +cuda or +rocm, not both")
-    conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a GPU architecture, e.g. cuda_arch=90")
     conflicts(
-        "+rocm", when="amdgpu_target=none", msg="+rocm needs a GPU architecture, e.g. amdgpu_target=gfx90a"
+        "+cuda", when="+rocm", msg="Strata builds for one GPU backend: +cuda or +rocm, not both"
+    )
+    conflicts(
+        "+cuda", when="cuda_arch=none", msg="+cuda needs a GPU architecture, e.g. cuda_arch=90"
+    )
+    conflicts(
+        "+rocm",
+        when="amdgpu_target=none",
+        msg="+rocm needs a GPU architecture, e.g. amdgpu_target=gfx90a",
     )
 
     depends_on("kokkos~cuda", when="~cuda")
@@ -105,12 +115,14 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         when="~cuda~rocm",
         description="CBLAS on the host for GEMM (a portable Kokkos GEMM is always built)",
     )
-    variant("tbb", default=False, description="Link oneTBB (reserved for host-side parallel work)")
+    variant(
+        "tbb", default=False, description="Link oneTBB (reserved for host-side parallel work)"
+    )
     variant("benchmarks", default=False, description="Build and install strata-bench-* programs")
     variant("examples", default=False, description="Build and install strata-example-* programs")
 
     depends_on("cxx", type="build")
-    depends_on("cmake@3.18:", type="build")
+    depends_on("cmake@3.18:", type="build")  # FindBLAS's BLAS::BLAS target
     depends_on("blas", when="+blas")
     depends_on("tbb", when="+tbb")
     depends_on("zlib-api")
@@ -120,7 +132,9 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
 
     # Installed CMake files must not name spack's compiler wrappers.
     filter_compiler_wrappers(
-        "StrataConfig.cmake", "StrataTargets.cmake", relative_root=os.path.join("lib", "cmake", "Strata")
+        "StrataConfig.cmake",
+        "StrataTargets.cmake",
+        relative_root=os.path.join("lib", "cmake", "Strata"),
     )
 
     test_requires_compiler = True
@@ -186,7 +200,8 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         for expected in ("Strata ", "Kokkos ", "GEMM:", "communicators:"):
             assert expected in out, f"'{expected}' missing from strata-train --version: {out}"
         if self.spec.satisfies("+mpi"):
-            assert "mpi" in out.split("communicators:")[1], "+mpi build without the MPI communicator"
+            communicators = out.split("communicators:")[1]
+            assert "mpi" in communicators, "+mpi build without the MPI communicator"
 
     def test_train(self):
         """strata-train trains an MLP for a few steps on synthetic data"""
