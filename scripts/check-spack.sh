@@ -62,11 +62,15 @@ bootstrap:
   enable: false
 EOF
 
+# A network namespace with only the loopback interface, brought up (Open MPI's
+# tools print errors into their output without one, should spack run them).
 net=()
-if unshare -n true 2>/dev/null; then net=(unshare -n)
-elif unshare -rn true 2>/dev/null; then net=(unshare -rn)
-else echo "check-spack: note: unshare cannot make a network namespace here; running spack with the network as it is"
-fi
+for u in "unshare -n" "unshare -rn"; do
+  if $u sh -c 'ip link set lo up' 2>/dev/null; then
+    net=($u sh -c 'ip link set lo up; exec "$@"' sh); break
+  fi
+done
+[ ${#net[@]} -gt 0 ] || echo "check-spack: note: unshare cannot make a network namespace here; running spack with the network as it is"
 spack() { "${net[@]}" "$spack_root/bin/spack" "$@"; }
 
 version="$(spack --version)" || die "$spack_root/bin/spack --version failed"

@@ -28,7 +28,11 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     for _backend in ("openmp", "threads", "serial"):
         depends_on(f"kokkos+{_backend}", when=f"+{_backend}")
         depends_on(f"kokkos~{_backend}", when=f"~{_backend}")
-    conflicts("+openmp", when="+threads", msg="Kokkos takes one parallel host backend: +openmp or +threads")
+    conflicts(
+        "+openmp",
+        when="+threads",
+        msg="Kokkos takes one parallel host backend: +openmp or +threads",
+    )
     conflicts(
         "~serial",
         when="~openmp~threads",
@@ -58,10 +62,16 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         sticky=True,
         when="+rocm",
     )
-    conflicts("+cuda", when="+rocm", msg="Strata builds for one GPU backend: +cuda or +rocm, not both")
-    conflicts("+cuda", when="cuda_arch=none", msg="+cuda needs a GPU architecture, e.g. cuda_arch=90")
     conflicts(
-        "+rocm", when="amdgpu_target=none", msg="+rocm needs a GPU architecture, e.g. amdgpu_target=gfx90a"
+        "+cuda", when="+rocm", msg="Strata builds for one GPU backend: +cuda or +rocm, not both"
+    )
+    conflicts(
+        "+cuda", when="cuda_arch=none", msg="+cuda needs a GPU architecture, e.g. cuda_arch=90"
+    )
+    conflicts(
+        "+rocm",
+        when="amdgpu_target=none",
+        msg="+rocm needs a GPU architecture, e.g. amdgpu_target=gfx90a",
     )
 
     depends_on("kokkos~cuda", when="~cuda")
@@ -105,12 +115,14 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         when="~cuda~rocm",
         description="CBLAS on the host for GEMM (a portable Kokkos GEMM is always built)",
     )
-    variant("tbb", default=False, description="Link oneTBB (reserved for host-side parallel work)")
+    variant(
+        "tbb", default=False, description="Link oneTBB (reserved for host-side parallel work)"
+    )
     variant("benchmarks", default=False, description="Build and install strata-bench-* programs")
     variant("examples", default=False, description="Build and install strata-example-* programs")
 
     depends_on("cxx", type="build")
-    depends_on("cmake@3.18:", type="build")
+    depends_on("cmake@3.18:", type="build")  # FindBLAS's BLAS::BLAS target
     depends_on("blas", when="+blas")
     depends_on("tbb", when="+tbb")
     depends_on("zlib-api")
@@ -120,7 +132,9 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
 
     # Installed CMake files must not name spack's compiler wrappers.
     filter_compiler_wrappers(
-        "StrataConfig.cmake", "StrataTargets.cmake", relative_root=os.path.join("lib", "cmake", "Strata")
+        "StrataConfig.cmake",
+        "StrataTargets.cmake",
+        relative_root=os.path.join("lib", "cmake", "Strata"),
     )
 
     test_requires_compiler = True
@@ -171,6 +185,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         """Keeps tests/downstream for the stand-alone test_downstream."""
         cache_extra_test_sources(self, [self.downstream_src])
 
+    def _test_host_cxx(self):
+        """The C++ compiler (not spack's wrapper) for stand-alone tests."""
+        if os.environ.get("CXX"):  # spack 0.2x sets it for test_requires_compiler
+            return os.environ["CXX"]
+        return self.spec["cxx"].package.cxx  # spack 1.x: the compiler is a dependency
+
     def _strata_train(self):
         return Executable(join_path(self.prefix.bin, "strata-train"))
 
@@ -180,7 +200,8 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         for expected in ("Strata ", "Kokkos ", "GEMM:", "communicators:"):
             assert expected in out, f"'{expected}' missing from strata-train --version: {out}"
         if self.spec.satisfies("+mpi"):
-            assert "mpi" in out.split("communicators:")[1], "+mpi build without the MPI communicator"
+            communicators = out.split("communicators:")[1]
+            assert "mpi" in communicators, "+mpi build without the MPI communicator"
 
     def test_train(self):
         """strata-train trains an MLP for a few steps on synthetic data"""
@@ -200,16 +221,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         """builds tests/downstream against the installed package and runs it"""
         spec = self.spec
         src = join_path(self.test_suite.current_test_cache_dir, self.downstream_src)
-        if spec.satisfies("+cuda"):
-            cxx = (
-                join_path(spec["kokkos-nvcc-wrapper"].prefix.bin, "nvcc_wrapper")
-                if spec.satisfies("^kokkos+wrapper")
-                else os.environ["CXX"]
-            )
+        cxx = self._test_host_cxx()
+        if spec.satisfies("+cuda ^kokkos+wrapper"):
+            os.environ["NVCC_WRAPPER_DEFAULT_COMPILER"] = cxx
+            cxx = join_path(spec["kokkos-nvcc-wrapper"].prefix.bin, "nvcc_wrapper")
         elif spec.satisfies("+rocm"):
             cxx = join_path(spec["hip"].prefix.bin, "hipcc")
-        else:
-            cxx = os.environ["CXX"]
         prefixes = [self.prefix] + [dep.prefix for dep in spec.traverse(root=False)]
         cmake = Executable(spec["cmake"].prefix.bin.cmake)
         build = join_path(os.getcwd(), "downstream-build")
@@ -220,6 +237,8 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         ]  # fmt: skip
         if spec.satisfies("+mpi"):
             args.append(self.define("MPI_HOME", spec["mpi"].prefix))
+        if spec.satisfies("+cuda"):
+            args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
         cmake(*args)
         cmake("--build", build)
         out = Executable(join_path(build, "strata-downstream"))(output=str.split, error=str.split)
