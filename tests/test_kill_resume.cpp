@@ -104,6 +104,18 @@ class Job {
   bool done_ = false;
 };
 
+// The contents of a /proc file, empty when the process has gone meanwhile
+// (std::ifstream throws from underflow() then: "No such process").
+std::string proc_file(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
+}
+
 // Processes (of any process group) whose command line mentions `marker`: an
 // MPI launcher's ranks may live in process groups of their own.
 std::vector<pid_t> processes_mentioning(const std::string& marker) {
@@ -115,10 +127,10 @@ std::vector<pid_t> processes_mentioning(const std::string& marker) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = std::stoi(name);
     if (pid == ::getpid()) continue;
-    std::string cmd = file_bytes(e.path().string() + "/cmdline");
+    const std::string cmd = proc_file(e.path().string() + "/cmdline");
     if (cmd.find(marker) == std::string::npos) continue;
     // A zombie (no command line after it exited) is gone already.
-    const std::string stat = file_bytes(e.path().string() + "/stat");
+    const std::string stat = proc_file(e.path().string() + "/stat");
     const auto paren = stat.rfind(')');
     if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') continue;
     pids.push_back(pid);
