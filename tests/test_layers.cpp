@@ -496,7 +496,11 @@ TEST(LowPrecisionStorage, EachLayerWithinBoundsOfFp32) {
   Context ctx;
   const auto x = test::randn<float>(batch * in, 5);
   auto dxin = test::to_device(x, batch, in);
-  for (const auto& [name, make] : layers) {
+  for (const auto& entry : layers) {
+    // Named, not a structured binding: lambdas may not capture those in C++17
+    // (clang refuses; the HIP build compiles the tests with it).
+    const auto& name = entry.first;
+    const auto& make = entry.second;
     struct Out {
       std::vector<float> y, g;
     };
