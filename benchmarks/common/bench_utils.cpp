@@ -59,4 +59,10 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
+std::string rate_text(const Stats& s) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.0f [%.0f-%.0f]%s", s.median, s.min, s.max, s.noisy() ? "*" : "");
+  return buf;
+}
+
 }  // namespace strata::bench

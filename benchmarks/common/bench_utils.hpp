@@ -16,6 +16,8 @@ struct Stats {
   bool noisy() const { return min > 0 && max / min > 1.2; }
 };
 Stats stats(std::vector<double> samples);
+// "median [min-max]" with a trailing * when noisy, no decimals (rates).
+std::string rate_text(const Stats& s);
 
 // "Strata 0.1.0 (commit abc123), Kokkos 3.4.1 OpenMP (2 threads), GEMM OpenBLAS, g++ 12.2.0"
 std::string configuration();

@@ -93,12 +93,6 @@ Measured measure(const Run& run) {
   return out;
 }
 
-std::string rate_text(const Stats& s) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%.0f [%.0f-%.0f]%s", s.median, s.min, s.max, s.noisy() ? "*" : "");
-  return buf;
-}
-
 }  // namespace
 }  // namespace strata::bench
 

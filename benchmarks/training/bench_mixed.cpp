@@ -94,12 +94,6 @@ Run run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, Precisio
   return run;
 }
 
-std::string rate_text(const Stats& s) {
-  char t[64];
-  std::snprintf(t, sizeof t, "%.0f [%.0f-%.0f]%s", s.median, s.min, s.max, s.noisy() ? " *" : "");
-  return t;
-}
-
 }  // namespace
 }  // namespace strata::bench
 
