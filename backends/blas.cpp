@@ -1,6 +1,7 @@
 #include "backends/blas.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 
 namespace strata {
 
@@ -26,10 +27,48 @@ Blas::~Blas() {
 std::string Blas::vendor_name() { return detail::vendor_name(); }
 bool Blas::vendor_available() { return detail::vendor_available(); }
 
+namespace {
+// C = alpha op(A) op(B) + beta C as plain loops on the calling thread, for
+// GEMMs too small to pay for a BLAS call or a kernel launch. Each element is
+// the portable kernel's dot product in the same order, so the result is
+// bitwise the portable kernel's.
+template <class T>
+void gemm_inline(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B,
+                 int ldb, T beta, T* C, int ldc) {
+  const std::ptrdiff_t a_i = ta == Op::N ? lda : 1, a_p = ta == Op::N ? 1 : lda;
+  const std::ptrdiff_t b_p = tb == Op::N ? ldb : 1, b_j = tb == Op::N ? 1 : ldb;
+  for (int i = 0; i < m; ++i) {
+    const T* a = A + i * a_i;
+    T* c = C + static_cast<std::ptrdiff_t>(i) * ldc;
+    for (int j = 0; j < n; ++j) {
+      const T* b = B + j * b_j;
+      T acc = 0;
+      for (int p = 0; p < k; ++p) acc += a[p * a_p] * b[p * b_p];
+      c[j] = beta == T(0) ? alpha * acc : alpha * acc + beta * c[j];
+    }
+  }
+}
+}  // namespace
+
+bool gemm_runs_inline(int m, int n, int k) {
+  if constexpr (host_kernels)
+    return inline_kernels_allowed() &&
+           static_cast<std::size_t>(m) * static_cast<std::size_t>(n) * static_cast<std::size_t>(k) <
+               inline_gemm_limit;
+  else
+    return false;
+}
+
 template <class T>
 void Blas::gemm(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B,
                 int ldb, T beta, T* C, int ldc) const {
   if (m == 0 || n == 0) return;
+  if constexpr (host_kernels) {
+    if (inline_small_ && gemm_runs_inline(m, n, k)) {
+      gemm_inline(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+  }
   if (backend_ == GemmBackend::vendor)
     detail::vendor_gemm(handle_, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
   else

@@ -35,6 +35,9 @@ class Blas {
   Blas& operator=(const Blas&) = delete;
 
   GemmBackend backend() const { return backend_; }
+  // Whether GEMMs below inline_gemm_limit run as plain loops (default true;
+  // benchmarks switch it off to time the backend itself).
+  void set_inline_small(bool on) { inline_small_ = on; }
 
   // C(m,n) = alpha * op(A) * op(B) + beta * C. A is (m,k) after op, B (k,n).
   // With beta == 0, C is overwritten (NaNs in C do not propagate).
@@ -55,7 +58,16 @@ class Blas {
   GemmBackend backend_;
   ExecSpace exec_;
   void* handle_ = nullptr;  // vendor handle (cuBLAS), owned
+  bool inline_small_ = true;
 };
+
+// GEMMs of fewer multiply-adds than this run as plain loops on the calling
+// thread on host back-ends, whatever the backend: a CBLAS call or a kernel
+// launch costs more than they compute (the tutorial model's GEMMs have
+// 320-1,600). The loops compute what the portable kernel computes, bitwise.
+inline constexpr std::size_t inline_gemm_limit = 4096;
+// Whether Blas::gemm runs an (m, n, k) GEMM inline.
+bool gemm_runs_inline(int m, int n, int k);
 
 // The portable Kokkos GEMM on its own (used by Blas and by tests).
 template <class T>

@@ -9,12 +9,23 @@
 namespace strata {
 
 struct Context {
-  Context() = default;
-  explicit Context(GemmBackend gemm, ExecSpace space = ExecSpace())
-      : exec(space), blas(gemm, space) {}
+  Context();
+  explicit Context(GemmBackend gemm, ExecSpace space = ExecSpace());
 
   ExecSpace exec;
   Blas blas;
+  // Threads a kernel launched on `exec` runs on (the calling thread rank's
+  // share of the pool on the host; the device's concurrency otherwise).
+  int threads = 1;
+  // Whether small host kernels may run inline (backends/launch.hpp).
+  bool inline_ok = true;
 };
+
+// Threads a kernel launched on `exec` from the calling thread runs on.
+int kernel_threads(const ExecSpace& exec);
+
+// Whether small host kernels may run inline at all: not when a Kokkos tool is
+// loaded (it is to see every kernel) nor with STRATA_INLINE_KERNELS=0.
+bool inline_kernels_allowed();
 
 }  // namespace strata

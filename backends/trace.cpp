@@ -58,16 +58,14 @@ void start() {
 
 bool enabled() { return state().on.load(std::memory_order_relaxed); }
 
-namespace {
 // Kokkos Tools are loaded by Kokkos::initialize (KOKKOS_TOOLS_LIBS); asking
 // Kokkos costs a comparison of every callback, so ask once.
-bool tools_loaded() {
+bool kokkos_tools_loaded() {
   static const bool loaded = Kokkos::Tools::profileLibraryLoaded();
   return loaded;
 }
-}  // namespace
 
-bool active() { return enabled() || tools_loaded(); }
+bool active() { return enabled() || kokkos_tools_loaded(); }
 
 void set_lane(int lane) { t_lane = lane; }
 int lane() { return t_lane; }
@@ -83,14 +81,14 @@ Span::Span(const char* category, std::string name) {
   on_ = true;
   category_ = category;
   name_ = std::move(name);
-  if (tools_loaded()) Kokkos::Tools::pushRegion(name_);
+  if (kokkos_tools_loaded()) Kokkos::Tools::pushRegion(name_);
   start_ = Clock::now();
 }
 
 Span::~Span() {
   if (!on_) return;
   const auto end = Clock::now();
-  if (tools_loaded()) Kokkos::Tools::popRegion();
+  if (kokkos_tools_loaded()) Kokkos::Tools::popRegion();
   State& s = state();
   if (!s.on.load(std::memory_order_relaxed)) return;
   const double start_us = std::chrono::duration<double, std::micro>(start_ - s.origin).count();

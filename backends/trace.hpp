@@ -23,6 +23,8 @@ void start();
 bool enabled();
 // Whether spans do anything: tracing, or a Kokkos tool listening.
 bool active();
+// Whether Kokkos Tools are loaded (asked once, after Kokkos::initialize).
+bool kokkos_tools_loaded();
 
 // The lane (Chrome "tid") of spans recorded by the calling thread: rank r's
 // computation is lane 2r, its communication lane 2r + 1.

@@ -1,6 +1,7 @@
 #include "layers/activation.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 
 namespace strata {
 
@@ -62,7 +63,7 @@ void apply_forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   const T* xp = x.data();
   T* yp = y.data();
   // Rows are contiguous, so the matrix is one flat range.
-  Kokkos::parallel_for("strata::Activation::forward", Range(ctx.exec, 0, x.extent(0) * cols),
+  for_range(ctx, "strata::Activation::forward", x.extent(0) * cols,
                        KOKKOS_LAMBDA(const std::size_t i) { yp[i] = F::f(xp[i]); });
 }
 
@@ -73,8 +74,7 @@ void apply_backward(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> y, ConstMatri
   const T* yp = y.data();
   const T* dyp = dy.data();
   T* dxp = dx.data();
-  Kokkos::parallel_for("strata::Activation::backward",
-                       Range(ctx.exec, 0, x.extent(0) * x.extent(1)),
+  for_range(ctx, "strata::Activation::backward", x.extent(0) * x.extent(1),
                        KOKKOS_LAMBDA(const std::size_t i) { dxp[i] = dyp[i] * F::df(xp[i], yp[i]); });
 }
 

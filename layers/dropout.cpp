@@ -1,6 +1,7 @@
 #include "layers/dropout.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "backends/random.hpp"
 
 namespace strata {
@@ -27,7 +28,7 @@ void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::si
                    std::size_t total, std::uint64_t seed, std::uint64_t call, double p) {
   const float threshold = static_cast<float>(p);
   const T scale = static_cast<T>(1.0 / (1.0 - p));
-  Kokkos::parallel_for(label, Range(ctx.exec, 0, rows * cols), KOKKOS_LAMBDA(const std::size_t k) {
+  for_range(ctx, label, rows * cols, KOKKOS_LAMBDA(const std::size_t k) {
     const std::size_t i = k / cols, j = k - i * cols;
     const std::size_t global = (first_row + i) * total + first_col + j;
     const bool keep = random::uniform_float(seed, call, global) >= threshold;

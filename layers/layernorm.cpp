@@ -1,6 +1,7 @@
 #include "layers/layernorm.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 
 namespace strata {
 
@@ -63,7 +64,7 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   Vector<T> mean = Kokkos::subview(Vector<T>(mean_), part),
             rstd = Kokkos::subview(Vector<T>(rstd_), part);
   auto gamma = gamma_, beta = beta_;
-  Kokkos::parallel_for("strata::LayerNorm::forward", Range(ctx.exec, 0, batch),
+  for_range(ctx, "strata::LayerNorm::forward", batch,
                        KOKKOS_LAMBDA(const int i) {
                          T sum = 0;
                          for (int j = 0; j < n; ++j) sum += x(i, j);
@@ -75,7 +76,8 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
                          rstd(i) = r;
                          for (int j = 0; j < n; ++j)
                            y(i, j) = (x(i, j) - mu) * r * gamma(j) + beta(j);
-                       });
+                       },
+            3 * n);
 }
 
 template <class T>
@@ -88,7 +90,7 @@ void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
                  rstd = Kokkos::subview(Vector<T>(rstd_), part), gamma = gamma_;
   auto dgamma = dgamma_, dbeta = dbeta_;
   // Parameter gradients: one thread per feature, rows summed in order.
-  Kokkos::parallel_for("strata::LayerNorm::param_grad", Range(ctx.exec, 0, n),
+  for_range(ctx, "strata::LayerNorm::param_grad", n,
                        KOKKOS_LAMBDA(const int j) {
                          T dg = 0, db = 0;
                          for (int i = 0; i < batch; ++i) {
@@ -97,9 +99,10 @@ void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
                          }
                          dgamma(j) += dg;
                          dbeta(j) += db;
-                       });
+                       },
+            batch);
   if (dx.data() == nullptr) return;
-  Kokkos::parallel_for("strata::LayerNorm::input_grad", Range(ctx.exec, 0, batch),
+  for_range(ctx, "strata::LayerNorm::input_grad", batch,
                        KOKKOS_LAMBDA(const int i) {
                          T s1 = 0, s2 = 0;  // sums of dxhat and dxhat * xhat
                          for (int j = 0; j < n; ++j) {
@@ -113,7 +116,8 @@ void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
                            const T xhat = (x(i, j) - mean(i)) * rstd(i);
                            dx(i, j) = rstd(i) * (dy(i, j) * gamma(j) - s1 - xhat * s2);
                          }
-                       });
+                       },
+            2 * n);
 }
 
 template class LayerNorm<float>;

@@ -1,6 +1,7 @@
 #include "layers/linear.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "backends/random.hpp"
 
 #include <cmath>
@@ -77,22 +78,22 @@ template <class T>
 void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
   const int cols = static_cast<int>(y.extent(1));
   // One thread per row: a 2D range policy costs more than tiny layers compute.
-  Kokkos::parallel_for(
-      "strata::Linear::bias", Range(ctx.exec, 0, y.extent(0)), KOKKOS_LAMBDA(const int i) {
+  for_range(ctx, "strata::Linear::bias", y.extent(0), KOKKOS_LAMBDA(const int i) {
         for (int j = 0; j < cols; ++j) y(i, j) += b(j);
-      });
+      },
+      cols);
 }
 
 template <class T>
 void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
   const int batch = static_cast<int>(dy.extent(0));
   // One thread per output feature sums its column in a fixed order.
-  Kokkos::parallel_for(
-      "strata::Linear::bias_grad", Range(ctx.exec, 0, dy.extent(1)), KOKKOS_LAMBDA(const int j) {
+  for_range(ctx, "strata::Linear::bias_grad", dy.extent(1), KOKKOS_LAMBDA(const int j) {
         T acc = 0;
         for (int i = 0; i < batch; ++i) acc += dy(i, j);
         db(j) += acc;
-      });
+      },
+      batch);
 }
 
 template void add_bias<float>(Context&, Matrix<float>, ConstVector<float>);

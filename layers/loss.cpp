@@ -1,6 +1,7 @@
 #include "layers/loss.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 
 namespace strata {
 
@@ -33,8 +34,7 @@ double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out
   const bool grad = dout.data() != nullptr;
   Labels labels = t.labels;
   double sum = 0;
-  Kokkos::parallel_reduce(
-      "strata::SoftmaxCrossEntropy", Range(ctx.exec, 0, out.extent(0)),
+  sum_range(ctx, "strata::SoftmaxCrossEntropy", out.extent(0),
       KOKKOS_LAMBDA(const int i, double& acc) {
         const int label = labels(i);
         STRATA_EXPECT(label >= 0 && label < width);
@@ -50,7 +50,7 @@ double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out
             dout(i, j) = (kmath::exp(out(i, j) - mx) * inv - (j == label ? T(1) : T(0))) * scale;
         }
       },
-      sum);
+      sum, 3 * width);
   return sum;
 }
 
@@ -74,8 +74,7 @@ double MeanSquaredError<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
   ConstMatrix<T> target = t.values;
   const T gscale = T(2) / T(width) * scale;
   double sum = 0;
-  Kokkos::parallel_reduce(
-      "strata::MeanSquaredError", Range(ctx.exec, 0, out.extent(0)),
+  sum_range(ctx, "strata::MeanSquaredError", out.extent(0),
       KOKKOS_LAMBDA(const int i, double& acc) {
         T s = 0;
         for (int j = 0; j < width; ++j) {
@@ -85,7 +84,7 @@ double MeanSquaredError<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
         }
         acc += static_cast<double>(s / T(width));
       },
-      sum);
+      sum, width);
   return sum;
 }
 
@@ -101,15 +100,14 @@ std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) {
   STRATA_REQUIRE(labels.extent(0) == out.extent(0), config, "count_correct: ", labels.extent(0),
                  " labels for ", out.extent(0), " rows");
   std::size_t correct = 0;
-  Kokkos::parallel_reduce(
-      "strata::count_correct", Range(ctx.exec, 0, out.extent(0)),
+  sum_range(ctx, "strata::count_correct", out.extent(0),
       KOKKOS_LAMBDA(const int i, std::size_t& acc) {
         int best = 0;
         for (int j = 1; j < width; ++j)
           if (out(i, j) > out(i, best)) best = j;
         acc += best == labels(i) ? 1 : 0;
       },
-      correct);
+      correct, width);
   return correct;
 }
 

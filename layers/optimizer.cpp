@@ -1,6 +1,7 @@
 #include "layers/optimizer.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -60,11 +61,11 @@ void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
     const T mu = static_cast<T>(config_.momentum);
     const bool first = steps_ == 1, nesterov = config_.nesterov;
     if (config_.momentum == 0) {
-      Kokkos::parallel_for("strata::sgd", Range(ctx.exec, 0, n_), KOKKOS_LAMBDA(const std::size_t i) {
+      for_range(ctx, "strata::sgd", n_, KOKKOS_LAMBDA(const std::size_t i) {
         p(i) -= lr * (g(i) + wd * p(i));
       });
     } else {
-      Kokkos::parallel_for("strata::sgd_momentum", Range(ctx.exec, 0, n_),
+      for_range(ctx, "strata::sgd_momentum", n_,
                            KOKKOS_LAMBDA(const std::size_t i) {
                              const T d = g(i) + wd * p(i);
                              const T b = first ? d : mu * s0(i) + d;
@@ -81,7 +82,7 @@ void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
   const T c2 = static_cast<T>(std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(steps_))));
   const T step_size = lr / c1;
   const bool decoupled = config_.kind == OptimizerKind::adamw;
-  Kokkos::parallel_for("strata::adam", Range(ctx.exec, 0, n_), KOKKOS_LAMBDA(const std::size_t i) {
+  for_range(ctx, "strata::adam", n_, KOKKOS_LAMBDA(const std::size_t i) {
     T pi = p(i);
     T gi = g(i);
     if (decoupled)
@@ -132,8 +133,7 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
   // One reduction: the sum of squares in double (no overflow for any float
   // gradient; an Inf or a NaN makes it non-finite).
   double sumsq = 0;
-  Kokkos::parallel_reduce(
-      "strata::grad_sumsq", Range(ctx.exec, 0, n_),
+  sum_range(ctx, "strata::grad_sumsq", n_,
       KOKKOS_LAMBDA(const std::size_t i, double& acc) {
         const double v = static_cast<double>(g(i));
         acc += v * v;
@@ -162,14 +162,14 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
     const T mu = static_cast<T>(config_.momentum);
     const bool first = steps_ == 1, nesterov = config_.nesterov;
     if (config_.momentum == 0) {
-      Kokkos::parallel_for("strata::sgd_fused", Range(ctx.exec, 0, n_),
+      for_range(ctx, "strata::sgd_fused", n_,
                            KOKKOS_LAMBDA(const std::size_t i) {
                              const T gi = g(i) * f;
                              p(i) -= lr * (gi + wd * p(i));
                              copy(i, p(i));
                            });
     } else {
-      Kokkos::parallel_for("strata::sgd_momentum_fused", Range(ctx.exec, 0, n_),
+      for_range(ctx, "strata::sgd_momentum_fused", n_,
                            KOKKOS_LAMBDA(const std::size_t i) {
                              const T d = g(i) * f + wd * p(i);
                              const T b = first ? d : mu * s0(i) + d;
@@ -186,7 +186,7 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
   const T c2 = static_cast<T>(std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(steps_))));
   const T step_size = lr / c1;
   const bool decoupled = config_.kind == OptimizerKind::adamw;
-  Kokkos::parallel_for("strata::adam_fused", Range(ctx.exec, 0, n_), KOKKOS_LAMBDA(const std::size_t i) {
+  for_range(ctx, "strata::adam_fused", n_, KOKKOS_LAMBDA(const std::size_t i) {
     T pi = p(i);
     T gi = g(i) * f;
     if (decoupled)

@@ -1,6 +1,7 @@
 #include "layers/sequential.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "backends/trace.hpp"
 
 #include <algorithm>
@@ -203,7 +204,11 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
 
 template <class T>
 void Sequential<T>::zero_grad(Context& ctx) {
-  Kokkos::deep_copy(ctx.exec, grads_, T(0));  // padding included: it stays zero
+  // Padding included: it stays zero. A kernel rather than deep_copy, so that
+  // a tiny model's fill runs inline (backends/launch.hpp).
+  T* g = grads_.data();
+  for_range(ctx, "strata::zero_grad", grads_.extent(0),
+            KOKKOS_LAMBDA(const std::size_t i) { g[i] = T(0); });
 }
 
 template <class T>
@@ -230,8 +235,7 @@ namespace detail {
 template <class T>
 std::size_t count_nonfinite(Context& ctx, const T* p, std::size_t n) {
   std::size_t bad = 0;
-  Kokkos::parallel_reduce(
-      "strata::count_nonfinite", Range(ctx.exec, 0, n),
+  sum_range(ctx, "strata::count_nonfinite", n,
       KOKKOS_LAMBDA(const std::size_t i, std::size_t& acc) {
         const T v = p[i];
         acc += (v != v || v - v != v - v) ? 1 : 0;  // NaN, or Inf (Inf - Inf is NaN)

@@ -2,6 +2,7 @@
 // shapes and every transpose combination; vendor against portable.
 #include "backends/blas.hpp"
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
@@ -30,8 +31,11 @@ std::vector<T> reference_gemm(Op ta, Op tb, int m, int n, int k, T alpha, const 
   return C;
 }
 
+// inline_small: let GEMMs below inline_gemm_limit run as plain loops (what
+// Strata does); otherwise the backend itself runs at every shape.
 template <class T>
-void check_gemm(GemmBackend backend, Op ta, Op tb, int m, int n, int k, T alpha, T beta) {
+void check_gemm(GemmBackend backend, Op ta, Op tb, int m, int n, int k, T alpha, T beta,
+                bool inline_small = false) {
   // Stored shapes: A (m,k) or (k,m); B (k,n) or (n,k).
   const int ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m;
   const int br = tb == Op::N ? k : n, bc = tb == Op::N ? n : k;
@@ -39,6 +43,7 @@ void check_gemm(GemmBackend backend, Op ta, Op tb, int m, int n, int k, T alpha,
   auto expect = reference_gemm(ta, tb, m, n, k, alpha, a, ac, b, bc, beta, c, n);
   auto da = test::to_device(a, ar, ac), db = test::to_device(b, br, bc), dc = test::to_device(c, m, n);
   Blas blas(backend);
+  blas.set_inline_small(inline_small);
   blas.gemm<T>(ta, tb, alpha, da, db, beta, dc);
   auto got = test::to_host(dc);
   const double tol = std::is_same<T, float>::value ? 2e-5 : 1e-12;
@@ -70,10 +75,48 @@ TEST_P(GemmShapes, VendorMatchesReference) {
     }
 }
 
+TEST_P(GemmShapes, InlineSmallMatchesReference) {
+  auto [m, n, k] = GetParam();
+  for (Op ta : {Op::N, Op::T})
+    for (Op tb : {Op::N, Op::T}) {
+      check_gemm<float>(GemmBackend::portable, ta, tb, m, n, k, 1.0f, 1.0f, true);
+      check_gemm<double>(GemmBackend::portable, ta, tb, m, n, k, -1.5, 0.0, true);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(OddShapes, GemmShapes,
                          ::testing::Combine(::testing::Values(1, 7, 33, 257),
                                             ::testing::Values(1, 7, 33, 257),
                                             ::testing::Values(1, 7, 33, 257)));
+
+// GEMMs below inline_gemm_limit run as plain loops; they must be bitwise the
+// portable kernel (same dot product, same order), for every transpose.
+TEST(Gemm, InlineSmallIsBitwiseThePortableKernel) {
+  if (!host_kernels) GTEST_SKIP() << "kernels run on a device: nothing runs inline";
+  const std::vector<std::tuple<int, int, int>> shapes = {{32, 5, 10}, {5, 10, 32}, {32, 10, 5},
+                                                         {3, 1, 7}, {15, 16, 17}};
+  for (auto [m, n, k] : shapes) {
+    ASSERT_TRUE(gemm_runs_inline(m, n, k)) << m << "x" << n << "x" << k;
+    for (Op ta : {Op::N, Op::T})
+      for (Op tb : {Op::N, Op::T})
+        for (float beta : {0.0f, 0.75f}) {
+          const int ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m;
+          const int br = tb == Op::N ? k : n, bc = tb == Op::N ? n : k;
+          auto a = test::to_device(test::randn<float>(ar * ac, 4), ar, ac);
+          auto b = test::to_device(test::randn<float>(br * bc, 5), br, bc);
+          const auto c0 = test::randn<float>(m * n, 6);
+          auto c_inline = test::to_device(c0, m, n), c_kernel = test::to_device(c0, m, n);
+          Blas blas(GemmBackend::portable);
+          blas.gemm<float>(ta, tb, 1.25f, a, b, beta, c_inline);
+          blas.set_inline_small(false);
+          blas.gemm<float>(ta, tb, 1.25f, a, b, beta, c_kernel);
+          EXPECT_EQ(test::to_host(c_inline), test::to_host(c_kernel))
+              << m << "x" << n << "x" << k << " ta=" << (ta == Op::T) << " tb=" << (tb == Op::T)
+              << " beta=" << beta;
+        }
+  }
+  EXPECT_FALSE(gemm_runs_inline(64, 64, 64));
+}
 
 TEST(Gemm, BetaZeroIgnoresNaNInOutput) {
   for (GemmBackend backend : {GemmBackend::portable, GemmBackend::vendor}) {

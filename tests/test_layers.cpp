@@ -2,9 +2,11 @@
 // finite differences in double precision (backward: input and parameter
 // gradients). Losses likewise; Sequential against the composition of layers.
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/loss.hpp"
 #include "layers/mlp.hpp"
+#include "layers/optimizer.hpp"
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
@@ -542,6 +544,88 @@ TEST(LowPrecisionStorage, EachLayerWithinBoundsOfFp32) {
       EXPECT_GT(gdev, 0.0) << name << " " << to_string(p) << ": storage must round";
     }
   }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Small host kernels run inline on the calling thread (backends/launch.hpp).
+// Training every kind of layer, the loss and Adam for a few steps inline and
+// as Kokkos kernels on all threads must give bitwise the same parameters
+// (each item's arithmetic is the same; only the reported loss, a sum, may be
+// added in another order). Shapes are above and below inline_work_limit.
+TEST(InlineKernels, TrainingIsBitwiseTheSameAsKernelLaunches) {
+  if (!host_kernels) GTEST_SKIP() << "kernels run on a device: nothing runs inline";
+  for (std::size_t width : {std::size_t(8), std::size_t(600)}) {
+    const std::size_t batch = 40, in = 12, classes = 5;
+    auto train = [&](bool inline_kernels) {
+      Context ctx;
+      ctx.inline_ok = inline_kernels;
+      if (inline_kernels) ctx.threads = 1;  // everything inline, whatever the size
+      EXPECT_EQ(runs_inline(ctx, std::size_t(1) << 30), inline_kernels);
+      Sequential<float> m(in);
+      m.add(std::make_unique<Linear<float>>(in, width));
+      m.add(make_activation<float>(ActivationKind::gelu));
+      m.add(std::make_unique<LayerNorm<float>>(width));
+      m.add(std::make_unique<Dropout<float>>(0.25, 3));
+      m.add(std::make_unique<Linear<float>>(width, width));
+      m.add(make_activation<float>(ActivationKind::tanh));
+      m.add(std::make_unique<Linear<float>>(width, width));
+      m.add(make_activation<float>(ActivationKind::sigmoid));
+      m.add(std::make_unique<Linear<float>>(width, classes));
+      m.build(batch);
+      m.init(Init::kaiming_uniform, 21);
+      m.set_training(true);
+      OptimizerConfig oc;
+      oc.kind = OptimizerKind::adamw;
+      oc.lr = 1e-2;
+      oc.weight_decay = 0.01;
+      Optimizer<float> opt(oc, m.num_params());
+      SoftmaxCrossEntropy<float> loss;
+      auto x = test::to_device(test::randn<float>(batch * in, 8), batch, in);
+      std::vector<std::int32_t> lab(batch);
+      for (std::size_t i = 0; i < batch; ++i) lab[i] = static_cast<std::int32_t>((i * 3) % classes);
+      LabelsBuffer labels("labels", batch);
+      auto hl = Kokkos::create_mirror_view(labels);
+      for (std::size_t i = 0; i < batch; ++i) hl(i) = lab[i];
+      Kokkos::deep_copy(labels, hl);
+      Targets<float> t;
+      t.labels = labels;
+      double last = 0;
+      for (int step = 0; step < 3; ++step) {
+        m.zero_grad(ctx);
+        auto out = m.forward(ctx, x);
+        last = loss.forward_backward(ctx, out, t, m.output_grad(), 1.0f / batch);
+        m.backward(ctx);
+        opt.step(ctx, m.params(), m.grads());
+      }
+      ctx.exec.fence();
+      return std::make_pair(test::to_host(m.params()), last);
+    };
+    const auto [p_inline, loss_inline] = train(true);
+    const auto [p_kernel, loss_kernel] = train(false);
+    ASSERT_EQ(p_inline.size(), p_kernel.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < p_inline.size(); ++i) differ += p_inline[i] != p_kernel[i];
+    EXPECT_EQ(differ, 0u) << "width " << width << ": parameters differ between inline and launched kernels";
+    EXPECT_NEAR(loss_inline, loss_kernel, 1e-9 * batch) << "width " << width;
+  }
+}
+
+TEST(InlineKernels, DecisionFollowsThreadsAndWork) {
+  if (!host_kernels) GTEST_SKIP() << "kernels run on a device: nothing runs inline";
+  Context ctx;
+  ctx.inline_ok = true;
+  ctx.threads = 2;
+  EXPECT_TRUE(runs_inline(ctx, inline_work_limit - 1));
+  EXPECT_FALSE(runs_inline(ctx, inline_work_limit));
+  ctx.threads = 1;
+  EXPECT_TRUE(runs_inline(ctx, inline_work_limit * 100));
+  ctx.inline_ok = false;
+  EXPECT_FALSE(runs_inline(ctx, 1));
 }
 
 }  // namespace

@@ -9,12 +9,18 @@
 //   loss/<ce|mse>/<W>/<batch>x<classes>           forward and gradient (bytes/s)
 //   opt/<sgd|sgd-momentum|adam|adamw>/<W>/<n>      one step over the flat buffers
 //       of the workload's n parameters (bytes/s)
+//   gemm/inline/...  GEMMs small enough that Strata runs them as plain loops
+//       (backends/blas.hpp inline_gemm_limit); gemm/vendor and gemm/portable
+//       time the backend itself at every shape
+//   launch/<kernel|inline>/<n>   y += a x on n floats as a Kokkos kernel on all
+//       threads or inline on the calling thread (backends/launch.hpp)
 // Every benchmark measures wall-clock time (UseRealTime) and fences the
 // execution space after each iteration. The names carry the workload, so
 // --benchmark_filter=/W2/ runs one workload (ctest runs /W1/, the tiny one).
 #include "apps/common/app_main.hpp"
 #include "backends/blas.hpp"
 #include "backends/context.hpp"
+#include "backends/launch.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
 #include "layers/activation.hpp"
@@ -140,12 +146,16 @@ std::vector<GemmShape> gemm_shapes(const Workload& w) {
   return out;
 }
 
-void register_gemm(const Workload& w, GemmBackend backend) {
+// `inline_small`: GEMMs below inline_gemm_limit run as Strata runs them, as
+// plain loops ("gemm/inline/..."); otherwise the backend itself is timed.
+void register_gemm(const Workload& w, GemmBackend backend, bool inline_small = false) {
   for (const GemmShape& s : gemm_shapes(w)) {
-    const std::string name = std::string("gemm/") + to_string(backend) + "/" + s.kind + "/" + w.name +
-                             "/" + dims({s.m, s.n, s.k});
-    reg(name, [s, backend](benchmark::State& state) {
+    if (inline_small && !gemm_runs_inline(s.m, s.n, s.k)) continue;
+    const std::string name = std::string("gemm/") + (inline_small ? "inline" : to_string(backend)) + "/" +
+                             s.kind + "/" + w.name + "/" + dims({s.m, s.n, s.k});
+    reg(name, [s, backend, inline_small](benchmark::State& state) {
       Context ctx(backend);
+      ctx.blas.set_inline_small(inline_small);
       // Row-major storage of op(A) (m, k) and op(B) (k, n).
       const int ar = s.ta == Op::N ? s.m : s.k, ac = s.ta == Op::N ? s.k : s.m;
       const int br = s.tb == Op::N ? s.k : s.n, bc = s.tb == Op::N ? s.n : s.k;
@@ -288,10 +298,40 @@ void register_optimizers(const Workload& w) {
     });
 }
 
+// ------------------------------------------------------------------ launches
+// One elementwise update y += a x over n floats, launched as a Kokkos kernel
+// on all of the context's threads ("kernel") or run inline on the calling
+// thread ("inline"): where the two cross is where backends/launch.hpp's
+// inline_work_limit belongs.
+void register_launches() {
+  for (std::size_t n : {std::size_t(32), std::size_t(1024), std::size_t(4096), std::size_t(16384),
+                        std::size_t(65536), std::size_t(262144)})
+    for (bool inl : {false, true})
+      reg(std::string("launch/") + (inl ? "inline" : "kernel") + "/" + std::to_string(n),
+          [n, inl](benchmark::State& state) {
+            Context ctx;
+            ctx.inline_ok = inl;
+            if (inl) ctx.threads = 1;  // inline whatever the size
+            VectorBuffer<T> x("x", n), y("y", n);
+            fill(ctx, x.data(), n, 1);
+            fill(ctx, y.data(), n, 2);
+            T* xp = x.data();
+            T* yp = y.data();
+            timed(state, ctx, [&] {
+              for_range(ctx, "strata::bench::axpy", n,
+                        KOKKOS_LAMBDA(const std::size_t i) { yp[i] += T(1e-3) * xp[i]; });
+            });
+            state.counters["threads"] = inl ? 1 : kernel_threads(ctx.exec);
+            set_bytes(state, 3.0 * n * sizeof(T));
+          });
+}
+
 void register_all() {
+  register_launches();
   for (const Workload& w : workloads()) {
     if (Blas::vendor_available()) register_gemm(w, GemmBackend::vendor);
     register_gemm(w, GemmBackend::portable);
+    register_gemm(w, GemmBackend::portable, true);
     register_linear(w);
     register_elementwise(w);
     register_losses(w);

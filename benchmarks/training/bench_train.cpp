@@ -121,12 +121,15 @@ double sgemm_rate(const Workload& w, Context& ctx) {
                       MatrixBuffer<float>("dx", b, in)});
     flops += 2.0 * b * in * out * (i > 0 ? 3 : 2);
   }
+  // The BLAS itself, also at shapes Strata runs as plain loops.
+  Blas blas(ctx.blas.backend(), ctx.exec);
+  blas.set_inline_small(false);
   auto step_gemms = [&] {
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const Layer& l = layers[i];
-      ctx.blas.gemm<float>(Op::N, Op::T, 1.0f, l.x, l.W, 0.0f, l.y);
-      ctx.blas.gemm<float>(Op::T, Op::N, 1.0f, l.y, l.x, 1.0f, l.dW);
-      if (i > 0) ctx.blas.gemm<float>(Op::N, Op::N, 1.0f, l.y, l.W, 0.0f, l.dx);
+      blas.gemm<float>(Op::N, Op::T, 1.0f, l.x, l.W, 0.0f, l.y);
+      blas.gemm<float>(Op::T, Op::N, 1.0f, l.y, l.x, 1.0f, l.dW);
+      if (i > 0) blas.gemm<float>(Op::N, Op::N, 1.0f, l.y, l.W, 0.0f, l.dx);
     }
   };
   step_gemms();  // warm-up (first use of the BLAS threads)

@@ -1,0 +1,76 @@
+// Kernel launches that cost nothing when there is nothing to share.
+//
+// Every layer, loss and optimizer kernel is written once as a Kokkos functor
+// and launched through for_range / sum_range. On a device they are ordinary
+// Kokkos launches. On host back-ends a launch opens a parallel region (an
+// OpenMP fork and join, or a wake-up of the Threads pool), which costs one to
+// a few microseconds; the tiny models of the tutorial (W1: 32 x 10 inputs)
+// compute for less than that. So on the host a kernel runs inline, as a plain
+// loop on the calling thread, when
+//   - the rank's execution space has one thread (a thread rank of 1 thread,
+//     an MPI process with --threads 1): a region of one thread only adds
+//     the fork, or
+//   - its work (items x work per item) is below inline_work_limit.
+// The functor and the order of the arithmetic inside each item are the same
+// either way; only a sum over items (sum_range) may be added in another order,
+// as Kokkos' own reductions are with another thread count.
+//
+// Kokkos Tools see every kernel as a kernel launch: when a tool is loaded
+// (KOKKOS_TOOLS_LIBS) nothing runs inline.
+#pragma once
+
+#include "backends/context.hpp"
+
+#include <cstddef>
+
+namespace strata {
+
+// Below this many element operations a host kernel runs inline. A 2-thread
+// OpenMP fork and join costs about what 10-20 thousand simple element updates
+// cost (strata-bench-micro's BM_Launch measures both).
+inline constexpr std::size_t inline_work_limit = std::size_t(1) << 14;
+
+// Whether kernels of this build run on the host (then they may run inline).
+inline constexpr bool host_kernels =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible &&
+    std::is_same<ExecSpace, HostExecSpace>::value;
+
+// Whether a kernel of `work` element operations runs inline on this context.
+inline bool runs_inline(const Context& ctx, std::size_t work) {
+  if constexpr (host_kernels)
+    return ctx.inline_ok && (ctx.threads == 1 || work < inline_work_limit);
+  else
+    return false;
+}
+
+// f(i) for i in [0, n): Kokkos::parallel_for on ctx.exec, or inline.
+// `work_per_item` estimates the element operations of one item (a row loop
+// over `cols` columns: cols).
+template <class F>
+void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
+               std::size_t work_per_item = 1) {
+  if constexpr (host_kernels) {
+    if (runs_inline(ctx, n * work_per_item)) {
+      for (std::size_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+  }
+  Kokkos::parallel_for(name, Range(ctx.exec, 0, n), f);
+}
+
+// sum = sum over i in [0, n) of what f(i, acc) adds to acc (acc starts at 0).
+template <class F, class S>
+void sum_range(const Context& ctx, const char* name, std::size_t n, const F& f, S& sum,
+               std::size_t work_per_item = 1) {
+  if constexpr (host_kernels) {
+    if (runs_inline(ctx, n * work_per_item)) {
+      S acc = S(0);
+      for (std::size_t i = 0; i < n; ++i) f(i, acc);
+      sum = acc;
+      return;
+    }
+  }
+  Kokkos::parallel_reduce(name, Range(ctx.exec, 0, n), f, sum);
+}
+
+}  // namespace strata
