@@ -633,7 +633,32 @@ std::string trace_path(const std::string& path, const comm::Communicator& world)
   return dot == std::string::npos ? path + suffix : path.substr(0, dot) + suffix + ".json";
 }
 
+// GNU OpenMP threads (Kokkos' and OpenBLAS's) spin while they wait for work,
+// which is fastest on a machine of one's own and ruinous on a busy one (a
+// 2-thread W2 run lost half its speed next to a compilation; a 4-process
+// test on 2 cores ran 100x slower). The policy is read when the OpenMP
+// runtime loads, before main: all strata-train can do is say so.
+void wait_policy_hint(const TrainConfig& c, const comm::Communicator& world) {
+#ifdef KOKKOS_ENABLE_OPENMP
+  if (c.quiet || world.rank() != 0 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = c.ranks * threads_per_rank(c) * local_processes();
+  double load = 0;
+  std::ifstream("/proc/loadavg") >> load;
+  if (threads <= cores && load < cores - 0.5) return;
+  std::cerr << "strata-train: note: " << threads << " OpenMP threads on " << cores
+            << " cores, load average " << fmt("%.1f", load)
+            << "; waiting OpenMP threads spin and slow each other down on a busy machine. "
+               "Start with OMP_WAIT_POLICY=PASSIVE to let them sleep (it must be set before "
+               "strata-train starts).\n";
+#else
+  (void)c;
+  (void)world;
+#endif
+}
+
 int train(const TrainConfig& c, comm::Communicator& world) {
+  wait_policy_hint(c, world);
   const bool multi = c.ranks > 1 || world.size() > 1;
   STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
                  "--strategy local runs one rank, but ", c.ranks * world.size(),
