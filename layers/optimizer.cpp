@@ -97,6 +97,18 @@ void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
   });
 }
 
+template <class T>
+double sum_of_squares(Context& ctx, ConstVector<T> g) {
+  double sumsq = 0;
+  sum_range(ctx, "strata::grad_sumsq", g.extent(0),
+      KOKKOS_LAMBDA(const std::size_t i, double& acc) {
+        const double v = static_cast<double>(g(i));
+        acc += v * v;
+      },
+      sumsq);
+  return sumsq;
+}
+
 namespace {
 // Writes the requested copies of an updated parameter.
 struct Copies {
@@ -133,12 +145,10 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
   // One reduction: the sum of squares in double (no overflow for any float
   // gradient; an Inf or a NaN makes it non-finite).
   double sumsq = 0;
-  sum_range(ctx, "strata::grad_sumsq", n_,
-      KOKKOS_LAMBDA(const std::size_t i, double& acc) {
-        const double v = static_cast<double>(g(i));
-        acc += v * v;
-      },
-      sumsq);
+  if (fused.sumsq)
+    sumsq = *fused.sumsq;
+  else
+    sumsq = sum_of_squares(ctx, g);
   FusedResult r;
   r.finite = std::isfinite(sumsq);
   r.grad_norm = std::sqrt(sumsq) * fused.inv_scale;
@@ -206,5 +216,7 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
 
 template class Optimizer<float>;
 template class Optimizer<double>;
+template double sum_of_squares<float>(Context&, ConstVector<float>);
+template double sum_of_squares<double>(Context&, ConstVector<double>);
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include "backends/precision.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace strata {
@@ -42,6 +43,10 @@ struct FusedStep {
   double inv_scale = 1.0;  // gradients are multiplied by this first (1 / loss scale)
   double max_norm = 0.0;   // > 0: clip the unscaled gradients to this global L2 norm
   bool skip_nonfinite = true;  // no update when a gradient is Inf or NaN
+  // The sum of squares of the (scaled) gradients of the whole model when
+  // these are only a part of them (model parallelism: the strategy sums
+  // every rank's share); empty: the sum over the gradients given.
+  std::optional<double> sumsq;
   // A 16-bit copy of the updated parameters, written when not empty (n elements).
   Vector<bf16> copy_bf16;
   Vector<fp16> copy_fp16;
@@ -57,6 +62,10 @@ struct FusedResult {
   double grad_norm = 0;    // L2 norm of the unscaled gradients, before clipping
   double clip_coef = 1;    // factor applied to the unscaled gradients (<= 1)
 };
+
+// Sum of the squares of g in double (an Inf or a NaN makes it non-finite).
+template <class T>
+double sum_of_squares(Context& ctx, ConstVector<T> g);
 
 template <class T>
 class Optimizer {
