@@ -97,6 +97,12 @@ class Optimizer {
   std::size_t state_bytes() const { return (state0_.extent(0) + state1_.extent(0)) * sizeof(T); }
 
  private:
+  // step_fused's update with gradients multiplied by f; copy(i, p) writes
+  // the copies of updated parameter i (a type per kind of copy, so that the
+  // common cases compile to branch-free, vectorisable loops).
+  template <class Copy>
+  void fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, T f, const Copy& copy);
+
   OptimizerConfig config_;
   std::size_t n_;
   std::int64_t steps_ = 0;
