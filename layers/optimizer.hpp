@@ -51,7 +51,7 @@ struct FusedStep {
   Vector<bf16> copy_bf16;
   Vector<fp16> copy_fp16;
   // A float copy holding the updated parameters rounded to copy_precision
-  // (bf16 or fp16): the working weights of emulated 16-bit storage.
+  // (bf16 or fp16): the working weights (16-bit values in float buffers, for sgemm).
   Vector<float> copy_rounded;
   Precision copy_precision = Precision::fp32;
 };
