@@ -51,18 +51,23 @@ std::size_t nonfinite_bits(Context& ctx, const std::uint16_t* bits, std::size_t 
       bad);
   return bad;
 }
+}  // namespace detail::store16
+
+namespace detail {
 template <class T>
-std::size_t nonfinite_values(Context& ctx, const T* y, std::size_t n) {
+std::size_t count_nonfinite(Context& ctx, const T* p, std::size_t n) {
   std::size_t bad = 0;
-  sum_range(ctx, "strata::ActivationStore::nonfinite", n,
-      KOKKOS_LAMBDA(const std::size_t k, std::size_t& acc) {
-        const T v = y[k];
-        acc += (v - v != v - v) ? 1 : 0;
+  sum_range(ctx, "strata::count_nonfinite", n,
+      KOKKOS_LAMBDA(const std::size_t i, std::size_t& acc) {
+        const T v = p[i];
+        acc += (v != v || v - v != v - v) ? 1 : 0;  // NaN, or Inf (Inf - Inf is NaN)
       },
       bad);
   return bad;
 }
-}  // namespace detail::store16
+template std::size_t count_nonfinite<float>(Context&, const float*, std::size_t);
+template std::size_t count_nonfinite<double>(Context&, const double*, std::size_t);
+}  // namespace detail
 
 using namespace detail::store16;
 
@@ -152,7 +157,7 @@ long long ActivationStore<T>::count_nonfinite(Context& ctx, std::size_t slot, st
   }
   const Resident& r = resident_[i % 2];
   if (r.slot == slot && r.layer == i)  // an evaluation forward's output still in the scratch
-    return static_cast<long long>(nonfinite_values(ctx, scratch_[i % 2].data(), n));
+    return static_cast<long long>(detail::count_nonfinite(ctx, scratch_[i % 2].data(), n));
   return -1;
 }
 

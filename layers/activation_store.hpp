@@ -24,6 +24,12 @@
 
 namespace strata {
 
+namespace detail {
+// Elements of p[0, n) that are NaN or Inf (device memory).
+template <class T>
+std::size_t count_nonfinite(Context& ctx, const T* p, std::size_t n);
+}  // namespace detail
+
 template <class T>
 class ActivationStore {
  public:

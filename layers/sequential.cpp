@@ -291,31 +291,22 @@ std::string Sequential<T>::summary() const {
   return os.str();
 }
 
-namespace detail {
-template <class T>
-std::size_t count_nonfinite(Context& ctx, const T* p, std::size_t n) {
-  std::size_t bad = 0;
-  sum_range(ctx, "strata::count_nonfinite", n,
-      KOKKOS_LAMBDA(const std::size_t i, std::size_t& acc) {
-        const T v = p[i];
-        acc += (v != v || v - v != v - v) ? 1 : 0;  // NaN, or Inf (Inf - Inf is NaN)
-      },
-      bad);
-  return bad;
-}
-}  // namespace detail
-
 template <class T>
 std::string Sequential<T>::first_nonfinite(Context& ctx) const {
   auto where = [&](std::size_t i) {
     return "layer " + std::to_string(first_index_ + i) + " (" + layers_[i]->name() + ")";
   };
   // Forward order for outputs, then backward order for gradients.
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    if ((storage16() ? store_.count_nonfinite(ctx, 0, i)
-                     : static_cast<long long>(detail::count_nonfinite(
-                           ctx, acts_[i].data(), batch_[0] * widths_[i + 1]))) > 0)
-      return "the output of " + where(i);
+  std::string unchecked;  // earlier outputs 16-bit storage did not keep
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const long long bad = storage16() ? store_.count_nonfinite(ctx, 0, i)
+                                      : static_cast<long long>(detail::count_nonfinite(
+                                            ctx, acts_[i].data(), batch_[0] * widths_[i + 1]));
+    if (bad > 0)
+      return "the output of " + where(i) +
+             (unchecked.empty() ? "" : " (or of " + unchecked + ", not kept by 16-bit storage)");
+    if (bad < 0) unchecked += (unchecked.empty() ? "" : ", ") + where(i);
+  }
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const std::size_t n = offsets_[i + 1] - offsets_[i];
     if (n > 0 && detail::count_nonfinite(ctx, grads_.data() + offsets_[i], n) > 0)

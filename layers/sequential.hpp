@@ -137,7 +137,7 @@ class Sequential {
   // (backward order) whose parameter gradients do; "" when none does. Used to
   // report where a numerical failure began. With 16-bit storage, outputs
   // that are not kept for backward are checked only while the scratch still
-  // holds them.
+  // holds them; the answer names the earlier ones it could not check.
   std::string first_nonfinite(Context& ctx) const;
 
  private:

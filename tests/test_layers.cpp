@@ -552,6 +552,22 @@ TEST(LowPrecisionStorage, EachLayerWithinBoundsOfFp32) {
 namespace strata {
 namespace {
 
+// A model with every kind of layer: Linear, GELU, LayerNorm, Dropout,
+// Linear, Tanh, Linear, Sigmoid, Linear, ReLU, Linear to `classes`.
+Sequential<float> every_layer_kind(std::size_t in, std::size_t width, std::size_t classes) {
+  Sequential<float> m(in);
+  m.add(std::make_unique<Linear<float>>(in, width));
+  m.add(make_activation<float>(ActivationKind::gelu));
+  m.add(std::make_unique<LayerNorm<float>>(width));
+  m.add(std::make_unique<Dropout<float>>(0.25, 3));
+  for (ActivationKind a : {ActivationKind::tanh, ActivationKind::sigmoid, ActivationKind::relu}) {
+    m.add(std::make_unique<Linear<float>>(width, width));
+    m.add(make_activation<float>(a));
+  }
+  m.add(std::make_unique<Linear<float>>(width, classes));
+  return m;
+}
+
 // Small host kernels run inline on the calling thread (backends/launch.hpp).
 // Training every kind of layer, the loss and Adam for a few steps inline and
 // as Kokkos kernels on all threads must give bitwise the same parameters
@@ -566,16 +582,7 @@ TEST(InlineKernels, TrainingIsBitwiseTheSameAsKernelLaunches) {
       ctx.inline_ok = inline_kernels;
       if (inline_kernels) ctx.threads = 1;  // everything inline, whatever the size
       EXPECT_EQ(runs_inline(ctx, std::size_t(1) << 30), inline_kernels);
-      Sequential<float> m(in);
-      m.add(std::make_unique<Linear<float>>(in, width));
-      m.add(make_activation<float>(ActivationKind::gelu));
-      m.add(std::make_unique<LayerNorm<float>>(width));
-      m.add(std::make_unique<Dropout<float>>(0.25, 3));
-      m.add(std::make_unique<Linear<float>>(width, width));
-      m.add(make_activation<float>(ActivationKind::tanh));
-      m.add(std::make_unique<Linear<float>>(width, width));
-      m.add(make_activation<float>(ActivationKind::sigmoid));
-      m.add(std::make_unique<Linear<float>>(width, classes));
+      Sequential<float> m = every_layer_kind(in, width, classes);
       m.build(batch);
       m.init(Init::kaiming_uniform, 21);
       m.set_training(true);
@@ -660,18 +667,7 @@ TEST(Storage16, TrainingIsBitwiseTheSameAsEmulatedStorage) {
     std::vector<double> losses;
   };
   auto train = [&](Precision p, bool emulated) {
-    Sequential<float> m(in);
-    m.add(std::make_unique<Linear<float>>(in, width));
-    m.add(make_activation<float>(ActivationKind::gelu));
-    m.add(std::make_unique<LayerNorm<float>>(width));
-    m.add(std::make_unique<Dropout<float>>(0.25, 3));
-    m.add(std::make_unique<Linear<float>>(width, width));
-    m.add(make_activation<float>(ActivationKind::tanh));
-    m.add(std::make_unique<Linear<float>>(width, width));
-    m.add(make_activation<float>(ActivationKind::sigmoid));
-    m.add(std::make_unique<Linear<float>>(width, width));
-    m.add(make_activation<float>(ActivationKind::relu));
-    m.add(std::make_unique<Linear<float>>(width, classes));
+    Sequential<float> m = every_layer_kind(in, width, classes);
     m.build(8, slots);
     m.init(Init::kaiming_uniform, 21);
     m.set_storage(p, emulated);
@@ -736,6 +732,35 @@ TEST(Storage16, BackwardAfterAnEvaluationForwardIsAnError) {
   m.set_training(true);
   m.forward(ctx, x);
   EXPECT_NO_THROW(m.backward(ctx));
+}
+
+// A numerical failure is traced to the first layer whose output overflowed:
+// with fp16 storage a Linear output of 5e5 is Inf. The emulated storage
+// names the Linear; the 16-bit storage did not keep the Linear's output (ReLU
+// reads its own output, and the last layer's output took the Linear's
+// scratch), so it names the ReLU and says that the Linear was not checked.
+TEST(Storage16, FirstNonFiniteNamesTheOverflowingLayer) {
+  for (bool emulated : {true, false}) {
+    Sequential<float> m(4);
+    m.add(std::make_unique<Linear<float>>(4, 6));
+    m.add(make_activation<float>(ActivationKind::relu));
+    m.add(std::make_unique<Linear<float>>(6, 2));
+    m.build(3);
+    m.set_storage(Precision::fp16, emulated);
+    std::vector<float> p(m.num_params(), 0.01f);
+    for (std::size_t i = 0; i < 4 * 6 + 6; ++i) p[i] = 1e5f;  // layer 0: weights and bias
+    Kokkos::deep_copy(m.params(), test::to_device(p));
+    Context ctx;
+    auto x = test::to_device(std::vector<float>(12, 1.0f), 3, 4);
+    m.zero_grad(ctx);
+    m.forward(ctx, x);
+    Kokkos::deep_copy(m.output_grad(), 1.0f);
+    m.backward(ctx);
+    EXPECT_EQ(m.first_nonfinite(ctx),
+              emulated ? "the output of layer 0 (Linear(4, 6))"
+                       : "the output of layer 1 (ReLU) (or of layer 0 (Linear(4, 6)), not kept "
+                         "by 16-bit storage)");
+  }
 }
 
 // Activation memory: the accounting (activation_bytes, known before build)
