@@ -42,11 +42,6 @@ std::vector<bool> Sequential<T>::kept_outputs() const {
 }
 
 template <class T>
-bool Sequential<T>::keeps_output(std::size_t i) const {
-  return kept_outputs().at(i);
-}
-
-template <class T>
 std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t slots) const {
   std::size_t outputs = 0, widest = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];

@@ -89,8 +89,6 @@ class Sequential {
   bool storage_emulated() const { return emulated_; }
   // Whether activations are kept in 16-bit buffers.
   bool storage16() const { return storage_ != Precision::fp32 && !emulated_; }
-  // Whether the output of layer i is kept for backward with 16-bit storage.
-  bool keeps_output(std::size_t i) const;
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
 
