@@ -138,7 +138,7 @@ void convert(const ExecSpace& exec, ConstVector<From> from, Vector<To> to) {
 }
 
 // x(i) = round_to<L>(x(i)) in place: float buffers holding 16-bit values
-// (storage emulated in float; see docs/mixed-precision.md).
+// (working weights, emulated activation storage; see docs/mixed-precision.md).
 template <class L>
 void round_in_place(const ExecSpace& exec, Vector<float> x) {
   Kokkos::parallel_for("strata::round_in_place", Range(exec, 0, x.extent(0)),

@@ -24,14 +24,18 @@ const char* to_string(ActivationKind kind) {
 
 namespace detail {
 
-// Each functor gives f(x) and f'(x, y) for y = f(x).
+// Each functor gives f(x) and f'(x, y) for y = f(x); uses_x says which of
+// the two f' reads (the other is passed as 0 and never loaded).
 struct Relu {
+  static constexpr bool uses_x = false;
   template <class T>
   KOKKOS_INLINE_FUNCTION static T f(T x) { return x > T(0) ? x : T(0); }
+  // y > 0 exactly when x > 0 (also for -0 and NaN, which give y = 0).
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T df(T x, T) { return x > T(0) ? T(1) : T(0); }
+  KOKKOS_INLINE_FUNCTION static T df(T, T y) { return y > T(0) ? T(1) : T(0); }
 };
 struct Gelu {
+  static constexpr bool uses_x = true;
   // 0.5 x (1 + erf(x / sqrt 2)); derivative Phi(x) + x phi(x).
   template <class T>
   KOKKOS_INLINE_FUNCTION static T f(T x) {
@@ -45,12 +49,14 @@ struct Gelu {
   }
 };
 struct Tanh {
+  static constexpr bool uses_x = false;
   template <class T>
   KOKKOS_INLINE_FUNCTION static T f(T x) { return kmath::tanh(x); }
   template <class T>
   KOKKOS_INLINE_FUNCTION static T df(T, T y) { return T(1) - y * y; }
 };
 struct Sigmoid {
+  static constexpr bool uses_x = false;
   template <class T>
   KOKKOS_INLINE_FUNCTION static T f(T x) { return T(1) / (T(1) + kmath::exp(-x)); }
   template <class T>
@@ -67,15 +73,16 @@ void apply_forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
                        KOKKOS_LAMBDA(const std::size_t i) { yp[i] = F::f(xp[i]); });
 }
 
+// v: the saved x or y, whichever F::df reads.
 template <class F, class T>
-void apply_backward(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> y, ConstMatrix<T> dy,
-                    Matrix<T> dx) {
-  const T* xp = x.data();
-  const T* yp = y.data();
+void apply_backward(Context& ctx, ConstMatrix<T> v, ConstMatrix<T> dy, Matrix<T> dx) {
+  const T* vp = v.data();
   const T* dyp = dy.data();
   T* dxp = dx.data();
-  for_range(ctx, "strata::Activation::backward", x.extent(0) * x.extent(1),
-                       KOKKOS_LAMBDA(const std::size_t i) { dxp[i] = dyp[i] * F::df(xp[i], yp[i]); });
+  for_range(ctx, "strata::Activation::backward", dy.extent(0) * dy.extent(1),
+            KOKKOS_LAMBDA(const std::size_t i) {
+              dxp[i] = dyp[i] * (F::uses_x ? F::df(vp[i], T(0)) : F::df(T(0), vp[i]));
+            });
 }
 
 }  // namespace detail
@@ -106,12 +113,14 @@ void Activation<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 template <class T>
 void Activation<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   if (dx.data() == nullptr) return;
-  const auto x = x_[this->slot_], y = y_[this->slot_];
+  const auto y = y_[this->slot_];
   switch (kind_) {
-    case ActivationKind::relu: detail::apply_backward<detail::Relu>(ctx, x, y, dy, dx); break;
-    case ActivationKind::gelu: detail::apply_backward<detail::Gelu>(ctx, x, y, dy, dx); break;
-    case ActivationKind::tanh: detail::apply_backward<detail::Tanh>(ctx, x, y, dy, dx); break;
-    case ActivationKind::sigmoid: detail::apply_backward<detail::Sigmoid>(ctx, x, y, dy, dx); break;
+    case ActivationKind::relu: detail::apply_backward<detail::Relu>(ctx, y, dy, dx); break;
+    case ActivationKind::gelu:
+      detail::apply_backward<detail::Gelu>(ctx, x_[this->slot_], dy, dx);
+      break;
+    case ActivationKind::tanh: detail::apply_backward<detail::Tanh>(ctx, y, dy, dx); break;
+    case ActivationKind::sigmoid: detail::apply_backward<detail::Sigmoid>(ctx, y, dy, dx); break;
   }
 }
 

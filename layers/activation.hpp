@@ -1,8 +1,10 @@
 // Elementwise activations: ReLU, GELU (exact, erf form), Tanh, Sigmoid.
 //
 // forward:  y = f(x)           x, y: (batch, features)
-// backward: dx = dy * f'(x)    f' computed from x or from y, whichever is cheaper
-// dx may alias dy (elementwise).
+// backward: dx = dy * f'(x)    f' from y for ReLU (y > 0 exactly when x > 0),
+//                              Tanh and Sigmoid; from x for GELU
+// Backward reads only the one it needs (with 16-bit storage only that one is
+// kept). dx may alias dy (elementwise).
 #pragma once
 
 #include "layers/layer.hpp"
@@ -25,6 +27,8 @@ class Activation final : public Layer<T> {
   std::size_t out_features(std::size_t in) const override { return in; }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_input() const override { return kind_ == ActivationKind::gelu; }
+  bool backward_reads_output() const override { return kind_ != ActivationKind::gelu; }
 
   ActivationKind kind() const { return kind_; }
   void set_slots(std::size_t n) override {

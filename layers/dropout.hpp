@@ -26,6 +26,8 @@ class Dropout final : public Layer<T> {
   std::size_t out_features(std::size_t in) const override { return in; }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_input() const override { return false; }  // the mask is recomputed
+  bool backward_reads_output() const override { return false; }
 
   void set_row_offset(std::size_t offset) override { row_offset_ = offset; }
   void begin_pass() override {

@@ -59,6 +59,11 @@ class Layer {
   // Accumulates parameter gradients from dy and, unless dx is empty (first
   // layer), writes dx. dx may alias dy only where a layer says so.
   virtual void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) = 0;
+  // Whether backward reads the x / the y of its forward. Sequential keeps in
+  // 16-bit storage only the activations some backward reads (set_storage);
+  // a layer that says false must not read that view in backward.
+  virtual bool backward_reads_input() const { return true; }
+  virtual bool backward_reads_output() const { return true; }
 
   // Position of the batch's first row in the global batch (data parallelism
   // gives each rank a shard): layers that draw per-sample random numbers

@@ -28,6 +28,7 @@ class LayerNorm final : public Layer<T> {
   void reserve(std::size_t batch, std::size_t in) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_output() const override { return false; }  // mean, rstd and x
   void set_slots(std::size_t n) override {
     Layer<T>::set_slots(n);
     x_.resize(n);

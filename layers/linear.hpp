@@ -25,6 +25,7 @@ class Linear final : public Layer<T> {
             std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_output() const override { return false; }
   void set_slots(std::size_t n) override {
     Layer<T>::set_slots(n);
     x_.resize(n);

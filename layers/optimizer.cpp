@@ -97,18 +97,41 @@ void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
   });
 }
 
-namespace {
-// Writes the requested copies of an updated parameter.
+template <class T>
+double sum_of_squares(Context& ctx, ConstVector<T> g) {
+  double sumsq = 0;
+  sum_range(ctx, "strata::grad_sumsq", g.extent(0),
+      KOKKOS_LAMBDA(const std::size_t i, double& acc) {
+        const double v = static_cast<double>(g(i));
+        acc += v * v;
+      },
+      sumsq);
+  return sumsq;
+}
+
+namespace detail::fused {
+// Copies of an updated parameter: none, the parameter rounded to L in a
+// float buffer (working weights), or any set of copies (checked per element).
+struct NoCopy {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t, const T) const {}
+};
+template <class L>
+struct RoundedCopy {
+  Vector<float> r;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, const T p) const {
+    r(i) = round_to<L>(static_cast<float>(p));
+  }
+};
 struct Copies {
   Vector<bf16> b;
   Vector<fp16> h;
   Vector<float> r;
   Precision rp;
-  bool any;
 
   template <class T>
   KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, const T p) const {
-    if (!any) return;
     const float f = static_cast<float>(p);
     if (b.extent(0) != 0) b(i) = bf16(f);
     if (h.extent(0) != 0) h(i) = fp16(f);
@@ -116,7 +139,7 @@ struct Copies {
                                  : rp == Precision::fp16 ? round_to<fp16>(f) : f;
   }
 };
-}  // namespace
+}  // namespace detail::fused
 
 template <class T>
 FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g,
@@ -132,13 +155,7 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
   STRATA_REQUIRE(fused.max_norm >= 0, config, "clip-grad-norm must be >= 0, got ", fused.max_norm);
   // One reduction: the sum of squares in double (no overflow for any float
   // gradient; an Inf or a NaN makes it non-finite).
-  double sumsq = 0;
-  sum_range(ctx, "strata::grad_sumsq", n_,
-      KOKKOS_LAMBDA(const std::size_t i, double& acc) {
-        const double v = static_cast<double>(g(i));
-        acc += v * v;
-      },
-      sumsq);
+  const double sumsq = fused.sumsq ? *fused.sumsq : sum_of_squares(ctx, g);
   FusedResult r;
   r.finite = std::isfinite(sumsq);
   r.grad_norm = std::sqrt(sumsq) * fused.inv_scale;
@@ -150,10 +167,25 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
   if (fused.max_norm > 0 && r.finite)
     r.clip_coef = std::min(1.0, fused.max_norm / (r.grad_norm + 1e-6));
   const T f = static_cast<T>(fused.inv_scale * r.clip_coef);
-  const Copies copy{fused.copy_bf16, fused.copy_fp16, fused.copy_rounded, fused.copy_precision,
-                    fused.copy_bf16.extent(0) + fused.copy_fp16.extent(0) +
-                            fused.copy_rounded.extent(0) > 0};
   ++steps_;
+  using namespace detail::fused;
+  const bool only_rounded = fused.copy_bf16.extent(0) == 0 && fused.copy_fp16.extent(0) == 0;
+  if (only_rounded && fused.copy_rounded.extent(0) == 0)
+    fused_update(ctx, p, g, f, NoCopy{});
+  else if (only_rounded && fused.copy_precision == Precision::bf16)
+    fused_update(ctx, p, g, f, RoundedCopy<bf16>{fused.copy_rounded});
+  else if (only_rounded && fused.copy_precision == Precision::fp16)
+    fused_update(ctx, p, g, f, RoundedCopy<fp16>{fused.copy_rounded});
+  else
+    fused_update(ctx, p, g, f,
+                 Copies{fused.copy_bf16, fused.copy_fp16, fused.copy_rounded, fused.copy_precision});
+  return r;
+}
+
+template <class T>
+template <class Copy>
+void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, const T f,
+                                const Copy& copy) {
   // The updates below are step()'s, operation for operation, on g * f.
   const T lr = static_cast<T>(config_.lr);
   const T wd = static_cast<T>(config_.weight_decay);
@@ -178,7 +210,7 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
                              copy(i, p(i));
                            });
     }
-    return r;
+    return;
   }
   const T b1 = static_cast<T>(config_.beta1), b2 = static_cast<T>(config_.beta2);
   const T eps = static_cast<T>(config_.eps);
@@ -201,10 +233,11 @@ FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g
     p(i) = pn;
     copy(i, pn);
   });
-  return r;
 }
 
 template class Optimizer<float>;
 template class Optimizer<double>;
+template double sum_of_squares<float>(Context&, ConstVector<float>);
+template double sum_of_squares<double>(Context&, ConstVector<double>);
 
 }  // namespace strata

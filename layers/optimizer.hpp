@@ -11,6 +11,7 @@
 #include "backends/precision.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace strata {
@@ -42,11 +43,15 @@ struct FusedStep {
   double inv_scale = 1.0;  // gradients are multiplied by this first (1 / loss scale)
   double max_norm = 0.0;   // > 0: clip the unscaled gradients to this global L2 norm
   bool skip_nonfinite = true;  // no update when a gradient is Inf or NaN
+  // The sum of squares of the (scaled) gradients of the whole model when
+  // these are only a part of them (model parallelism: the strategy sums
+  // every rank's share); empty: the sum over the gradients given.
+  std::optional<double> sumsq;
   // A 16-bit copy of the updated parameters, written when not empty (n elements).
   Vector<bf16> copy_bf16;
   Vector<fp16> copy_fp16;
   // A float copy holding the updated parameters rounded to copy_precision
-  // (bf16 or fp16): the working weights of emulated 16-bit storage.
+  // (bf16 or fp16): the working weights (16-bit values in float buffers, for sgemm).
   Vector<float> copy_rounded;
   Precision copy_precision = Precision::fp32;
 };
@@ -57,6 +62,10 @@ struct FusedResult {
   double grad_norm = 0;    // L2 norm of the unscaled gradients, before clipping
   double clip_coef = 1;    // factor applied to the unscaled gradients (<= 1)
 };
+
+// Sum of the squares of g in double (an Inf or a NaN makes it non-finite).
+template <class T>
+double sum_of_squares(Context& ctx, ConstVector<T> g);
 
 template <class T>
 class Optimizer {
@@ -88,6 +97,12 @@ class Optimizer {
   std::size_t state_bytes() const { return (state0_.extent(0) + state1_.extent(0)) * sizeof(T); }
 
  private:
+  // step_fused's update with gradients multiplied by f; copy(i, p) writes
+  // the copies of updated parameter i (a type per kind of copy, so that the
+  // common cases compile to branch-free, vectorisable loops).
+  template <class Copy>
+  void fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, T f, const Copy& copy);
+
   OptimizerConfig config_;
   std::size_t n_;
   std::int64_t steps_ = 0;

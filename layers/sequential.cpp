@@ -32,14 +32,40 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer) {
 }
 
 template <class T>
+std::vector<bool> Sequential<T>::kept_outputs() const {
+  // Output i is read in backward by layer i itself or, as its input, by layer i + 1.
+  std::vector<bool> kept(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    kept[i] = layers_[i]->backward_reads_output() ||
+              (i + 1 < layers_.size() && layers_[i + 1]->backward_reads_input());
+  return kept;
+}
+
+template <class T>
 std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t slots) const {
   std::size_t outputs = 0, widest = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];
   for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
   std::size_t workspace = 0;
   for (const auto& l : layers_) workspace += l->workspace_bytes(max_batch, slots);
-  return (slots * max_batch * (outputs + widths_.back()) + 2 * max_batch * widest) * sizeof(T) +
-         workspace;
+  // Loss gradients per slot and the input-gradient ping-pong buffers.
+  const std::size_t gradients = (slots * max_batch * widths_.back() + 2 * max_batch * widest) * sizeof(T);
+  const std::size_t kept =
+      storage16() ? ActivationStore<T>::bytes(std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
+                                              kept_outputs(), max_batch, slots)
+                  : slots * max_batch * outputs * sizeof(T);
+  return kept + gradients + workspace;
+}
+
+template <class T>
+std::size_t Sequential<T>::allocated_activation_bytes() const {
+  STRATA_REQUIRE(built_, config, "Sequential: allocated_activation_bytes() before build()");
+  std::size_t n = (grad_a_.span() + grad_b_.span()) * sizeof(T);
+  for (const auto& d : dout_) n += d.span() * sizeof(T);
+  for (const auto& a : acts_) n += a.span() * sizeof(T);
+  if (storage16()) n += store_.allocated_bytes();
+  for (const auto& l : layers_) n += l->workspace_bytes(max_batch_, slots_);
+  return n;
 }
 
 template <class T>
@@ -58,13 +84,9 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
     grads_ = grads_owner_;
     bind_layers();
   }
-  acts_.clear();
   dout_.clear();
-  for (std::size_t s = 0; s < slots; ++s) {
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      acts_.emplace_back("strata::activation", max_batch * widths_[i + 1]);
-    dout_.emplace_back("strata::dout", max_batch * widths_.back());
-  }
+  for (std::size_t s = 0; s < slots; ++s) dout_.emplace_back("strata::dout", max_batch * widths_.back());
+  allocate_activations();
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->set_slots(slots);
     layers_[i]->reserve(max_batch, widths_[i]);
@@ -76,6 +98,20 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
   grad_a_ = VectorBuffer<T>("strata::grad_a", max_batch * widest);
   grad_b_ = VectorBuffer<T>("strata::grad_b", max_batch * widest);
   built_ = true;
+}
+
+template <class T>
+void Sequential<T>::allocate_activations() {
+  acts_.clear();
+  store_ = ActivationStore<T>();
+  if (storage16()) {
+    store_.allocate(storage_, std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
+                    kept_outputs(), max_batch_, slots_);
+    return;
+  }
+  for (std::size_t s = 0; s < slots_; ++s)
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      acts_.emplace_back("strata::activation", max_batch_ * widths_[i + 1]);
 }
 
 template <class T>
@@ -123,10 +159,13 @@ void round_storage_impl(Context& ctx, Precision p, Matrix<T> m) {
 }  // namespace
 
 template <class T>
-void Sequential<T>::set_storage(Precision p) {
+void Sequential<T>::set_storage(Precision p, bool emulated) {
   STRATA_REQUIRE(p == Precision::fp32 || (std::is_same_v<T, float>), config,
                  "Sequential: ", to_string(p), " storage needs a float model");
+  const bool was16 = storage16();
   storage_ = p;
+  emulated_ = emulated;
+  if (built_ && was16 != storage16()) allocate_activations();
 }
 
 template <class T>
@@ -147,14 +186,17 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   batch_[slot] = batch;
   const std::size_t L = layers_.size();
   ConstMatrix<T> in = x;
+  const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
     if (new_pass) layers_[i]->begin_pass();
     layers_[i]->use_slot(slot);
-    Matrix<T> out = reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
+    Matrix<T> out = real16 ? store_.output(i, batch)
+                           : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
       STRATA_SPAN("compute", "forward " + layers_[i]->name());
       layers_[i]->forward(ctx, in, out);
-      round_storage(ctx, out);
+      if (real16) store_.store(ctx, slot, i, batch, training_);
+      else round_storage(ctx, out);
       if (trace::enabled()) ctx.exec.fence();  // spans time the kernels, not their launch
     }
     in = out;
@@ -168,9 +210,14 @@ Matrix<T> Sequential<T>::output_grad(std::size_t slot) const {
 }
 
 template <class T>
+void Sequential<T>::round_output_grad(Context& ctx, std::size_t slot) {
+  round_storage(ctx, output_grad(slot));
+}
+
+template <class T>
 void Sequential<T>::backward(Context& ctx, const std::function<void(std::size_t)>& after_layer,
                              std::size_t slot) {
-  round_storage(ctx, output_grad(slot));
+  round_output_grad(ctx, slot);
   backward(ctx, output_grad(slot), Matrix<T>(), slot, after_layer);
 }
 
@@ -187,14 +234,21 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
                  config, "Sequential: input gradient buffer of shape (", dx_in.extent(0), ", ",
                  dx_in.extent(1), ") for an input of (", batch, ", ", in_features(), ")");
   Vector<T> bufs[2] = {grad_a_, grad_b_};
+  const bool real16 = storage16();
   for (std::size_t k = layers_.size(); k-- > 0;) {
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
     layers_[k]->use_slot(slot);
     {
       STRATA_SPAN("compute", "backward " + layers_[k]->name());
+      if (real16) {  // the views the layer saved in forward hold its activations again
+        if (k > 0 && layers_[k]->backward_reads_input()) store_.restore(ctx, slot, k - 1);
+        if (layers_[k]->backward_reads_output()) store_.restore(ctx, slot, k);
+      }
       layers_[k]->backward(ctx, dy, dx);
-      if (k > 0) round_storage(ctx, dx);
+      // Also the model input's gradient (a pipeline stage sends it on, and
+      // single-rank training rounds it as the gradient between two layers).
+      if (dx.data() != nullptr) round_storage(ctx, dx);
       if (trace::enabled()) ctx.exec.fence();
     }
     if (after_layer) after_layer(k);
@@ -218,6 +272,7 @@ void Sequential<T>::set_row_offset(std::size_t offset) {
 
 template <class T>
 void Sequential<T>::set_training(bool training) {
+  training_ = training;
   for (auto& l : layers_) l->set_training(training);
 }
 
@@ -231,29 +286,22 @@ std::string Sequential<T>::summary() const {
   return os.str();
 }
 
-namespace detail {
-template <class T>
-std::size_t count_nonfinite(Context& ctx, const T* p, std::size_t n) {
-  std::size_t bad = 0;
-  sum_range(ctx, "strata::count_nonfinite", n,
-      KOKKOS_LAMBDA(const std::size_t i, std::size_t& acc) {
-        const T v = p[i];
-        acc += (v != v || v - v != v - v) ? 1 : 0;  // NaN, or Inf (Inf - Inf is NaN)
-      },
-      bad);
-  return bad;
-}
-}  // namespace detail
-
 template <class T>
 std::string Sequential<T>::first_nonfinite(Context& ctx) const {
   auto where = [&](std::size_t i) {
     return "layer " + std::to_string(first_index_ + i) + " (" + layers_[i]->name() + ")";
   };
   // Forward order for outputs, then backward order for gradients.
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    if (detail::count_nonfinite(ctx, acts_[i].data(), batch_[0] * widths_[i + 1]) > 0)
-      return "the output of " + where(i);
+  std::string unchecked;  // earlier outputs 16-bit storage did not keep
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const long long bad = storage16() ? store_.count_nonfinite(ctx, 0, i)
+                                      : static_cast<long long>(detail::count_nonfinite(
+                                            ctx, acts_[i].data(), batch_[0] * widths_[i + 1]));
+    if (bad > 0)
+      return "the output of " + where(i) +
+             (unchecked.empty() ? "" : " (or of " + unchecked + ", not kept by 16-bit storage)");
+    if (bad < 0) unchecked += (unchecked.empty() ? "" : ", ") + where(i);
+  }
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const std::size_t n = offsets_[i + 1] - offsets_[i];
     if (n > 0 && detail::count_nonfinite(ctx, grads_.data() + offsets_[i], n) > 0)

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backends/precision.hpp"
+#include "layers/activation_store.hpp"
 #include "layers/layer.hpp"
 
 #include <functional>
@@ -54,7 +55,12 @@ class Sequential {
                          bool new_pass = true);
   // Buffer for the loss gradient of the last forward's batch in `slot`.
   Matrix<T> output_grad(std::size_t slot = 0) const;
-  // Back-propagates output_grad(slot) and accumulates into grads().
+  // Rounds the loss gradient written into output_grad(slot) to the storage
+  // precision (backward(ctx, after_layer, slot) does it itself; callers of
+  // the other backward that pass output_grad(slot) call it first).
+  void round_output_grad(Context& ctx, std::size_t slot = 0);
+  // Back-propagates output_grad(slot) (rounded to the storage precision
+  // first) and accumulates into grads().
   // after_layer(i) is called once layer i's gradients are written (launched:
   // on GPUs the kernels may still run; order on ctx.exec), from the last layer
   // to the first: data parallelism starts gradient communication there.
@@ -67,14 +73,22 @@ class Sequential {
                 const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
 
-  // Storage precision of activations (float models only): with bf16 or fp16
+  // Storage precision of activations (float models only). With bf16 or fp16
   // every layer output, the loss gradient and every gradient passed between
-  // layers is rounded to that type where it is stored, so that the model
-  // computes with the values 16-bit storage would hold (emulated: the
-  // buffers stay float; see docs/mixed-precision.md). The model input and
-  // the parameter gradients stay fp32. Default fp32: nothing is rounded.
-  void set_storage(Precision p);
+  // layers is rounded to that type, so the model computes with 16-bit
+  // values. The outputs some backward reads (Layer::backward_reads_input/
+  // output) are kept in 16-bit buffers (layers/activation_store.hpp) while
+  // layers compute on two float scratch buffers; gradients stay transient
+  // float buffers holding rounded values. emulated: keep every output in a
+  // float buffer holding the rounded values instead (the reference the real
+  // storage equals bitwise; more memory). The model input and the parameter
+  // gradients stay fp32. Default fp32: nothing is rounded. Before or after
+  // build() (after: the activation buffers are allocated again).
+  void set_storage(Precision p, bool emulated = false);
   Precision storage() const { return storage_; }
+  bool storage_emulated() const { return emulated_; }
+  // Whether activations are kept in 16-bit buffers.
+  bool storage16() const { return storage_ != Precision::fp32 && !emulated_; }
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
 
@@ -104,10 +118,14 @@ class Sequential {
   // The storage must outlive every later use of the model. After build().
   void use_grad_storage(Vector<T> storage);
 
-  // Bytes of activation storage build(max_batch, slots) allocates: layer
-  // outputs and loss gradients per slot, input-gradient ping-pong buffers and
-  // layer workspaces. Known before build() (memory budgets are checked first).
+  // Bytes of activation storage build(max_batch, slots) allocates with the
+  // storage set now: layer outputs (fp32, emulated: every output in float;
+  // 16-bit: the kept outputs in 16 bits and two float scratch buffers) and
+  // loss gradients per slot, input-gradient ping-pong buffers and layer
+  // workspaces. Known before build() (memory budgets are checked first).
   std::size_t activation_bytes(std::size_t max_batch, std::size_t slots) const;
+  // The same figure from the sizes of the buffers allocated (after build()).
+  std::size_t allocated_activation_bytes() const;
 
   // One line per layer with output width and parameter count.
   std::string summary() const;
@@ -115,11 +133,15 @@ class Sequential {
   // After a forward and backward with a non-finite loss: names the first
   // layer (forward order) whose output holds a NaN or an Inf, else the first
   // (backward order) whose parameter gradients do; "" when none does. Used to
-  // report where a numerical failure began.
+  // report where a numerical failure began. With 16-bit storage, outputs
+  // that are not kept for backward are checked only while the scratch still
+  // holds them; the answer names the earlier ones it could not check.
   std::string first_nonfinite(Context& ctx) const;
 
  private:
   void bind_layers();
+  void allocate_activations();
+  std::vector<bool> kept_outputs() const;
 
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::size_t> widths_;   // widths_[i]: input width of layer i
@@ -128,11 +150,13 @@ class Sequential {
   std::size_t max_batch_ = 0, slots_ = 1;
   std::vector<std::size_t> batch_;  // rows of the last forward, per slot
   void round_storage(Context& ctx, Matrix<T> m) const;
-  bool built_ = false;
+  bool built_ = false, training_ = true;
   Precision storage_ = Precision::fp32;
+  bool emulated_ = false;
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
-  std::vector<VectorBuffer<T>> acts_;  // acts_[s * L + i]: output of layer i in slot s (flat)
+  std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
+  ActivationStore<T> store_;           // 16-bit storage
   VectorBuffer<T> grad_a_, grad_b_;    // ping-pong input gradients (flat)
   std::vector<VectorBuffer<T>> dout_;  // per slot: gradient of the model output (flat)
 };

@@ -37,10 +37,7 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   STRATA_REQUIRE(model.built(), config, "data parallel: build the model first");
   STRATA_REQUIRE(optimizer.size() == model.num_params(), config, "optimizer for ",
                  optimizer.size(), " parameters used with a model of ", model.num_params());
-  STRATA_REQUIRE(options.precision == Precision::fp32 || (std::is_same_v<T, float>), config,
-                 "data parallel: ", to_string(options.precision), " training needs a float model");
-  STRATA_REQUIRE(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm), config,
-                 "clip-grad-norm must be finite and >= 0, got ", options.clip_grad_norm);
+  validate<T>(options, "data parallel");
   // Rank 0's parameters for everyone.
   comm_.broadcast(model_.params(), 0);
   // Gradients in the communicator's shared memory where it has some (MPI
@@ -50,17 +47,11 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
     if (void* p = comm_.allocate_shared(n * sizeof(T)))
       model_.use_grad_storage(Vector<T>(static_cast<T*>(p), n));
   }
-  fused_ = options.precision != Precision::fp32 || options.clip_grad_norm > 0 ||
-           options.loss_scaling;
-  if (options.loss_scaling) scaler_ = std::make_unique<DynamicLossScaler>(options.scaler);
-  if (options.precision != Precision::fp32) {
-    // The model's parameters become the working weights (rounded to 16 bits);
-    // the optimizer updates fp32 master weights.
-    master_ = VectorBuffer<T>("strata::dp::master", model.num_params());
-    Kokkos::deep_copy(ctx.exec, master_, model_.params());
-    model_.set_storage(options.precision);
-    sync_working_params();
-  }
+  // With a 16-bit precision the model's parameters become the working
+  // weights (rounded to 16 bits); the optimizer updates fp32 master weights.
+  mixed_ = std::make_unique<MixedPrecision<T>>(ctx, options, model_.params());
+  if (options.precision != Precision::fp32)
+    model_.set_storage(options.precision, options.emulate_storage);
   if (options.compression != GradCompression::none)
     comp_ = Kokkos::View<std::uint16_t*, MemSpace>("strata::dp::compressed", model.num_params());
   // Buckets from the end of the flat buffer (the last layer's gradients are
@@ -85,16 +76,12 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
 
 template <class T>
 Vector<T> DataParallel<T>::master_params() const {
-  return master_.extent(0) > 0 ? Vector<T>(master_) : model_.params();
+  return mixed_->master();
 }
 
 template <class T>
 void DataParallel<T>::sync_working_params() {
-  if (master_.extent(0) == 0) return;
-  if constexpr (std::is_same_v<T, float>) {
-    Kokkos::deep_copy(ctx_.exec, model_.params(), master_);
-    round_in_place(ctx_.exec, options_.precision, model_.params());
-  }
+  mixed_->sync_working(ctx_);
 }
 
 template <class T>
@@ -175,7 +162,7 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
   STRATA_REQUIRE(global_samples > 0, config, "data parallel: global batch of 0 samples");
   const auto t0 = Clock::now();
   info_ = StepInfo{};
-  info_.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  info_.loss_scale = mixed_->loss_scale();
   // With loss scaling the loss gradient is multiplied by the scale (a power
   // of two by default, so scaling and unscaling are exact).
   const T scale = static_cast<T>(info_.loss_scale) / static_cast<T>(global_samples);
@@ -217,26 +204,9 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
   const auto t2 = Clock::now();
   {
     STRATA_SPAN("compute", "optimizer step");
-    if (!fused_) {
-      optimizer_.step(ctx_, model_.params(), model_.grads());
-    } else {
-      // Every rank holds the same summed gradients, so the norm, the finiteness
-      // verdict and the skip decision agree on every rank without communication.
-      FusedStep f;
-      f.inv_scale = 1.0 / info_.loss_scale;
-      f.max_norm = options_.clip_grad_norm;
-      f.skip_nonfinite = scaler_ != nullptr;
-      if constexpr (std::is_same_v<T, float>) {
-        if (master_.extent(0) > 0) {
-          f.copy_rounded = model_.params();
-          f.copy_precision = options_.precision;
-        }
-      }
-      const FusedResult r = optimizer_.step_fused(ctx_, master_params(), model_.grads(), f);
-      info_.grad_norm = r.grad_norm;
-      info_.applied = r.applied;
-      if (scaler_) scaler_->update(r.finite);
-    }
+    // Every rank holds the same summed gradients, so the norm, the finiteness
+    // verdict and the skip decision agree on every rank without communication.
+    mixed_->step(ctx_, optimizer_, model_.grads(), info_);
     if (trace::enabled()) ctx_.exec.fence();
   }
   timing_.optimizer_s = since(t2);

@@ -22,6 +22,7 @@
 #include "layers/loss_scaler.hpp"
 #include "layers/optimizer.hpp"
 #include "layers/sequential.hpp"
+#include "strategies/mixed_precision.hpp"
 
 #include <memory>
 #include <string>
@@ -35,25 +36,11 @@ enum class GradCompression { none, bf16, fp16 };
 GradCompression parse_grad_compression(const std::string& name);  // throws config
 const char* to_string(GradCompression c);
 
-struct DataParallelOptions {
+// Precision, clipping and loss scaling: MixedPrecisionOptions.
+struct DataParallelOptions : MixedPrecisionOptions {
   std::size_t bucket_bytes = std::size_t(25) << 20;  // 0: a single bucket
   bool overlap = true;  // start buckets during backward (else after it)
   GradCompression compression = GradCompression::none;
-  // bf16/fp16: the model stores activations in that precision (Sequential::
-  // set_storage) and computes with working weights rounded to it, while the
-  // optimizer updates fp32 master weights (float models only).
-  Precision precision = Precision::fp32;
-  double clip_grad_norm = 0;  // > 0: clip gradients to this global L2 norm
-  bool loss_scaling = false;  // dynamic loss scaling (for fp16)
-  LossScalerConfig scaler;
-};
-
-// What the last step did (mixed precision and compression).
-struct StepInfo {
-  bool applied = true;          // false: skipped (non-finite gradients, loss scaling)
-  double grad_norm = 0;         // global L2 norm of the gradients (fused steps only)
-  double loss_scale = 1;        // the scale this step's loss gradient was multiplied by
-  std::size_t comm_bytes = 0;   // payload bytes this rank gave to gradient allreduces
 };
 
 // Where the time of the last step went (seconds, this rank).
@@ -93,7 +80,7 @@ class DataParallel {
   Vector<T> master_params() const;
   void sync_working_params();
   // The loss scaler (nullptr without loss scaling): its state is a checkpoint's.
-  DynamicLossScaler* scaler() { return scaler_.get(); }
+  DynamicLossScaler* scaler() { return mixed_->scaler(); }
 
  private:
   void launch(std::size_t b);
@@ -114,11 +101,9 @@ class DataParallel {
   std::vector<std::vector<T>> staging_;
   StepTiming timing_;
   StepInfo info_;
-  bool fused_ = false;
-  VectorBuffer<T> master_;                       // fp32 master weights (16-bit precision)
+  std::unique_ptr<MixedPrecision<T>> mixed_;   // master weights, loss scaling, fused step
   Kokkos::View<std::uint16_t*, MemSpace> comp_;  // compressed buckets
   std::vector<std::vector<std::uint16_t>> staging16_;
-  std::unique_ptr<DynamicLossScaler> scaler_;
 };
 
 }  // namespace strata

@@ -41,8 +41,8 @@ std::string mib(std::size_t bytes) {
 
 std::string MemoryReport::str() const {
   return "params " + mib(params) + ", grads " + mib(grads) + ", optimizer " + mib(optimizer) +
-         ", activations " + mib(activations) + " (" + std::to_string(slots) +
-         " micro-batches), total " + mib(total());
+         (master > 0 ? ", master weights " + mib(master) : std::string()) + ", activations " +
+         mib(activations) + " (" + std::to_string(slots) + " micro-batches), total " + mib(total());
 }
 
 std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
@@ -108,6 +108,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   // throws the same error before any communication.
   validate_mesh(options.mesh, world.size());
   validate(optimizer);
+  validate<T>(options, "model parallel");
   STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
   STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
                  ": only ZeRO stage 1 (optimizer state sharding) is available");
@@ -135,6 +136,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   for (std::size_t i = 0; i < bounds_[p]; ++i) width = all.layers[i]->out_features(width);
   stage_ = std::make_unique<Sequential<T>>(width, bounds_[p]);
   for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i) stage_->add(std::move(all.layers[i]));
+  const bool mixed = options.precision != Precision::fp32;
+  if (mixed) stage_->set_storage(options.precision, options.emulate_storage);
 
   // Memory: known before allocation.
   slots_ = options.schedule == Schedule::gpipe ? M : std::min<std::size_t>(M, S - p);
@@ -144,8 +147,9 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   const std::size_t n = stage_->num_params();
   const std::size_t padded = (n + pad - 1) / pad * pad;
   memory_.params = memory_.grads = padded * sizeof(T);
-  memory_.optimizer =
-      state_elements(optimizer, options.zero == 1 ? padded / dp : n) * sizeof(T);
+  const std::size_t updated = options.zero == 1 ? padded / dp : n;
+  memory_.optimizer = state_elements(optimizer, updated) * sizeof(T);
+  memory_.master = mixed ? updated * sizeof(T) : 0;
   memory_.activations = stage_->activation_bytes(max_micro_, slots_);
   if (p > 0)  // received inputs per slot and the input gradient sent back
     memory_.activations += (slots_ + 1) * max_micro_ * stage_->in_features() * sizeof(T);
@@ -173,8 +177,16 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     if (void* shared = mesh_->dp().allocate_shared(n * sizeof(T)))
       stage_->use_grad_storage(Vector<T>(static_cast<T*>(shared), n));
   }
-  optimizer_ =
-      std::make_unique<Optimizer<T>>(optimizer, options.zero == 1 ? padded / dp : n);
+  optimizer_ = std::make_unique<Optimizer<T>>(optimizer, updated);
+  // ZeRO-1: this rank's block of the padded buffers (the whole stage when dp is 1).
+  const std::size_t first = options.zero == 1 ? updated * static_cast<std::size_t>(mesh_->dp_rank()) : 0;
+  updated_ = {first, first + updated};
+  mixed_ = std::make_unique<MixedPrecision<T>>(
+      ctx, options, Kokkos::subview(stage_->padded_params(), updated_));
+  // The working weights outside this rank's block are rounded too (the
+  // block's owner rounds the same values the same way).
+  if (mixed) round_to_precision(ctx, options.precision, stage_->padded_params());
+  count_gradients();
   loss_ = make_loss<T>(loss);
   if (p > 0) {
     for (std::size_t s = 0; s < slots_; ++s)
@@ -253,6 +265,7 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
   STRATA_SPAN("compute", "micro-batch " + std::to_string(m) + " backward");
   ConstMatrix<T> dy;
   if (last_stage()) {
+    stage_->round_output_grad(ctx_, slot);  // as single-rank training rounds the loss gradient
     dy = stage_->output_grad(slot);
   } else {
     Matrix<T> buf = rows(dy_, count, stage_->out_features());
@@ -272,28 +285,58 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
 }
 
 template <class T>
+void ModelParallel<T>::count_gradients() {
+  // Every gradient of the whole model once: replicas over the data-parallel
+  // group (summed gradients are identical there, unless ZeRO-1 gives each
+  // rank its own block) and over the tensor group (unsharded layers,
+  // RowParallelLinear's bias) count on rank 0 of the group only.
+  const bool dp_counts = options_.zero == 1 || mesh_->dp_rank() == 0;
+  const bool tp_first = mesh_->tp_rank() == 0;
+  counted_.clear();
+  if (!dp_counts) return;
+  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
+    std::size_t first = stage_->param_offset(i), last = stage_->param_offset(i + 1);
+    if (!tp_first) {
+      const auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i));
+      last = sharded ? last - sharded->replicated_tail() : first;
+    }
+    // Within this rank's ZeRO-1 block (the whole stage without ZeRO).
+    first = std::max(first, updated_.first);
+    last = std::min(last, updated_.second);
+    if (first < last) counted_.push_back({first, last});
+  }
+}
+
+template <class T>
+double ModelParallel<T>::unique_sumsq() {
+  double sum = 0;
+  for (const auto& r : counted_)
+    sum += sum_of_squares<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r));
+  return sum;
+}
+
+template <class T>
 void ModelParallel<T>::synchronize_and_update() {
   comm::Communicator& dp = mesh_->dp();
-  if (dp.size() == 1) {
-    optimizer_->step(ctx_, stage_->params(), stage_->grads());
-    return;
-  }
-  ctx_.exec.fence();
-  if (options_.zero == 0) {
-    dp.allreduce(stage_->grads());
-    optimizer_->step(ctx_, stage_->params(), stage_->grads());
-    return;
-  }
-  // ZeRO-1: each rank reduces, updates and owns one block of the padded
-  // flat buffers, then everyone gathers the updated parameters.
   Vector<T> grads = stage_->padded_grads(), params = stage_->padded_params();
-  const std::size_t per = grads.extent(0) / static_cast<std::size_t>(dp.size());
-  const auto mine = Kokkos::make_pair(per * dp.rank(), per * (dp.rank() + 1));
-  Vector<T> my_grads = Kokkos::subview(grads, mine), my_params = Kokkos::subview(params, mine);
-  dp.reduce_scatter(grads, my_grads);
-  optimizer_->step(ctx_, my_params, my_grads);
-  ctx_.exec.fence();
-  dp.allgather(my_params, params);
+  Vector<T> my_grads = Kokkos::subview(grads, updated_);
+  if (dp.size() > 1) {
+    ctx_.exec.fence();
+    // ZeRO-1: each rank reduces, updates and owns one block of the padded
+    // flat buffers, then everyone gathers the updated parameters.
+    if (options_.zero == 0) dp.allreduce(stage_->grads());
+    else dp.reduce_scatter(grads, my_grads);
+  }
+  // Clipping and the skip decision of loss scaling need the norm of the
+  // whole model's gradients: every rank adds its share, and all agree.
+  std::optional<double> sumsq;
+  if (mixed_->fused() && mesh_->world().size() > 1)
+    sumsq = mesh_->world().allreduce_value(unique_sumsq());
+  mixed_->step(ctx_, *optimizer_, my_grads, info_, sumsq);
+  if (options_.zero == 1 && dp.size() > 1) {
+    ctx_.exec.fence();
+    dp.allgather(Vector<T>(Kokkos::subview(params, updated_)), params);
+  }
 }
 
 template <class T>
@@ -303,7 +346,9 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   STRATA_REQUIRE(B <= max_micro_ * options_.micro_batches, config, "model parallel: shard of ", B,
                  " rows exceeds the ", max_micro_ * options_.micro_batches, " it was built for");
   const std::size_t M = std::min(options_.micro_batches, B);
-  const T scale = T(1) / static_cast<T>(global_samples);
+  info_ = StepInfo{};
+  // With loss scaling the loss gradient is multiplied by the scale.
+  const T scale = static_cast<T>(mixed_->loss_scale()) / static_cast<T>(global_samples);
   const auto t0 = Clock::now();
   timing_ = Timing();
   stage_->zero_grad(ctx_);
@@ -418,12 +463,17 @@ std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const
 
 template <class T>
 std::vector<T> ModelParallel<T>::full_params() {
-  return gather_stage(host_copy(stage_->params()));
+  if (options_.precision == Precision::fp32) return gather_stage(host_copy(stage_->params()));
+  return gather_stage(stage_state(mixed_->master()));  // ZeRO-1: master blocks gathered
 }
 
 template <class T>
 void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
-  device_copy(scatter_stage(full), stage_->params());
+  const std::vector<T> mine = scatter_stage(full);
+  device_copy(mine, stage_->params());
+  if (options_.precision == Precision::fp32) return;
+  set_stage_state(mixed_->master(), mine);
+  round_to_precision(ctx_, options_.precision, stage_->params());
 }
 
 template <class T>

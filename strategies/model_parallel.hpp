@@ -33,6 +33,7 @@
 #include "layers/optimizer.hpp"
 #include "strategies/local.hpp"
 #include "strategies/mesh.hpp"
+#include "strategies/mixed_precision.hpp"
 #include "strategies/tensor_parallel.hpp"
 
 #include <memory>
@@ -49,7 +50,9 @@ enum class Balance { params, flops };
 Balance parse_balance(const std::string& name);  // throws config
 const char* to_string(Balance balance);
 
-struct ModelParallelOptions {
+// Precision, clipping and loss scaling: MixedPrecisionOptions (with ZeRO-1
+// the fp32 master weights are sharded with the optimizer state).
+struct ModelParallelOptions : MixedPrecisionOptions {
   MeshShape mesh;
   std::size_t micro_batches = 1;
   Schedule schedule = Schedule::one_f_one_b;
@@ -66,8 +69,9 @@ struct ModelParallelOptions {
 // Bytes one rank holds.
 struct MemoryReport {
   std::size_t params = 0, grads = 0, optimizer = 0, activations = 0;
-  std::size_t slots = 0;  // micro-batches of activations the stage can hold
-  std::size_t total() const { return params + grads + optimizer + activations; }
+  std::size_t master = 0;  // fp32 master weights (16-bit precision)
+  std::size_t slots = 0;   // micro-batches of activations the stage can hold
+  std::size_t total() const { return params + grads + optimizer + master + activations; }
   std::string str() const;  // "params 1.2 MiB, grads ..., total ..."
 };
 
@@ -96,9 +100,12 @@ class ModelParallel {
   // over the global batch, identical on every rank.
   double step(const data::Batch<T>& shard, std::size_t global_samples);
 
-  // The whole model's parameters in single-rank layout (collective over world).
+  // The whole model's parameters in single-rank layout (collective over
+  // world); with a 16-bit precision the fp32 master weights.
   std::vector<T> full_params();
-  // Sets this rank's shard from the whole model's parameters (single-rank layout).
+  // Sets this rank's shard from the whole model's parameters (single-rank
+  // layout; with a 16-bit precision the master weights, and the working
+  // weights rounded from them).
   void set_full_params(const std::vector<T>& full);
   // Optimizer state buffer k (0, 1; see Optimizer::state0/state1) of the
   // whole model in single-rank layout (empty when the optimizer keeps none),
@@ -114,6 +121,10 @@ class ModelParallel {
   bool last_stage() const { return mesh_->pp_rank() + 1 == mesh_->shape().pp; }
   const std::vector<std::size_t>& stage_bounds() const { return bounds_; }
   Optimizer<T>& optimizer() { return *optimizer_; }
+  // The loss scaler (nullptr without loss scaling).
+  DynamicLossScaler* scaler() { return mixed_->scaler(); }
+  // What the last step did: applied or skipped, gradient norm, loss scale.
+  const StepInfo& last_info() const { return info_; }
   MemoryReport memory() const { return memory_; }
   // Most micro-batches whose activations were held at once (last step).
   std::size_t peak_in_flight() const { return peak_in_flight_; }
@@ -135,6 +146,10 @@ class ModelParallel {
                      std::size_t count, T scale, double& loss_sum);
   void backward_micro(std::size_t m, std::size_t count);
   void synchronize_and_update();
+  void count_gradients();
+  // This rank's share of the sum of squares of the gradients, each gradient
+  // of the whole model counted on one rank only.
+  double unique_sumsq();
   // Stage layout (num_params() values, host) <-> single-rank layout of the whole model.
   std::vector<T> gather_stage(const std::vector<T>& stage_values);
   std::vector<T> scatter_stage(const std::vector<T>& full) const;
@@ -152,6 +167,11 @@ class ModelParallel {
   std::unique_ptr<Sequential<T>> stage_;
   std::unique_ptr<Loss<T>> loss_;
   std::unique_ptr<Optimizer<T>> optimizer_;
+  std::unique_ptr<MixedPrecision<T>> mixed_;  // master weights, loss scaling, fused step
+  std::pair<std::size_t, std::size_t> updated_;  // what this rank's optimizer updates (padded stage layout)
+  // Ranges of the stage's gradients this rank counts in the global norm.
+  std::vector<std::pair<std::size_t, std::size_t>> counted_;
+  StepInfo info_;
   std::size_t slots_ = 1, in_flight_ = 0, peak_in_flight_ = 0;
   // Received activations per slot (stages after the first), the received
   // output gradient and the input gradient sent back.

@@ -41,6 +41,9 @@ class ShardedLayer : public Layer<T> {
   // The whole layer's values from every rank's shard (tp blocks of
   // num_params() values, in rank order).
   virtual void assemble(const T* blocks, T* full) const = 0;
+  // Parameters at the end of the shard that every rank of the group holds
+  // identically (RowParallelLinear's bias): norms count them once.
+  virtual std::size_t replicated_tail() const { return 0; }
 };
 
 template <class T>
@@ -60,6 +63,7 @@ class ColumnParallelLinear final : public ShardedLayer<T> {
   }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_output() const override { return false; }
 
   std::size_t full_num_params() const override { return out_ * in_ + out_; }
   void extract(const T* full, T* shard) const override;
@@ -89,10 +93,12 @@ class RowParallelLinear final : public ShardedLayer<T> {
   }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_output() const override { return false; }
 
   std::size_t full_num_params() const override { return out_ * in_ + out_; }
   void extract(const T* full, T* shard) const override;
   void assemble(const T* blocks, T* full) const override;
+  std::size_t replicated_tail() const override { return out_; }
 
  private:
   std::size_t in_, out_, local_in_, first_;

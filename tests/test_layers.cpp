@@ -552,6 +552,22 @@ TEST(LowPrecisionStorage, EachLayerWithinBoundsOfFp32) {
 namespace strata {
 namespace {
 
+// A model with every kind of layer: Linear, GELU, LayerNorm, Dropout,
+// Linear, Tanh, Linear, Sigmoid, Linear, ReLU, Linear to `classes`.
+Sequential<float> every_layer_kind(std::size_t in, std::size_t width, std::size_t classes) {
+  Sequential<float> m(in);
+  m.add(std::make_unique<Linear<float>>(in, width));
+  m.add(make_activation<float>(ActivationKind::gelu));
+  m.add(std::make_unique<LayerNorm<float>>(width));
+  m.add(std::make_unique<Dropout<float>>(0.25, 3));
+  for (ActivationKind a : {ActivationKind::tanh, ActivationKind::sigmoid, ActivationKind::relu}) {
+    m.add(std::make_unique<Linear<float>>(width, width));
+    m.add(make_activation<float>(a));
+  }
+  m.add(std::make_unique<Linear<float>>(width, classes));
+  return m;
+}
+
 // Small host kernels run inline on the calling thread (backends/launch.hpp).
 // Training every kind of layer, the loss and Adam for a few steps inline and
 // as Kokkos kernels on all threads must give bitwise the same parameters
@@ -566,16 +582,7 @@ TEST(InlineKernels, TrainingIsBitwiseTheSameAsKernelLaunches) {
       ctx.inline_ok = inline_kernels;
       if (inline_kernels) ctx.threads = 1;  // everything inline, whatever the size
       EXPECT_EQ(runs_inline(ctx, std::size_t(1) << 30), inline_kernels);
-      Sequential<float> m(in);
-      m.add(std::make_unique<Linear<float>>(in, width));
-      m.add(make_activation<float>(ActivationKind::gelu));
-      m.add(std::make_unique<LayerNorm<float>>(width));
-      m.add(std::make_unique<Dropout<float>>(0.25, 3));
-      m.add(std::make_unique<Linear<float>>(width, width));
-      m.add(make_activation<float>(ActivationKind::tanh));
-      m.add(std::make_unique<Linear<float>>(width, width));
-      m.add(make_activation<float>(ActivationKind::sigmoid));
-      m.add(std::make_unique<Linear<float>>(width, classes));
+      Sequential<float> m = every_layer_kind(in, width, classes);
       m.build(batch);
       m.init(Init::kaiming_uniform, 21);
       m.set_training(true);
@@ -626,6 +633,168 @@ TEST(InlineKernels, DecisionFollowsThreadsAndWork) {
   EXPECT_TRUE(runs_inline(ctx, inline_work_limit * 100));
   ctx.inline_ok = false;
   EXPECT_FALSE(runs_inline(ctx, 1));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Real 16-bit activation storage (Sequential::set_storage, 16-bit buffers of
+// the kept outputs, float scratch buffers) against the emulated storage
+// (float buffers holding the rounded values): the layers see the same values,
+// so training must be bitwise the same. Every kind of layer, bf16 and fp16,
+// three micro-batch slots of different sizes in flight (all forwards, then
+// all backwards, as GPipe does), the loss gradient scaled by 1024 and
+// unscaled by the fused step that keeps fp32 master weights, 4 steps; then
+// an evaluation forward. Also: the fp32 run differs (the storage rounds).
+TEST(Storage16, TrainingIsBitwiseTheSameAsEmulatedStorage) {
+  const std::size_t in = 12, width = 24, classes = 5, slots = 3, steps = 4;
+  const std::size_t rows[slots] = {7, 5, 6};
+  Context ctx;
+  std::vector<MatrixBuffer<float>> xs;
+  std::vector<LabelsBuffer> labels;
+  for (std::size_t s = 0; s < slots; ++s) {
+    xs.push_back(test::to_device(test::randn<float>(rows[s] * in, 30 + s), rows[s], in));
+    labels.emplace_back("labels", rows[s]);
+    auto h = Kokkos::create_mirror_view(labels.back());
+    for (std::size_t i = 0; i < rows[s]; ++i) h(i) = static_cast<std::int32_t>((i * 7 + s) % classes);
+    Kokkos::deep_copy(labels.back(), h);
+  }
+  struct Result {
+    std::vector<float> params, eval;
+    std::vector<double> losses;
+  };
+  auto train = [&](Precision p, bool emulated) {
+    Sequential<float> m = every_layer_kind(in, width, classes);
+    m.build(8, slots);
+    m.init(Init::kaiming_uniform, 21);
+    m.set_storage(p, emulated);
+    EXPECT_EQ(m.storage16(), p != Precision::fp32 && !emulated);
+    OptimizerConfig oc;
+    oc.kind = OptimizerKind::adam;
+    oc.lr = 1e-2;
+    Optimizer<float> opt(oc, m.num_params());
+    VectorBuffer<float> master("master", m.num_params());
+    Kokkos::deep_copy(master, m.params());
+    round_in_place(ctx.exec, p, m.params());
+    SoftmaxCrossEntropy<float> loss;
+    Result r;
+    for (std::size_t step = 0; step < steps; ++step) {
+      m.zero_grad(ctx);
+      m.set_training(true);
+      for (std::size_t s = 0; s < slots; ++s) {
+        m.set_row_offset(s * 8);
+        auto out = m.forward(ctx, xs[s], s, s == 0);
+        Targets<float> t;
+        t.labels = labels[s];
+        r.losses.push_back(loss.forward_backward(ctx, out, t, m.output_grad(s), 1024.0f / 18));
+      }
+      for (std::size_t s = 0; s < slots; ++s) m.backward(ctx, {}, s);
+      FusedStep f;
+      f.inv_scale = 1.0 / 1024;
+      f.copy_rounded = m.params();
+      f.copy_precision = p;
+      EXPECT_TRUE(opt.step_fused(ctx, master, m.grads(), f).applied);
+    }
+    m.set_training(false);
+    r.eval = test::to_host(m.forward(ctx, xs[0]));
+    r.params = test::to_host(Vector<float>(master));
+    return r;
+  };
+  const Result fp32 = train(Precision::fp32, false);
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    const Result emulated = train(p, true), real = train(p, false);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < real.params.size(); ++i) differ += real.params[i] != emulated.params[i];
+    EXPECT_EQ(differ, 0u) << to_string(p) << ": parameters differ from the emulated storage's";
+    EXPECT_EQ(real.losses, emulated.losses) << to_string(p);
+    EXPECT_EQ(real.eval, emulated.eval) << to_string(p);
+    EXPECT_NE(real.params, fp32.params) << to_string(p) << ": the storage must round";
+  }
+}
+
+// Backward needs the activations of a training forward: after an evaluation
+// forward, 16-bit storage kept none and says so.
+TEST(Storage16, BackwardAfterAnEvaluationForwardIsAnError) {
+  Sequential<float> m(4);
+  m.add(std::make_unique<Linear<float>>(4, 6));
+  m.add(make_activation<float>(ActivationKind::relu));
+  m.add(std::make_unique<Linear<float>>(6, 2));
+  m.build(3);
+  m.set_storage(Precision::bf16);
+  Context ctx;
+  auto x = test::to_device(test::randn<float>(12, 2), 3, 4);
+  m.set_training(false);
+  m.forward(ctx, x);
+  EXPECT_THROW(m.backward(ctx), Error);
+  m.set_training(true);
+  m.forward(ctx, x);
+  EXPECT_NO_THROW(m.backward(ctx));
+}
+
+// A numerical failure is traced to the first layer whose output overflowed:
+// with fp16 storage a Linear output of 5e5 is Inf. The emulated storage
+// names the Linear; the 16-bit storage did not keep the Linear's output (ReLU
+// reads its own output, and the last layer's output took the Linear's
+// scratch), so it names the ReLU and says that the Linear was not checked.
+TEST(Storage16, FirstNonFiniteNamesTheOverflowingLayer) {
+  for (bool emulated : {true, false}) {
+    Sequential<float> m(4);
+    m.add(std::make_unique<Linear<float>>(4, 6));
+    m.add(make_activation<float>(ActivationKind::relu));
+    m.add(std::make_unique<Linear<float>>(6, 2));
+    m.build(3);
+    m.set_storage(Precision::fp16, emulated);
+    std::vector<float> p(m.num_params(), 0.01f);
+    for (std::size_t i = 0; i < 4 * 6 + 6; ++i) p[i] = 1e5f;  // layer 0: weights and bias
+    Kokkos::deep_copy(m.params(), test::to_device(p));
+    Context ctx;
+    auto x = test::to_device(std::vector<float>(12, 1.0f), 3, 4);
+    m.zero_grad(ctx);
+    m.forward(ctx, x);
+    Kokkos::deep_copy(m.output_grad(), 1.0f);
+    m.backward(ctx);
+    EXPECT_EQ(m.first_nonfinite(ctx),
+              emulated ? "the output of layer 0 (Linear(4, 6))"
+                       : "the output of layer 1 (ReLU) (or of layer 0 (Linear(4, 6)), not kept "
+                         "by 16-bit storage)");
+  }
+}
+
+// Activation memory: the accounting (activation_bytes, known before build)
+// equals the sizes of the views build() allocates, for fp32, emulated and
+// real 16-bit storage and 1 or 3 slots; and on a W3-shaped MLP (4 x (Linear,
+// ReLU), Linear to 10 classes; width 512 here to keep the test small) real
+// bf16 storage allocates what the layout promises: per row and slot the four
+// ReLU outputs in 2 bytes (the Linear outputs are not kept: ReLU's backward
+// reads its output, Linear's its input), plus two float scratch buffers,
+// against every output in 4 bytes with fp32.
+TEST(Storage16, AllocatedActivationBytesGoDown) {
+  const std::size_t w = 512, classes = 10, batch = 8;
+  for (std::size_t slots : {std::size_t(1), std::size_t(3)}) {
+    std::size_t fp32 = 0, bf16 = 0;
+    for (int mode = 0; mode < 3; ++mode) {
+      auto m = make_mlp<float>({{w, w, w, w, w, classes}});
+      const Precision p = mode == 0 ? Precision::fp32 : Precision::bf16;
+      m.set_storage(p, mode == 1);
+      const std::size_t promised = m.activation_bytes(batch, slots);
+      m.build(batch, slots);
+      EXPECT_EQ(m.allocated_activation_bytes(), promised) << "mode " << mode << ", slots " << slots;
+      if (mode == 0) fp32 = m.allocated_activation_bytes();
+      if (mode == 1) EXPECT_EQ(m.allocated_activation_bytes(), fp32) << "emulated: float buffers";
+      if (mode == 2) bf16 = m.allocated_activation_bytes();
+      // Switching after build() reallocates.
+      m.set_storage(mode == 2 ? Precision::fp32 : Precision::bf16);
+      EXPECT_EQ(m.allocated_activation_bytes(), m.activation_bytes(batch, slots));
+    }
+    const std::size_t grads = (slots * batch * classes + 2 * batch * w) * 4;  // dout, dx ping-pong
+    EXPECT_EQ(fp32, slots * batch * (8 * w + classes) * 4 + grads);
+    EXPECT_EQ(bf16, slots * batch * 4 * w * 2 + 2 * batch * w * 4 + grads);
+    std::printf("W3-shaped, width %zu, batch %zu, %zu slots: activations fp32 %zu bytes, bf16 %zu (%.0f%%)\n",
+                w, batch, slots, fp32, bf16, 100.0 * bf16 / fp32);
+  }
 }
 
 }  // namespace

@@ -393,7 +393,7 @@ TEST_F(TrainApp, MixedPrecisionOptions) {
   auto r = train("--dataset synthetic --layers 10,32,3 --steps 40 --ranks 2 --precision fp16 "
                  "--grad-compression bf16 --clip-grad-norm 1 --log-every 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_OUTPUT_HAS(r, "fp16 activations and working weights");
+  EXPECT_OUTPUT_HAS(r, "fp16 activations (16-bit storage), working weights rounded to fp16");
   EXPECT_OUTPUT_HAS(r, "dynamic loss scaling");
   EXPECT_OUTPUT_HAS(r, "gradients communicated in bf16");
   EXPECT_OUTPUT_HAS(r, "clipped to norm 1");
@@ -402,10 +402,19 @@ TEST_F(TrainApp, MixedPrecisionOptions) {
            {"--grad-compression int8", "--grad-compression"},
            {"--clip-grad-norm -1", "--clip-grad-norm"},
            {"--loss-scale static", "--loss-scale"},
-           {"--precision bf16 --strategy pipeline --ranks 2", "--strategy pipeline"}}) {
+           {"--grad-compression bf16 --strategy pipeline --ranks 2", "--strategy pipeline"}}) {
     auto bad = train("--dataset synthetic --layers 10,32,3 --steps 1 " + args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.output;
     EXPECT_OUTPUT_HAS(bad, text);
+  }
+  // Model-parallel strategies train in 16 bits too, with fp32 master
+  // weights (sharded by ZeRO-1) in their memory report.
+  for (const std::string args : {"--strategy pipeline --precision bf16 --clip-grad-norm 1",
+                                 "--zero 1 --precision fp16"}) {
+    auto mp = train("--dataset synthetic --layers 10,32,32,3 --steps 20 --ranks 2 --log-every 0 " + args);
+    ASSERT_EQ(mp.exit_code, 0) << args << ": " << mp.output;
+    EXPECT_OUTPUT_HAS(mp, "activations (16-bit storage)");
+    EXPECT_OUTPUT_HAS(mp, "master weights");
   }
 }
 

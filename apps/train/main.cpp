@@ -258,6 +258,24 @@ std::string save_checkpoint(const TrainConfig& c, const Position& p, const Snaps
   return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
 }
 
+// --precision, --clip-grad-norm and --loss-scale, for either strategy.
+void set_mixed_precision(const TrainConfig& c, MixedPrecisionOptions& o) {
+  o.precision = c.precision;
+  o.clip_grad_norm = c.clip_grad_norm;
+  o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
+}
+
+std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
+  std::string s;
+  if (o.precision != Precision::fp32)
+    s += std::string(", ") + to_string(o.precision) +
+         " activations (16-bit storage), working weights rounded to " + to_string(o.precision) +
+         ", fp32 master weights";
+  if (o.loss_scaling) s += ", dynamic loss scaling";
+  if (o.clip_grad_norm > 0) s += ", gradients clipped to norm " + fmt("%g", o.clip_grad_norm);
+  return s;
+}
+
 // The strategy train_rank drives: DataParallel (one rank is local training)
 // or ModelParallel (pipeline, tensor parallelism, ZeRO-1, meshes).
 class Engine {
@@ -285,6 +303,9 @@ class DataParallelEngine final : public Engine {
         comm_(comm),
         model_(make_mlp<T>({c.layers, c.activation, c.dropout, c.seed})),
         loss_(make_loss<T>(c.loss)) {
+    // 16-bit activation storage from the start (DataParallel would set it
+    // after build and allocate the activations again).
+    if (c.precision != Precision::fp32) model_.set_storage(c.precision);
     // The largest shard of a global batch (the first ranks take the remainder).
     model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
     model_.init(c.init, c.seed);
@@ -292,23 +313,17 @@ class DataParallelEngine final : public Engine {
     DataParallelOptions o;
     o.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
     o.overlap = c.overlap;
-    o.precision = c.precision;
     o.compression = parse_grad_compression(c.grad_compression);
-    o.clip_grad_norm = c.clip_grad_norm;
-    o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
+    set_mixed_precision(c, o);
     strategy_ = std::make_unique<DataParallel<T>>(ctx, comm, model_, *loss_, *optimizer_, o);
   }
   std::string describe() const override {
     std::string s = comm_.size() == 1 ? "local (one rank)"
                                       : "data parallel over " + std::to_string(comm_.size()) + " ranks";
     const auto& o = strategy_->options();
-    if (o.precision != Precision::fp32)
-      s += std::string(", ") + to_string(o.precision) +
-           " activations and working weights (emulated 16-bit storage), fp32 master weights";
-    if (o.loss_scaling) s += ", dynamic loss scaling";
+    s += describe_mixed_precision(o);
     if (o.compression != GradCompression::none)
       s += std::string(", gradients communicated in ") + to_string(o.compression);
-    if (o.clip_grad_norm > 0) s += ", gradients clipped to norm " + fmt("%g", o.clip_grad_norm);
     return s;
   }
   std::size_t num_params() const override { return model_.num_params(); }
@@ -379,6 +394,7 @@ class ModelParallelEngine final : public Engine {
     o.balance = parse_balance(c.balance);
     o.zero = c.zero;
     o.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
+    set_mixed_precision(c, o);
     validate_mesh(o.mesh, world.size());
     const std::size_t shard =
         std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, o.mesh.dp).second);
@@ -395,6 +411,7 @@ class ModelParallelEngine final : public Engine {
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
     if (options_.zero) s += ", ZeRO-1";
+    s += describe_mixed_precision(options_);
     return s + "; memory per rank: " + mp_->memory().str();
   }
   std::size_t num_params() const override {

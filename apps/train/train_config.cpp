@@ -144,8 +144,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(whole_number(1, 1 << 20));
   std::string precision = "fp32";
   app.add_option("--precision", precision,
-                 "fp32 | bf16 | fp16: activations and working weights in 16 bits (emulated "
-                 "storage), fp32 master weights")
+                 "fp32 | bf16 | fp16: activations kept in 16 bits, working weights "
+                 "rounded to 16 bits, fp32 master weights")
       ->capture_default_str();
   app.add_option("--grad-compression", c.grad_compression,
                  "none | bf16 | fp16: gradient buckets travel in 16 bits, summed in float")
@@ -263,12 +263,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "' (expected auto, dynamic or none)");
   STRATA_REQUIRE(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), config,
                  "--clip-grad-norm must be finite and >= 0, got ", c.clip_grad_norm);
-  const bool mixed = c.precision != Precision::fp32 || c.grad_compression != "none" ||
-                     c.clip_grad_norm > 0 || c.loss_scale == "dynamic";
-  STRATA_REQUIRE(!(mixed && model_parallel(c)), config,
-                 "--precision/--grad-compression/--clip-grad-norm/--loss-scale run with "
-                 "--strategy local or dp; --strategy ", c.strategy,
-                 " (or --pp/--tp/--zero/--memory-budget-mb) does not support them yet");
+  STRATA_REQUIRE(!(c.grad_compression != "none" && model_parallel(c)), config,
+                 "--grad-compression runs with --strategy local or dp; --strategy ", c.strategy,
+                 " (or --pp/--tp/--zero/--memory-budget-mb) does not support it yet");
   // Validates the optimizer settings now rather than after loading data.
   validate(c.optimizer);
   return c;

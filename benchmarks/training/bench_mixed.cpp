@@ -2,10 +2,10 @@
 //   1. Training throughput and memory per rank of fp32 vs 16-bit precision on
 //      W2 (784-1024-1024-10, batch 256) and W3 (4096 x 4 wide MLP, batch 512),
 //      one rank x 2 threads, SGD. Memory: bytes allocated (parameters,
-//      gradients, optimizer state, fp32 master weights, activations) and the
-//      bytes the same run needs with real 16-bit storage of activations and
-//      working weights (computed: Strata emulates 16-bit storage in float
-//      buffers; see docs/mixed-precision.md).
+//      gradients, optimizer state, fp32 master weights, activations), and of
+//      those the activations (sizes of the buffers the model allocated). A
+//      precision "bf16-emulated" (or "fp16-emulated") runs the emulated
+//      storage (float buffers holding 16-bit values) for comparison.
 //   2. Gradient allreduce payload per step and rank, and step time, on 2
 //      thread ranks x 1 thread, without and with 16-bit compression.
 // Each: warm-up steps, then --reps repetitions of the workload's steps;
@@ -41,17 +41,18 @@ std::vector<Workload> workloads() {
 
 struct Run {
   Stats samples_per_s;
-  double allocated = 0, real16 = 0;  // bytes per rank
+  double allocated = 0, activations = 0;  // bytes per rank
   double comm_bytes = 0;             // allreduce payload per step and rank
   double exposed_ms = 0;             // communication waited for after backward, per step
   double loss = 0;                   // last loss (sanity)
 };
 
 Run run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, Precision precision,
-             GradCompression compression, int reps, int warmup) {
+             bool emulated, GradCompression compression, int reps, int warmup) {
   const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
   auto model = make_mlp<float>({w.widths});
   const std::size_t rows = std::max<std::size_t>(1, shard.second);
+  model.set_storage(precision, emulated);
   model.build(rows);
   model.init(Init::kaiming_uniform, 1);
   SoftmaxCrossEntropy<float> loss;
@@ -59,6 +60,7 @@ Run run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, Precisio
   Optimizer<float> opt(oc, model.num_params());
   DataParallelOptions o;
   o.precision = precision;
+  o.emulate_storage = emulated;
   o.compression = compression;
   DataParallel<float> dp(ctx, comm, model, loss, opt, o);
   auto d = data::make_synthetic(w.batch, w.widths.front(), data::CsvTask::classification,
@@ -84,13 +86,11 @@ Run run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, Precisio
   run.comm_bytes = static_cast<double>(dp.last_info().comm_bytes);
   run.exposed_ms = 1e3 * exposed / (reps * w.steps);
   const double n = static_cast<double>(model.num_params());
-  const double state = static_cast<double>(state_elements(oc, model.num_params())) * 4;
-  const double acts = static_cast<double>(model.activation_bytes(rows, 1));
+  const double state = static_cast<double>(opt.state_bytes());
+  run.activations = static_cast<double>(model.allocated_activation_bytes());
   const bool mixed = precision != Precision::fp32;
   // Allocated: params (working weights) + grads + state + master + activations.
-  run.allocated = 4 * n + 4 * n + state + (mixed ? 4 * n : 0) + acts;
-  // Real 16-bit storage: 16-bit working weights and activations, the rest fp32.
-  run.real16 = mixed ? 2 * n + 4 * n + state + 4 * n + acts / 2 : run.allocated;
+  run.allocated = 4 * n + 4 * n + state + (mixed ? 4 * n : 0) + run.activations;
   return run;
 }
 
@@ -103,13 +103,15 @@ int main(int argc, char** argv) {
   std::unique_ptr<Runtime> runtime;
   return app::guarded("strata-bench-mixed", [&] {
     auto args = app::split_kokkos_args(argc, argv);
-    std::string which = "W2,W3", precisions = "fp32,bf16", compressions = "none,bf16";
+    std::string which = "W2,W3", precisions = "fp32,bf16,bf16-emulated", compressions = "none,bf16";
     int reps = 3, warmup = 2;
     double scale = 1.0;
     CLI::App cli{"Mixed precision: samples/s and memory of fp32 vs 16-bit training, and "
                  "gradient allreduce bytes with and without compression.", "strata-bench-mixed"};
     cli.add_option("--workloads", which, "comma-separated: W2, W3")->capture_default_str();
-    cli.add_option("--precisions", precisions, "comma-separated: fp32, bf16, fp16")->capture_default_str();
+    cli.add_option("--precisions", precisions,
+                   "comma-separated: fp32, bf16, fp16, bf16-emulated, fp16-emulated")
+        ->capture_default_str();
     cli.add_option("--compressions", compressions, "comma-separated: none, bf16, fp16")->capture_default_str();
     cli.add_option("--reps", reps, "repetitions")->capture_default_str()->check(CLI::Range(1, 100));
     cli.add_option("--warmup", warmup, "warm-up steps")->capture_default_str();
@@ -122,8 +124,16 @@ int main(int argc, char** argv) {
       for (std::string s; std::getline(ss, s, ',');) out.push_back(s);
       return out;
     };
-    std::vector<Precision> ps;
-    for (const auto& p : list(precisions)) ps.push_back(parse_precision(p));
+    std::vector<std::pair<Precision, bool>> ps;  // precision, emulated storage
+    for (auto p : list(precisions)) {
+      const std::string suffix = "-emulated";
+      const bool emulated = p.size() > suffix.size() &&
+                            p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
+      if (emulated) p.resize(p.size() - suffix.size());
+      ps.push_back({parse_precision(p), emulated});
+      STRATA_REQUIRE(!emulated || ps.back().first != Precision::fp32, config,
+                     "--precisions: fp32 has no emulated storage");
+    }
     std::vector<GradCompression> cs;
     for (const auto& c : list(compressions)) cs.push_back(parse_grad_compression(c));
     for (const auto& w : list(which))
@@ -135,21 +145,22 @@ int main(int argc, char** argv) {
     runtime = std::make_unique<Runtime>(kargc, args.kokkos.data());
     std::printf("# strata-bench-mixed: %d repetitions, median [min-max] samples/s; * = max/min > 1.2\n# %s\n",
                 reps, configuration().c_str());
-    std::printf("# 1 rank x 2 threads, SGD; 16-bit storage is emulated in float buffers: 'allocated' is\n"
-                "# what this run holds, 'real 16-bit' what 16-bit activations and working weights need\n");
-    std::printf("%-4s %-9s %28s %14s %14s\n", "load", "precision", "samples/s: median [min-max]",
-                "allocated", "real 16-bit");
+    std::printf("# 1 rank x 2 threads, SGD; 'allocated': parameters, gradients, optimizer state,\n"
+                "# fp32 master weights and activations; 'activations': of those, the activation buffers\n");
+    std::printf("%-4s %-13s %28s %14s %14s\n", "load", "precision", "samples/s: median [min-max]",
+                "allocated", "activations");
     for (auto w : workloads()) {
       if (which.find(w.name) == std::string::npos) continue;
       w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
-      for (Precision p : ps) {
+      for (const auto& [p, emulated] : ps) {
         Run r;
-        run_ranks(1, 2, [&](Context& ctx, comm::Communicator& comm) {
-          r = run_rank(w, ctx, comm, p, GradCompression::none, reps, warmup);
+        run_ranks(1, 2, [&, p = p, emulated = emulated](Context& ctx, comm::Communicator& comm) {
+          r = run_rank(w, ctx, comm, p, emulated, GradCompression::none, reps, warmup);
         });
-        std::printf("%-4s %-9s %28s %14s %14s\n", w.name.c_str(), to_string(p),
+        const std::string name = std::string(to_string(p)) + (emulated ? "-emulated" : "");
+        std::printf("%-4s %-13s %28s %14s %14s\n", w.name.c_str(), name.c_str(),
                     rate_text(r.samples_per_s).c_str(), format_bytes(r.allocated).c_str(),
-                    format_bytes(r.real16).c_str());
+                    format_bytes(r.activations).c_str());
         std::fflush(stdout);
       }
     }
@@ -162,7 +173,7 @@ int main(int argc, char** argv) {
       for (GradCompression c : cs) {
         Run r;
         run_ranks(2, 1, [&](Context& ctx, comm::Communicator& comm) {
-          auto mine = run_rank(w, ctx, comm, Precision::fp32, c, reps, warmup);
+          auto mine = run_rank(w, ctx, comm, Precision::fp32, false, c, reps, warmup);
           if (comm.rank() == 0) r = mine;
         });
         char ms[32];
