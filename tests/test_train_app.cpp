@@ -22,6 +22,15 @@ test::CommandResult train(const std::string& args) {
   return test::run_command(bin("strata-train") + " " + args);
 }
 
+#ifdef STRATA_MPIEXEC
+// strata-train on 2 MPI processes (Open MPI, as root in containers too).
+test::CommandResult train_on_mpi(const std::string& args) {
+  return test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                       "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+                           STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " + args);
+}
+#endif
+
 class TrainApp : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -140,10 +149,7 @@ TEST_F(TrainApp, DataParallelOnMpiRanksMatchesOneRank) {
   const std::string args = "--dataset synthetic --layers 12,32,4 --samples 200 --batch-size 10 "
                            "--steps 15 --log-every 1 --no-eval --metrics ";
   ASSERT_EQ(train(args + path("one.jsonl")).exit_code, 0);
-  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
-                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " + args +
-                               path("mpi.jsonl") + " --ranks 2 --threads 1");
+  auto mpi = train_on_mpi(args + path("mpi.jsonl") + " --ranks 2 --threads 1");
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   EXPECT_OUTPUT_HAS(mpi, "4 rank(s) (hierarchical)");
   expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
@@ -266,10 +272,7 @@ TEST_F(TrainApp, ModelParallelCheckpointsAreOneShardPerRankAndAManifest) {
 TEST_F(TrainApp, MpiProcessesWriteShardedCheckpoints) {
   const std::string args = std::string(kCheckpointRun) + "--steps 6 --checkpoint-dir ";
   ASSERT_EQ(train(args + path("one")).exit_code, 0);
-  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
-                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " + args +
-                               path("mpi") + " --strategy pipeline --micro-batches 1 --threads 1");
+  auto mpi = train_on_mpi(args + path("mpi") + " --strategy pipeline --micro-batches 1 --threads 1");
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   std::size_t shards = 0;
   for (const auto& e : fs::directory_iterator(path("mpi/ckpt-000000006.shards")))
@@ -324,10 +327,7 @@ TEST_F(TrainApp, MemoryBudgetRefusesOneRankButFitsAPipeline) {
 #ifdef STRATA_MPIEXEC
 TEST_F(TrainApp, PipelineOnMpiRanksMatchesOneRank) {
   ASSERT_EQ(train(kModelParallelRun + path("one.jsonl")).exit_code, 0);
-  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
-                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " +
-                               kModelParallelRun + path("mpi.jsonl") + " --strategy pipeline");
+  auto mpi = train_on_mpi(kModelParallelRun + path("mpi.jsonl") + " --strategy pipeline");
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   EXPECT_OUTPUT_HAS(mpi, "dp 1 x pp 2 x tp 1");
   expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
