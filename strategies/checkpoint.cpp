@@ -405,13 +405,15 @@ void create_dir(const std::string& dir) {
                  dir, "': ", ec.message());
 }
 
-// The step of "ckpt-<digits><suffix>", or false.
+// The step of "ckpt-<step><suffix>" as this file names them, or false
+// (other files are left alone).
 bool step_of(const std::string& file, const char* suffix, std::uint64_t& step) {
-  static const std::regex pattern("ckpt-([0-9]{1,19})(\\..*)");
+  static const std::regex pattern("ckpt-([0-9]{9,19})(\\..*)");
   std::smatch m;
   if (!std::regex_match(file, m, pattern) || m[2] != suffix) return false;
   step = std::strtoull(m[1].str().c_str(), nullptr, 10);
-  return true;
+  char b[32];
+  return m[1] == steps9(b, sizeof b, step);
 }
 
 // After the checkpoint of `step` is complete and `latest` names it: keeps
