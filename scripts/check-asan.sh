@@ -31,8 +31,10 @@ BUILD_DIR="$build" "$here/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CX
   -DSTRATA_ENABLE_BENCHMARKS=OFF
 echo "check-asan: built in $((SECONDS - t0)) s ($flags)"
 # A build that is not instrumented would pass everything: refuse it.
+# (ldd's whole output first: `ldd | grep -q` fails under pipefail when grep
+# quits before ldd has written everything.)
 for exe in strata-train test_data; do
-  ldd "$build/bin/$exe" | grep -q libasan || { echo "check-asan: $build/bin/$exe is not linked with ASan" >&2; exit 1; }
+  grep -q libasan <<<"$(ldd "$build/bin/$exe")" || { echo "check-asan: $build/bin/$exe is not linked with ASan" >&2; exit 1; }
 done
 
 common="halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1"

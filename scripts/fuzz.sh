@@ -6,6 +6,8 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #        (default: 60 seconds; targets fuzz_idx fuzz_csv fuzz_checkpoint fuzz_train_args)
+# Installs Debian's clang and libclang-rt-dev when they are missing (unless
+# STRATA_FUZZ_CXX names a compiler, or STRATA_NO_APT=1).
 # Environment:
 #   STRATA_FUZZ_CXX    clang++ to use (default: clang++, else clang++-15/-14)
 #   STRATA_JOBS        parallel build jobs (default: number of cores)
@@ -30,8 +32,13 @@ for t in "${targets[@]}"; do
   case " ${all_targets[*]} " in *" $t "*) ;; *) echo "fuzz.sh: unknown target '$t' (${all_targets[*]})" >&2; exit 2 ;; esac
 done
 
+# shellcheck source=scripts/common.sh
+source "$here/common.sh"
 cxx="${STRATA_FUZZ_CXX:-}"
 if [ -z "$cxx" ]; then
+  # Debian's default clang and its libFuzzer/sanitizer runtimes (the same
+  # version); nothing is installed when they are there.
+  strata_apt_install clang libclang-rt-dev || true
   for c in clang++ clang++-15 clang++-14; do command -v "$c" >/dev/null 2>&1 && { cxx="$c"; break; }; done
 fi
 [ -n "$cxx" ] || { echo "fuzz.sh: no clang++ found (Debian: apt-get install clang libclang-rt-dev)" >&2; exit 2; }

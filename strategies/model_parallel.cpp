@@ -521,6 +521,75 @@ void ModelParallel<T>::set_full_optimizer_state(int k, const std::vector<T>& ful
 }
 
 template <class T>
+std::size_t ModelParallel<T>::full_num_params() const {
+  std::size_t n = 0;
+  for (std::size_t s : full_sizes_) n += s;
+  return n;
+}
+
+template <class T>
+std::string ModelParallel<T>::layout() const {
+  std::string s = "mesh " + mesh_->shape().str() + (options_.zero ? ", ZeRO-1" : "") +
+                  ", stages begin at layers ";
+  for (std::size_t i = 0; i + 1 < bounds_.size(); ++i) s += (i ? "," : "") + std::to_string(bounds_[i]);
+  return s;
+}
+
+template <class T>
+typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() {
+  // This data-parallel rank's part of the stage's values: [lo, hi), the
+  // block ZeRO-1 gives it (blocks of ceil(n / dp) values).
+  const std::size_t n = stage_->num_params();
+  const auto dp = static_cast<std::size_t>(mesh_->shape().dp);
+  const std::size_t per = (n + dp - 1) / dp;
+  const std::size_t lo = std::min(n, per * static_cast<std::size_t>(mesh_->dp_rank()));
+  const std::size_t hi = std::min(n, lo + per);
+  auto part = [&](Vector<T> v, std::size_t first) {  // v's values [lo, hi); v starts at `first`
+    return host_copy(Vector<T>(Kokkos::subview(v, Kokkos::make_pair(lo - first, hi - first))));
+  };
+  // Mixed precision: the fp32 master weights (laid out like the optimizer
+  // state), not the working copy rounded to 16 bits.
+  const std::vector<T> params = options_.precision == Precision::fp32
+                                    ? part(stage_->params(), 0)
+                                    : part(mixed_->master(), options_.zero == 1 ? lo : 0);
+  std::vector<T> state[2];
+  for (int k = 0; k < 2; ++k) {
+    Vector<T> st = k == 0 ? optimizer_->state0() : optimizer_->state1();
+    if (st.extent(0) > 0) state[k] = part(st, options_.zero == 1 ? lo : 0);
+  }
+  // Where each of them lies in the whole model, layer by layer.
+  CheckpointShard out;
+  const bool tp_root = mesh_->tp_rank() == 0;
+  std::size_t full_offset = 0;
+  for (std::size_t i = 0; i < bounds_[mesh_->pp_rank()]; ++i) full_offset += full_sizes_[i];
+  std::vector<std::size_t> index;
+  for (std::size_t l = 0; l < stage_->num_layers(); ++l) {
+    const std::size_t off = stage_->param_offset(l), count = stage_->layer(l).num_params();
+    const std::size_t a = std::max(lo, off), b = std::min(hi, off + count);
+    if (a < b) {
+      index.resize(count);
+      if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(l))) {
+        sharded->full_index(index.data());
+      } else {  // whole and replicated over the tensor group
+        for (std::size_t k = 0; k < count; ++k) index[k] = tp_root ? k : ShardedLayer<T>::kReplica;
+      }
+      for (std::size_t k = a; k < b; ++k) {
+        if (index[k - off] == ShardedLayer<T>::kReplica) continue;
+        const std::size_t at = full_offset + index[k - off];
+        if (out.ranges.empty() || out.ranges.back().first + out.ranges.back().second != at)
+          out.ranges.emplace_back(at, 0);
+        ++out.ranges.back().second;
+        out.params.push_back(params[k - lo]);
+        for (int s = 0; s < 2; ++s)
+          if (!state[s].empty()) (s == 0 ? out.opt0 : out.opt1).push_back(state[s][k - lo]);
+      }
+    }
+    full_offset += full_sizes_[bounds_[mesh_->pp_rank()] + l];
+  }
+  return out;
+}
+
+template <class T>
 Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
   stage_->set_training(false);
   data::BatchLoader<T> loader(d, max_micro_, false, 0);

@@ -114,6 +114,24 @@ class ModelParallel {
   std::vector<T> full_optimizer_state(int k);
   void set_full_optimizer_state(int k, const std::vector<T>& full);
 
+  // This rank's share of a sharded checkpoint (no communication): the values
+  // of the whole model, in single-rank layout, that this rank alone writes,
+  // as (offset, length) ranges of that layout with their parameters and
+  // optimizer state (opt0/opt1 empty when the optimizer keeps none). Over all
+  // ranks the ranges cover the model exactly once: each stage's values are
+  // split evenly over its data-parallel ranks (with ZeRO-1: each rank's own
+  // slice of the optimizer state), tensor shards go to their tensor rank and
+  // values replicated over the tensor group to tensor rank 0.
+  struct CheckpointShard {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    std::vector<T> params, opt0, opt1;
+  };
+  CheckpointShard checkpoint_shard();
+  // The mesh, ZeRO stage and stage cuts, as text (sharded checkpoints keep it).
+  std::string layout() const;
+  // Parameters of the whole model.
+  std::size_t full_num_params() const;
+
   // The stage model: this rank's layers (sharded ones included).
   Sequential<T>& stage() { return *stage_; }
   Mesh& mesh() { return *mesh_; }

@@ -87,6 +87,13 @@ void ColumnParallelLinear<T>::assemble(const T* blocks, T* full) const {
 }
 
 template <class T>
+void ColumnParallelLinear<T>::full_index(std::size_t* index) const {
+  for (std::size_t o = 0; o < local_out_; ++o)
+    for (std::size_t j = 0; j < in_; ++j) index[o * in_ + j] = (first_ + o) * in_ + j;
+  for (std::size_t o = 0; o < local_out_; ++o) index[local_out_ * in_ + o] = out_ * in_ + first_ + o;
+}
+
+template <class T>
 void ColumnParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   local_.use_slot(this->slot_);
   local_.forward(ctx, x, y);
@@ -154,6 +161,15 @@ void RowParallelLinear<T>::assemble(const T* blocks, T* full) const {
       for (std::size_t j = 0; j < local_in_; ++j) full[o * in_ + first + j] = block[o * local_in_ + j];
   }
   for (std::size_t o = 0; o < out_; ++o) full[out_ * in_ + o] = blocks[out_ * local_in_ + o];
+}
+
+template <class T>
+void RowParallelLinear<T>::full_index(std::size_t* index) const {
+  for (std::size_t o = 0; o < out_; ++o)
+    for (std::size_t j = 0; j < local_in_; ++j) index[o * local_in_ + j] = o * in_ + first_ + j;
+  // The bias is replicated: group rank 0 writes it.
+  for (std::size_t o = 0; o < out_; ++o)
+    index[out_ * local_in_ + o] = tp_.rank() == 0 ? out_ * in_ + o : ShardedLayer<T>::kReplica;
 }
 
 template <class T>

@@ -44,6 +44,12 @@ class ShardedLayer : public Layer<T> {
   // Parameters at the end of the shard that every rank of the group holds
   // identically (RowParallelLinear's bias): norms count them once.
   virtual std::size_t replicated_tail() const { return 0; }
+  // For sharded checkpoints, which rank writes which value: index[k] (k <
+  // num_params()) is the position of shard value k among the whole layer's
+  // values (the one extract() reads), or kReplica for a value that every rank
+  // of the group holds and group rank 0 writes.
+  static constexpr std::size_t kReplica = ~std::size_t{0};
+  virtual void full_index(std::size_t* index) const = 0;
 };
 
 template <class T>
@@ -68,6 +74,7 @@ class ColumnParallelLinear final : public ShardedLayer<T> {
   std::size_t full_num_params() const override { return out_ * in_ + out_; }
   void extract(const T* full, T* shard) const override;
   void assemble(const T* blocks, T* full) const override;
+  void full_index(std::size_t* index) const override;
   std::size_t first_feature() const { return first_; }
 
  private:
@@ -99,6 +106,7 @@ class RowParallelLinear final : public ShardedLayer<T> {
   void extract(const T* full, T* shard) const override;
   void assemble(const T* blocks, T* full) const override;
   std::size_t replicated_tail() const override { return out_; }
+  void full_index(std::size_t* index) const override;
 
  private:
   std::size_t in_, out_, local_in_, first_;

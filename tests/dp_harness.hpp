@@ -133,7 +133,8 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
                                       MemoryReport* memory = nullptr,
                                       std::size_t* peak_in_flight = nullptr,
                                       const FullState* resume = nullptr,
-                                      FullState* end = nullptr) {
+                                      FullState* end = nullptr,
+                                      ModelParallel<float>::CheckpointShard* shard = nullptr) {
   auto d = dp_data(c);
   const int dp = options.mesh.dp;
   const int dp_rank = comm.rank() / (options.mesh.pp * options.mesh.tp);
@@ -164,6 +165,7 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
   if (memory) *memory = mp.memory();
   if (peak_in_flight) *peak_in_flight = peak;
   if (end) *end = {c.steps, r.params, mp.full_optimizer_state(0), mp.full_optimizer_state(1)};
+  if (shard) *shard = mp.checkpoint_shard();
   return r;
 }
 

@@ -79,16 +79,16 @@ class Workspace {
     return path("fm");
   }
 
-  // Checkpoints at steps 5, 10, 15 and 20 of kCheckpointArgs in ck/.
-  std::string checkpoints() {
-    const auto r = test::run_command(bin("strata-train") + " " + kCheckpointArgs +
-                                     "--steps 20 --checkpoint-every 5 --keep-checkpoints 10 "
+  // Checkpoints at steps 5, 10, 15 and 20 of kCheckpointArgs in ck/ (with
+  // kShardedArgs: sharded, a manifest and a folder of shards each).
+  std::string checkpoints(const std::string& extra = "") {
+    const auto r = test::run_command(bin("strata-train") + " " + kCheckpointArgs + extra +
+                                     " --steps 20 --checkpoint-every 5 --keep-checkpoints 10 "
                                      "--checkpoint-dir " + path("ck"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    snapshot_ = {};
-    for (const auto& e : fs::directory_iterator(path("ck")))
-      snapshot_[e.path().filename().string()] = file_bytes(e.path().string());
-    EXPECT_EQ(snapshot_.size(), 5u) << "4 checkpoints and 'latest'";
+    snapshot_ = files_in_ck();
+    EXPECT_EQ(snapshot_.size(), extra.empty() ? 5u : 13u)
+        << "4 checkpoints (of 2 shards each) and 'latest'";
     return path("ck");
   }
   std::string checkpoint(int step) const {
@@ -96,31 +96,49 @@ class Workspace {
     std::snprintf(name, sizeof name, "ck/ckpt-%09d.strata", step);
     return path(name);
   }
-  // Records that the entry damages this file on purpose.
-  void damage(const std::string& file, const std::string& bytes) {
-    write(fs::relative(file, dir_).string(), bytes);
-    damaged_.push_back(fs::path(file).filename().string());
+  // The shard file of `rank` of a sharded checkpoint.
+  std::string shard(int step, int rank) const {
+    char prefix[64];
+    std::snprintf(prefix, sizeof prefix, "rank-%05d-of-", rank);
+    const fs::path folder = fs::path(checkpoint(step)).replace_extension(".shards");
+    for (const auto& e : fs::directory_iterator(folder))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) return e.path().string();
+    ADD_FAILURE() << "no shard of rank " << rank << " in " << folder;
+    return std::string();
+  }
+  // Records that the entry damages this file on purpose (empty bytes and
+  // remove: deletes it).
+  void damage(const std::string& file, const std::string& bytes, bool remove = false) {
+    if (remove) fs::remove(file);
+    else write(fs::relative(file, dir_).string(), bytes);
+    damaged_.push_back(fs::relative(file, path("ck")).string());
   }
 
   // After the run: every checkpoint file that was there before and was not
-  // damaged on purpose is byte-for-byte the same, nothing was added, and an
-  // intact checkpoint still loads and resumes.
+  // damaged on purpose is byte-for-byte the same, nothing was added (but the
+  // shards of a failed sharded write, in a folder without a manifest, which
+  // the next checkpoint removes), and an intact checkpoint still loads and
+  // resumes.
   void expect_checkpoints_untouched() const {
     if (snapshot_.empty()) return;
-    std::map<std::string, std::string> now;
-    for (const auto& e : fs::directory_iterator(path("ck")))
-      now[e.path().filename().string()] = file_bytes(e.path().string());
+    const auto now = files_in_ck();
     for (const auto& [name, bytes] : snapshot_) {
       if (std::find(damaged_.begin(), damaged_.end(), name) != damaged_.end()) continue;
       ASSERT_TRUE(now.count(name)) << name << " was removed";
       EXPECT_TRUE(now.at(name) == bytes) << name << " changed";
     }
-    for (const auto& [name, bytes] : now)
-      EXPECT_TRUE(snapshot_.count(name)) << name << " was added";
+    for (const auto& [name, bytes] : now) {
+      const auto slash = name.find(".shards/");
+      const bool orphan = slash != std::string::npos &&
+                          !fs::exists(path("ck/" + name.substr(0, slash) + ".strata"));
+      EXPECT_TRUE(snapshot_.count(name) || orphan) << name << " was added";
+    }
     std::string intact;
     for (int step : {15, 10, 5}) {
       const std::string name = fs::path(checkpoint(step)).filename().string();
-      if (std::find(damaged_.begin(), damaged_.end(), name) == damaged_.end()) {
+      bool hit = false;
+      for (const auto& d : damaged_) hit |= d.rfind(name.substr(0, 14), 0) == 0;
+      if (!hit) {
         intact = checkpoint(step);
         break;
       }
@@ -135,8 +153,19 @@ class Workspace {
   static constexpr const char* kCheckpointArgs =
       "--dataset synthetic --layers 12,32,4 --samples 300 --batch-size 16 --optimizer adam "
       "--no-eval -q ";
+  // Model-parallel runs write sharded checkpoints.
+  static constexpr const char* kShardedArgs = "--strategy pipeline --ranks 2 --threads 1 ";
 
  private:
+  // Files under ck/ (relative paths) and their bytes.
+  std::map<std::string, std::string> files_in_ck() const {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(path("ck")))
+      if (e.is_regular_file())
+        files[fs::relative(e.path(), path("ck")).string()] = file_bytes(e.path().string());
+    return files;
+  }
+
   fs::path dir_;
   std::map<std::string, std::string> snapshot_;
   std::vector<std::string> damaged_;
@@ -201,6 +230,9 @@ const std::vector<Entry>& catalogue() {
        [](Workspace&) { return "--resume"; }},
       {"--checkpoint-every without --checkpoint-dir", 2, {"--checkpoint-every needs --checkpoint-dir"},
        [](Workspace&) { return "--checkpoint-every 5"; }},
+      {"--loss-scale-growth-interval without loss scaling", 2,
+       {"--loss-scale-growth-interval needs dynamic loss scaling"},
+       [](Workspace&) { return "--dataset synthetic --steps 1 --loss-scale-growth-interval 5"; }},
       {"--strategy local with several ranks", 2, {"--strategy local runs one rank, but 2 ranks"},
        [](Workspace&) { return "--dataset synthetic --strategy local --ranks 2"; }},
       {"--loss mse on class labels", 2, {"--loss mse needs regression targets"},
@@ -324,6 +356,51 @@ const std::vector<Entry>& catalogue() {
          // Resumes at step 20; the first file write (the checkpoint of step 25) fails.
          return std::string(Workspace::kCheckpointArgs) + "--steps 30 --checkpoint-every 5 "
                 "--keep-checkpoints 1 --checkpoint-dir " + w.checkpoints() + " --resume";
+       },
+       "STRATA_FAIL_CHECKPOINT_WRITE=1"},
+      // ------------------------------------------- sharded checkpoints
+      {"missing shard", 3, {"ckpt-000000020.strata': shard file '", "ckpt-000000020.shards/rank-00001-of-00002-", "' is missing"},
+       [](Workspace& w) {
+         const std::string dir = w.checkpoints(Workspace::kShardedArgs);
+         w.damage(w.shard(20, 1), "", true);
+         return std::string(Workspace::kCheckpointArgs) + "--steps 30 --checkpoint-dir " + dir + " --resume";
+       }},
+      {"truncated shard", 3, {"shard file '", "ckpt-000000020.shards/rank-00000-of-00002-", "bytes but the manifest records"},
+       [](Workspace& w) {
+         const std::string dir = w.checkpoints(Workspace::kShardedArgs), shard = w.shard(20, 0);
+         w.damage(shard, file_bytes(shard).substr(0, file_bytes(shard).size() / 2));
+         return std::string(Workspace::kCheckpointArgs) + Workspace::kShardedArgs + "--steps 30 --checkpoint-dir " + dir + " --resume";
+       }},
+      {"flipped bit in a shard", 3, {"ckpt-000000020.shards/rank-00001-of-00002-", "fails the manifest's checksum"},
+       [](Workspace& w) {
+         const std::string dir = w.checkpoints(Workspace::kShardedArgs), shard = w.shard(20, 1);
+         std::string b = file_bytes(shard);
+         b[b.size() - 100] ^= 0x04;  // in the optimizer state
+         w.damage(shard, b);
+         return std::string(Workspace::kCheckpointArgs) + "--steps 30 --checkpoint-dir " + dir + " --resume";
+       }},
+      {"shard of another checkpoint", 3, {"ckpt-000000020.shards/rank-00000-of-00002-", "fails the manifest's checksum"},
+       [](Workspace& w) {
+         const std::string dir = w.checkpoints(Workspace::kShardedArgs);
+         w.damage(w.shard(20, 0), file_bytes(w.shard(15, 0)));
+         return std::string(Workspace::kCheckpointArgs) + "--steps 30 --checkpoint-dir " + dir + " --resume";
+       }},
+      {"sharded checkpoint of another model", 2, {"ckpt-000000020.strata' was written with layers = [12,32,4]", "layers = [12,64,4]"},
+       [](Workspace& w) {
+         return "--dataset synthetic --layers 12,64,4 --samples 300 --batch-size 16 --optimizer adam "
+                "--no-eval -q --steps 30 --strategy pipeline --ranks 2 --threads 1 --checkpoint-dir " +
+                w.checkpoints(Workspace::kShardedArgs) + " --resume";
+       }},
+      {"a shard given as the checkpoint", 3, {"rank-00000-of-00002-", "one rank's shard of a sharded checkpoint", "its manifest ckpt-000000020.strata"},
+       [](Workspace& w) {
+         w.checkpoints(Workspace::kShardedArgs);
+         return std::string(Workspace::kCheckpointArgs) + "--steps 30 --resume-from " + w.shard(20, 0);
+       }},
+      {"full disk while writing a shard", 4,
+       {"checkpoint: write failed (injected)", "ckpt-000000025.shards/rank-0000", ".strata.tmp", "No space left on device"},
+       [](Workspace& w) {
+         return std::string(Workspace::kCheckpointArgs) + Workspace::kShardedArgs + "--steps 30 --checkpoint-every 5 "
+                "--keep-checkpoints 1 --checkpoint-dir " + w.checkpoints(Workspace::kShardedArgs) + " --resume";
        },
        "STRATA_FAIL_CHECKPOINT_WRITE=1"},
       // Found before any training: no "done" line, no metrics.

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -158,31 +159,52 @@ int kill_strays(const std::string& marker) {
   }
 }
 
-// The temporary files in `dir` and their modification times.
+// The temporary files in `dir` and its shard folders, and their
+// modification times.
 using TmpFiles = std::map<std::string, fs::file_time_type>;
 TmpFiles temporary_files(const std::string& dir) {
   TmpFiles t;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  std::error_code ec;  // files and folders come and go while it is read
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::directory_entry& e = *it;
     if (e.path().extension() != ".tmp") continue;
     std::error_code gone;  // renamed into place meanwhile
     const auto when = fs::last_write_time(e.path(), gone);
-    if (!gone) t[e.path().filename().string()] = when;
+    if (!gone) t[fs::relative(e.path(), dir).string()] = when;
   }
   return t;
 }
 
+// A checkpoint's bytes: the file, and for a sharded one the shard files in
+// its folder (names and bytes).
+std::string checkpoint_bytes(const std::string& dir, const std::string& name) {
+  std::string all = file_bytes(dir + "/" + name);
+  const fs::path shards = fs::path(dir) / (name.substr(0, name.size() - 7) + ".shards");
+  std::vector<std::string> files;
+  if (fs::is_directory(shards))
+    for (const auto& e : fs::directory_iterator(shards)) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) all += "\n" + fs::path(f).filename().string() + "\n" + file_bytes(f);
+  return all;
+}
+
 bool has_temporary_file(const std::string& dir) { return !temporary_files(dir).empty(); }
 
-// Whether a write is in progress: a temporary file that was not there, as it
-// is, when the run started (a killed run leaves its own behind).
-bool writing_now(const std::string& dir, const TmpFiles& stale) {
+// The file being written (empty: none): a temporary file that was not
+// there, as it is, when the run started (a killed run leaves its own behind).
+std::string writing_now(const std::string& dir, const TmpFiles& stale) {
   for (const auto& [name, when] : temporary_files(dir)) {
     const auto it = stale.find(name);
-    if (it == stale.end() || it->second != when) return true;
+    if (it == stale.end() || it->second != when) return name;
   }
-  return false;
+  return std::string();
+}
+
+// What kind of file a temporary file becomes.
+std::string kind_of_write(const std::string& tmp) {
+  if (tmp.find(".shards/") != std::string::npos) return "a shard write (" + tmp + ")";
+  if (tmp.find("ckpt-") != std::string::npos) return "a checkpoint or manifest write";
+  return "the update of 'latest'";
 }
 
 class KillAndResume : public ::testing::Test {
@@ -249,13 +271,13 @@ class KillAndResume : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(ref_dir))
       if (e.path().extension() == ".strata") final_name = std::max(final_name, e.path().filename().string());
     ASSERT_FALSE(final_name.empty());
-    const std::string reference = file_bytes(ref_dir + "/" + final_name);
+    const std::string reference = checkpoint_bytes(ref_dir, final_name);
 
     // Killed runs: even ones at a random moment of the run, odd ones while a
     // checkpoint file is being written (a .tmp file exists).
     const std::string dir = (dir_ / "killed").string();
     const std::size_t total = std::stoul(final_name.substr(5, 9));
-    int kills = 0, kills_mid_write = 0, runs = 0;
+    int kills = 0, kills_mid_write = 0, kills_mid_shard = 0, runs = 0;
     for (int attempt = 0; attempt < kKills; ++attempt) {
       const bool resume = fs::exists(dir + "/latest");
       const std::string log = (dir_ / ("run-" + std::to_string(runs++) + ".log")).string();
@@ -273,7 +295,8 @@ class KillAndResume : public ::testing::Test {
       const TmpFiles stale = temporary_files(dir);
       Job job(command(dir, resume), delay, log);
       const auto t0 = Clock::now();
-      bool killed = false, during_write = false;
+      bool killed = false;
+      std::string during_write;  // the file being written when killed
       while (!job.ended()) {
         if (Clock::now() - t0 > std::chrono::seconds(300)) break;
         if (!mid_write && Clock::now() - t0 >= at) {
@@ -282,7 +305,7 @@ class KillAndResume : public ::testing::Test {
           killed = true;
           break;
         }
-        if (mid_write && writing_now(dir, stale)) {
+        if (mid_write && !writing_now(dir, stale).empty()) {
           std::this_thread::sleep_for(after_tmp);
           during_write = writing_now(dir, stale);
           job.kill_group();
@@ -295,7 +318,7 @@ class KillAndResume : public ::testing::Test {
       if (!killed) {
         ASSERT_TRUE(job.ended()) << "run " << runs - 1 << " did not end within 300 s";
         ASSERT_EQ(job.exit_code(), 0) << file_bytes(log);
-        ASSERT_TRUE(file_bytes(dir + "/" + final_name) == reference)
+        ASSERT_TRUE(checkpoint_bytes(dir, final_name) == reference)
             << "an uninterrupted run in " << dir << " differs from the reference";
         // It ended before its kill moment (the machine ran faster than the
         // reference): start the chain afresh.
@@ -305,13 +328,14 @@ class KillAndResume : public ::testing::Test {
         continue;
       }
       ++kills;
-      kills_mid_write += during_write;
+      kills_mid_write += !during_write.empty();
+      kills_mid_shard += during_write.find(".shards/") != std::string::npos;
       std::cout << "  run " << runs - 1
                 << (resume ? " (resumed at step " + std::to_string(from) + ")" : " (fresh)") << ": killed "
                 << (mid_write ? std::to_string(after_tmp.count()) + " ms into a checkpoint write"
-                              : "at " + std::to_string(at.count()) + " ms" +
-                                    (during_write ? ", during a checkpoint write" : ""))
-                << (mid_write && !during_write ? ", after the write had ended" : "")
+                              : "at " + std::to_string(at.count()) + " ms")
+                << (during_write.empty() ? "" : ", during " + kind_of_write(during_write))
+                << (mid_write && during_write.empty() ? ", after the write had ended" : "")
                 << (strays > 0 ? "; " + std::to_string(strays) + " process(es) outside its process group killed too" : "")
                 << "\n";
       // What a kill leaves: `latest` (if any) names a complete checkpoint,
@@ -329,13 +353,16 @@ class KillAndResume : public ::testing::Test {
     const std::string log = (dir_ / ("run-" + std::to_string(runs++) + ".log")).string();
     run_to_end(command(dir, fs::exists(dir + "/latest")), log);
     ASSERT_FALSE(HasFailure());
-    std::cout << "  " << kills << " kill(s), " << kills_mid_write << " while a checkpoint was being written, "
+    const bool sharded = fs::is_directory(ref_dir + "/" + final_name.substr(0, 14) + ".shards");
+    std::cout << "  " << kills << " kill(s), " << kills_mid_write << " while a checkpoint was being written"
+              << (sharded ? " (" + std::to_string(kills_mid_shard) + " in a shard file)" : "") << ", "
               << runs << " run(s)" << std::endl;
     EXPECT_GE(kills, kKills / 2) << "the runs ended before they could be killed";
     EXPECT_GE(kills_mid_write, 1) << "no kill landed while a checkpoint was being written";
+    if (sharded) EXPECT_GE(kills_mid_shard, 1) << "no kill landed while a shard was being written";
     const std::string final_file = dir + "/" + final_name;
     ASSERT_TRUE(fs::exists(final_file)) << final_file;
-    EXPECT_TRUE(file_bytes(final_file) == reference)
+    EXPECT_TRUE(checkpoint_bytes(dir, final_name) == reference)
         << "the final checkpoint after kills and resumes differs from the uninterrupted run's";
     EXPECT_FALSE(has_temporary_file(dir)) << "a temporary file was left behind";
   }
@@ -346,7 +373,9 @@ class KillAndResume : public ::testing::Test {
 };
 
 // Adam, dropout, shuffling and 2 thread ranks: every piece of state that a
-// resume must restore. 60 steps, a checkpoint every 4.
+// resume must restore. 60 steps, a checkpoint every 4. (Model-parallel runs:
+// the same with another strategy; their checkpoints are sharded, one file
+// per rank and a manifest, and kills land in shard and manifest writes.)
 const char* kArgs =
     "--dataset synthetic --layers 24,96,96,6 --samples 800 --batch-size 20 --steps 60 "
     "--checkpoint-every 4 --keep-checkpoints 3 --optimizer adam --dropout 0.1 --no-eval -q "
@@ -354,6 +383,18 @@ const char* kArgs =
 
 TEST_F(KillAndResume, ThreadRanksEndBitwiseIdenticalToAnUninterruptedRun) {
   kill_and_resume({}, kArgs);
+}
+
+std::string with_strategy(const std::string& strategy) {
+  return std::regex_replace(kArgs, std::regex("--strategy dp --ranks 2"), strategy);
+}
+
+TEST_F(KillAndResume, PipelineStagesEndBitwiseIdenticalToAnUninterruptedRun) {
+  kill_and_resume({}, with_strategy("--strategy pipeline --ranks 2"));
+}
+
+TEST_F(KillAndResume, TensorParallelWithZeroEndsBitwiseIdenticalToAnUninterruptedRun) {
+  kill_and_resume({}, with_strategy("--strategy hybrid --ranks 4 --tp 2 --zero 1"));
 }
 
 #ifdef STRATA_MPIEXEC

@@ -353,6 +353,66 @@ TEST(ModelParallelMixed, MasterWeightsAreAccounted) {
   for (const auto& m : memory) EXPECT_EQ(m.master, 0u);
 }
 
+
+// Sharded checkpoints: the ranks' shares (ModelParallel::checkpoint_shard)
+// cover the whole model exactly once and hold exactly the values that
+// full_params and full_optimizer_state gather, on every kind of mesh (uneven
+// ZeRO-1 blocks on 3 ranks, replicated biases of row-parallel layers).
+TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
+  DpConfig c;
+  c.widths = {12, 16, 8, 8, 3};
+  c.steps = 3;
+  auto zero = [](ModelParallelOptions o) {
+    o.zero = 1;
+    return o;
+  };
+  // Mixed precision: shards hold the fp32 master weights, as full_params does.
+  auto bf16 = [](ModelParallelOptions o) {
+    o.precision = Precision::bf16;
+    return o;
+  };
+  for (const ModelParallelOptions& o :
+       {mesh(1, 2, 1), mesh(1, 1, 2), mesh(2, 1, 1), zero(mesh(2, 1, 1)), zero(mesh(3, 1, 1)),
+        zero(mesh(2, 1, 2)), mesh(1, 2, 2), mesh(2, 2, 1), bf16(mesh(1, 2, 1)),
+        bf16(zero(mesh(3, 1, 1))), bf16(mesh(1, 2, 2))}) {
+    SCOPED_TRACE(o.mesh.str() + (o.zero ? " ZeRO-1 " : " ") + to_string(o.precision));
+    const int world = o.mesh.size();
+    std::vector<ModelParallel<float>::CheckpointShard> shards(world);
+    test::FullState whole;
+    run_ranks(world, 1, [&](Context& ctx, comm::Communicator& comm) {
+      test::FullState mine;
+      test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, nullptr, &mine,
+                                 &shards[comm.rank()]);
+      if (comm.rank() == 0) whole = mine;
+    });
+    const std::size_t n = whole.params.size();
+    ASSERT_GT(n, 0u);
+    ASSERT_EQ(whole.opt0.size(), n);  // Adam keeps two buffers
+    std::vector<int> seen(n, 0);
+    std::size_t mismatches = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto& sh = shards[r];
+      ASSERT_EQ(sh.opt0.size(), sh.params.size());
+      ASSERT_EQ(sh.opt1.size(), sh.params.size());
+      std::size_t at = 0;
+      for (const auto& [offset, length] : sh.ranges) {
+        ASSERT_GT(length, 0u);
+        ASSERT_LE(offset + length, n);
+        for (std::size_t k = 0; k < length; ++k, ++at) {
+          ++seen[offset + k];
+          mismatches += sh.params[at] != whole.params[offset + k] ||
+                        sh.opt0[at] != whole.opt0[offset + k] ||
+                        sh.opt1[at] != whole.opt1[offset + k];
+        }
+      }
+      EXPECT_EQ(at, sh.params.size()) << "rank " << r;
+    }
+    EXPECT_EQ(mismatches, 0u);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<std::ptrdiff_t>(n))
+        << "values held by no rank: " << std::count(seen.begin(), seen.end(), 0);
+  }
+}
+
 // ------------------------------------------------------------- memory budget
 TEST(MemoryBudget, TooLargeForOneRankTrainsWithPipelineOrTensorParallelism) {
   DpConfig c;

@@ -146,7 +146,9 @@ std::vector<OptimizerConfig> all_configs() {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp of no bytes still needs valid pointers (UBSan): empty vectors are equal here.
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Fused steps (no scaling, no clipping) equal step() bitwise in float, for

@@ -1,4 +1,5 @@
 // strata-train and the examples end to end: exit codes, messages, metrics.
+#include "strategies/checkpoint.hpp"
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,15 @@ std::string bin(const std::string& name) { return std::string(STRATA_BIN_DIR) + 
 test::CommandResult train(const std::string& args) {
   return test::run_command(bin("strata-train") + " " + args);
 }
+
+#ifdef STRATA_MPIEXEC
+// strata-train on 2 MPI processes (Open MPI, as root in containers too).
+test::CommandResult train_on_mpi(const std::string& args) {
+  return test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                       "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+                           STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " + args);
+}
+#endif
 
 class TrainApp : public ::testing::Test {
  protected:
@@ -139,10 +149,7 @@ TEST_F(TrainApp, DataParallelOnMpiRanksMatchesOneRank) {
   const std::string args = "--dataset synthetic --layers 12,32,4 --samples 200 --batch-size 10 "
                            "--steps 15 --log-every 1 --no-eval --metrics ";
   ASSERT_EQ(train(args + path("one.jsonl")).exit_code, 0);
-  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
-                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " + args +
-                               path("mpi.jsonl") + " --ranks 2 --threads 1");
+  auto mpi = train_on_mpi(args + path("mpi.jsonl") + " --ranks 2 --threads 1");
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   EXPECT_OUTPUT_HAS(mpi, "4 rank(s) (hierarchical)");
   expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
@@ -225,6 +232,56 @@ TEST_F(TrainApp, ModelParallelCheckpointsResumeOnAnotherMesh) {
   expect_close(losses(read_metrics("a.jsonl")), losses(read_metrics("b.jsonl")), 1e-5);
 }
 
+// Two checkpoints hold the same run state (configuration, position,
+// counters, parameters and optimizer state), bitwise.
+void expect_same_checkpoint(const std::string& a, const std::string& b) {
+  const auto x = checkpoint::load(a), y = checkpoint::load(b);
+  EXPECT_EQ(x.config, y.config);
+  EXPECT_EQ(x.state, y.state);
+  ASSERT_EQ(x.params.size(), y.params.size());
+  EXPECT_TRUE(x.params == y.params && x.opt0 == y.opt0 && x.opt1 == y.opt1)
+      << a << " and " << b << " hold other parameters or optimizer state";
+}
+
+// Model-parallel checkpoints are sharded: every rank writes the values it
+// holds (none gathers the model), rank 0 a small manifest. Loaded, they are
+// the single-rank checkpoint (a one-micro-batch pipeline computes exactly
+// what one rank does).
+TEST_F(TrainApp, ModelParallelCheckpointsAreOneShardPerRankAndAManifest) {
+  const std::string args = std::string(kCheckpointRun) + "--steps 6 --checkpoint-dir ";
+  ASSERT_EQ(train(args + path("one")).exit_code, 0);
+  auto r = train(args + path("mp") + " --strategy pipeline --ranks 2 --micro-batches 1 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string whole = path("one/ckpt-000000006.strata"), manifest = path("mp/ckpt-000000006.strata");
+  std::vector<std::string> shards;
+  for (const auto& e : fs::directory_iterator(path("mp/ckpt-000000006.shards")))
+    shards.push_back(e.path().string());
+  ASSERT_EQ(shards.size(), 2u);
+  const auto whole_bytes = fs::file_size(whole);
+  std::uintmax_t shard_bytes = 0;
+  for (const auto& f : shards) {
+    EXPECT_LT(fs::file_size(f), whole_bytes * 3 / 4) << f << " holds more than its stage";
+    shard_bytes += fs::file_size(f);
+  }
+  EXPECT_LT(shard_bytes, whole_bytes + 1024);  // the model once, and headers
+  EXPECT_LT(fs::file_size(manifest), 2048u) << "the manifest holds no parameters";
+  expect_same_checkpoint(manifest, whole);
+}
+
+#ifdef STRATA_MPIEXEC
+TEST_F(TrainApp, MpiProcessesWriteShardedCheckpoints) {
+  const std::string args = std::string(kCheckpointRun) + "--steps 6 --checkpoint-dir ";
+  ASSERT_EQ(train(args + path("one")).exit_code, 0);
+  auto mpi = train_on_mpi(args + path("mpi") + " --strategy pipeline --micro-batches 1 --threads 1");
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  std::size_t shards = 0;
+  for (const auto& e : fs::directory_iterator(path("mpi/ckpt-000000006.shards")))
+    shards += e.path().extension() == ".strata";
+  EXPECT_EQ(shards, 2u);
+  expect_same_checkpoint(path("mpi/ckpt-000000006.strata"), path("one/ckpt-000000006.strata"));
+}
+#endif
+
 TEST_F(TrainApp, ImpossibleMeshesAreRefusedBeforeTraining) {
   struct Case {
     const char* args;
@@ -270,10 +327,7 @@ TEST_F(TrainApp, MemoryBudgetRefusesOneRankButFitsAPipeline) {
 #ifdef STRATA_MPIEXEC
 TEST_F(TrainApp, PipelineOnMpiRanksMatchesOneRank) {
   ASSERT_EQ(train(kModelParallelRun + path("one.jsonl")).exit_code, 0);
-  auto mpi = test::run_command(std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                           "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
-                               STRATA_MPIEXEC + " -n 2 " + bin("strata-train") + " " +
-                               kModelParallelRun + path("mpi.jsonl") + " --strategy pipeline");
+  auto mpi = train_on_mpi(kModelParallelRun + path("mpi.jsonl") + " --strategy pipeline");
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   EXPECT_OUTPUT_HAS(mpi, "dp 1 x pp 2 x tp 1");
   expect_close(losses(read_metrics("mpi.jsonl")), losses(read_metrics("one.jsonl")), 1e-5);
@@ -416,6 +470,53 @@ TEST_F(TrainApp, MixedPrecisionOptions) {
     EXPECT_OUTPUT_HAS(mp, "activations (16-bit storage)");
     EXPECT_OUTPUT_HAS(mp, "master weights");
   }
+}
+
+// fp16 with dynamic loss scaling: the scale, the count of good steps and
+// the skipped steps are in the checkpoint, so a resumed run continues
+// exactly as an uninterrupted one (with a growth interval of 3, the scale
+// grows past fp16's range and backs off within the first 20 steps).
+TEST_F(TrainApp, Fp16ResumeRestoresTheLossScaler) {
+  const std::string args = "--dataset synthetic --layers 12,32,16,4 --samples 300 --batch-size 16 "
+                           "--optimizer adam --no-eval -q --precision fp16 "
+                           "--loss-scale-growth-interval 3 --checkpoint-dir ";
+  const std::string a = path("a"), b = path("b");
+  ASSERT_EQ(train(args + a + " --steps 40").exit_code, 0);
+  ASSERT_EQ(train(args + b + " --steps 20").exit_code, 0);
+  const auto state = nlohmann::json::parse(checkpoint::load(b + "/ckpt-000000020.strata").state);
+  ASSERT_TRUE(state.contains("loss_scaler")) << state.dump();
+  const auto& scaler = state["loss_scaler"];
+  EXPECT_NE(scaler["scale"].get<double>(), 65536.0) << "the scale never changed: " << state.dump();
+  EXPECT_GT(scaler["skipped"].get<std::int64_t>(), 0) << state.dump();
+  auto r = train(args + b + " --steps 40 --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string fa = file_bytes(a + "/ckpt-000000040.strata");
+  ASSERT_FALSE(fa.empty());
+  EXPECT_TRUE(fa == file_bytes(b + "/ckpt-000000040.strata"))
+      << "a resumed fp16 run must end bitwise identical to an uninterrupted one";
+  // An fp32 run has no scaler state to save.
+  ASSERT_EQ(train("--dataset synthetic --layers 12,4 --steps 2 -q --checkpoint-dir " + path("c")).exit_code, 0);
+  EXPECT_FALSE(nlohmann::json::parse(checkpoint::load(path("c/ckpt-000000002.strata")).state)
+                   .contains("loss_scaler"));
+}
+
+// Mixed precision on a pipeline: the shards hold the fp32 master weights
+// (not the 16-bit working copy) and the manifest the loss scaler, so the
+// sharded checkpoint is bitwise the single-rank one (a one-micro-batch
+// pipeline computes what one rank does), and a resumed pipeline run ends
+// where an uninterrupted single-rank run ends.
+TEST_F(TrainApp, MixedPrecisionPipelineCheckpointsHoldMasterWeightsAndScaler) {
+  const std::string args = "--dataset synthetic --layers 12,32,16,4 --samples 300 --batch-size 16 "
+                           "--optimizer adam --no-eval -q --precision fp16 "
+                           "--loss-scale-growth-interval 3 --checkpoint-dir ";
+  const std::string mp = " --strategy pipeline --ranks 2 --micro-batches 1 --threads 1 --checkpoint-every 20";
+  ASSERT_EQ(train(args + path("one") + " --steps 40 --checkpoint-every 20").exit_code, 0);
+  auto r = train(args + path("mp") + " --steps 20" + mp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_checkpoint(path("mp/ckpt-000000020.strata"), path("one/ckpt-000000020.strata"));
+  r = train(args + path("mp") + " --steps 40 --resume" + mp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_checkpoint(path("mp/ckpt-000000040.strata"), path("one/ckpt-000000040.strata"));
 }
 
 #ifdef STRATA_HAS_EXAMPLES

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace strata::app {
 namespace {
@@ -195,6 +196,7 @@ struct Snapshot {
   std::vector<float> params, opt0, opt1;
   std::int64_t optimizer_steps = 0;
   std::vector<std::uint64_t> dropout_calls;
+  std::optional<DynamicLossScaler::State> scaler;  // fp16: dynamic loss scaling
 };
 
 // Dropout layers of the whole model.
@@ -235,6 +237,12 @@ std::pair<Snapshot, Position> load_checkpoint(const TrainConfig& c, const std::s
     p.index = st.at("index");
     s.optimizer_steps = st.at("optimizer_steps");
     s.dropout_calls = st.at("dropout_calls").get<std::vector<std::uint64_t>>();
+    if (st.contains("loss_scaler")) {
+      const auto& ls = st.at("loss_scaler");
+      s.scaler = DynamicLossScaler::State{ls.at("scale").get<double>(),
+                                          ls.at("good_steps").get<std::int64_t>(),
+                                          ls.at("skipped").get<std::int64_t>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     STRATA_THROW(data, "checkpoint '", file, "': bad state section (", e.what(), ")");
   }
@@ -243,19 +251,22 @@ std::pair<Snapshot, Position> load_checkpoint(const TrainConfig& c, const std::s
   return {s, p};
 }
 
-std::string save_checkpoint(const TrainConfig& c, const Position& p, const Snapshot& snap) {
+// The checkpoint's configuration and state sections (its arrays are the
+// snapshot's: empty for a sharded checkpoint's manifest).
+checkpoint::State checkpoint_meta(const TrainConfig& c, const Position& p, const Snapshot& snap) {
   checkpoint::State s;
   s.config = checkpoint_config(c);
-  s.state = nlohmann::json{{"step", p.step},
-                           {"epoch", p.epoch},
-                           {"index", p.index},
-                           {"optimizer_steps", snap.optimizer_steps},
-                           {"dropout_calls", snap.dropout_calls}}
-                .dump();
-  s.params = snap.params;
-  s.opt0 = snap.opt0;
-  s.opt1 = snap.opt1;
-  return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
+  nlohmann::json state{{"step", p.step},
+                       {"epoch", p.epoch},
+                       {"index", p.index},
+                       {"optimizer_steps", snap.optimizer_steps},
+                       {"dropout_calls", snap.dropout_calls}};
+  if (snap.scaler)
+    state["loss_scaler"] = {{"scale", snap.scaler->scale},
+                            {"good_steps", snap.scaler->good_steps},
+                            {"skipped", snap.scaler->skipped}};
+  s.state = state.dump();
+  return s;
 }
 
 // --precision, --clip-grad-norm and --loss-scale, for either strategy.
@@ -263,6 +274,7 @@ void set_mixed_precision(const TrainConfig& c, MixedPrecisionOptions& o) {
   o.precision = c.precision;
   o.clip_grad_norm = c.clip_grad_norm;
   o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
+  o.scaler.growth_interval = c.loss_scale_growth_interval;
 }
 
 std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
@@ -288,10 +300,12 @@ class Engine {
   virtual int data_ranks() const = 0;
   virtual double step(const std::vector<data::Batch<T>>& micro, std::size_t global) = 0;
   virtual std::string first_nonfinite() = 0;
-  // Collective engines: every rank calls evaluate() and snapshot(); else only rank 0.
+  // Collective engines: every rank calls evaluate(); else only rank 0.
   virtual bool collective() const = 0;
   virtual Evaluation evaluate(const data::Dataset& d, std::size_t batch) = 0;
-  virtual Snapshot snapshot() = 0;
+  // Writes the checkpoint of position p into c.checkpoint_dir (every rank
+  // calls it); returns its file on rank 0.
+  virtual std::string save(const TrainConfig& c, const Position& p) = 0;
   virtual void restore(const Snapshot& s) = 0;
 };
 
@@ -337,14 +351,21 @@ class DataParallelEngine final : public Engine {
   Evaluation evaluate(const data::Dataset& d, std::size_t batch) override {
     return strata::evaluate(ctx_, model_, *loss_, d, batch);
   }
-  Snapshot snapshot() override {
-    Snapshot s;
-    s.params = to_host_vector(strategy_->master_params());  // fp32 master weights
-    s.opt0 = to_host_vector(optimizer_->state0());
-    s.opt1 = to_host_vector(optimizer_->state1());
-    s.optimizer_steps = optimizer_->steps();
-    for (auto* d : dropouts(model_)) s.dropout_calls.push_back(d->calls());
-    return s;
+  // Every rank holds the whole model: rank 0 writes one file.
+  std::string save(const TrainConfig& c, const Position& p) override {
+    if (comm_.rank() != 0) return std::string();
+    Snapshot snap;
+    snap.params = to_host_vector(strategy_->master_params());  // fp32 master weights
+    snap.opt0 = to_host_vector(optimizer_->state0());
+    snap.opt1 = to_host_vector(optimizer_->state1());
+    snap.optimizer_steps = optimizer_->steps();
+    for (auto* d : dropouts(model_)) snap.dropout_calls.push_back(d->calls());
+    if (const DynamicLossScaler* scaler = strategy_->scaler()) snap.scaler = scaler->state();
+    checkpoint::State s = checkpoint_meta(c, p, snap);
+    s.params = std::move(snap.params);
+    s.opt0 = std::move(snap.opt0);
+    s.opt1 = std::move(snap.opt1);
+    return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
   }
   void restore(const Snapshot& s) override {
     from_host_vector(s.params, strategy_->master_params());
@@ -354,6 +375,10 @@ class DataParallelEngine final : public Engine {
     optimizer_->set_steps(s.optimizer_steps);
     auto d = dropouts(model_);
     for (std::size_t i = 0; i < d.size(); ++i) d[i]->set_calls(s.dropout_calls.at(i));
+    // A checkpoint without scaler state (of an fp32 run) leaves the scaler
+    // at its initial scale.
+    if (DynamicLossScaler* scaler = strategy_->scaler(); scaler && s.scaler)
+      scaler->set_state(*s.scaler);
   }
 
  private:
@@ -431,18 +456,28 @@ class ModelParallelEngine final : public Engine {
   }
   bool collective() const override { return true; }
   Evaluation evaluate(const data::Dataset& d, std::size_t) override { return mp_->evaluate(d); }
-  Snapshot snapshot() override {
-    Snapshot s;
-    s.params = mp_->full_params();
-    s.opt0 = mp_->full_optimizer_state(0);
-    s.opt1 = mp_->full_optimizer_state(1);
-    s.optimizer_steps = mp_->optimizer().steps();
+  // Sharded: every rank writes the values it alone holds, rank 0 the
+  // manifest; nothing is gathered.
+  std::string save(const TrainConfig& c, const Position& p) override {
+    Snapshot snap;
+    snap.optimizer_steps = mp_->optimizer().steps();
     // Every dropout layer has drawn once per step: the calls of any.
     std::int64_t calls = 0;
     for (auto* d : dropouts(mp_->stage())) calls = static_cast<std::int64_t>(d->calls());
     calls = world_.allreduce_value(calls, comm::ReduceOp::max);
-    s.dropout_calls.assign(dropout_layers(config_), static_cast<std::uint64_t>(calls));
-    return s;
+    snap.dropout_calls.assign(dropout_layers(config_), static_cast<std::uint64_t>(calls));
+    // Every rank takes the same skip decisions: any rank's scaler will do.
+    if (const DynamicLossScaler* scaler = mp_->scaler()) snap.scaler = scaler->state();
+    auto part = mp_->checkpoint_shard();
+    checkpoint::Shard mine;
+    for (const auto& [offset, length] : part.ranges) mine.ranges.push_back({offset, length});
+    mine.params = std::move(part.params);
+    mine.opt0 = std::move(part.opt0);
+    mine.opt1 = std::move(part.opt1);
+    const std::string file =
+        checkpoint::save_sharded(world_, c.checkpoint_dir, p.step, checkpoint_meta(c, p, snap),
+                                 mp_->layout(), mp_->full_num_params(), mine, c.keep_checkpoints);
+    return world_.rank() == 0 ? file : std::string();
   }
   void restore(const Snapshot& s) override {
     mp_->set_full_params(s.params);
@@ -451,6 +486,7 @@ class ModelParallelEngine final : public Engine {
     mp_->optimizer().set_steps(s.optimizer_steps);
     for (auto* d : dropouts(mp_->stage()))
       d->set_calls(s.dropout_calls.empty() ? 0 : s.dropout_calls.front());
+    if (DynamicLossScaler* scaler = mp_->scaler(); scaler && s.scaler) scaler->set_state(*s.scaler);
   }
 
  private:
@@ -538,13 +574,8 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   double timed_s = 0, last_loss = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
-  const bool saves = !c.checkpoint_dir.empty();  // rank 0 writes
-  // Snapshots are collective for model-parallel engines.
-  auto save = [&](const Position& p) {
-    if (!engine->collective() && comm.rank() != 0) return std::string();
-    const Snapshot snap = engine->snapshot();
-    return comm.rank() == 0 ? save_checkpoint(c, p, snap) : std::string();
-  };
+  const bool saves = !c.checkpoint_dir.empty();
+  auto save = [&](const Position& p) { return engine->save(c, p); };
   Position pos = start;
   const Fault fault = Fault::from_environment(comm.name() == "mpi");
   std::vector<data::Batch<T>> micro(c.accumulate);

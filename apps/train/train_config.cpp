@@ -156,6 +156,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--loss-scale", c.loss_scale,
                  "auto (dynamic for fp16, none otherwise) | dynamic | none")
       ->capture_default_str();
+  auto* growth_option =
+      app.add_option("--loss-scale-growth-interval", c.loss_scale_growth_interval,
+                     "dynamic loss scaling: finite steps in a row before the scale doubles")
+          ->capture_default_str()
+          ->check(whole_number(1, 1000000000));
   app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
   app.add_option("--dp", c.dp, "mesh: data-parallel ranks (default: the ranks left over)")
       ->check(CLI::Range(1, 1 << 20));
@@ -261,6 +266,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   STRATA_REQUIRE(c.loss_scale == "auto" || c.loss_scale == "dynamic" || c.loss_scale == "none",
                  config, "--loss-scale: unknown value '", c.loss_scale,
                  "' (expected auto, dynamic or none)");
+  const bool scaling =
+      c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
+  STRATA_REQUIRE(growth_option->count() == 0 || scaling, config,
+                 "--loss-scale-growth-interval needs dynamic loss scaling (--precision fp16 or "
+                 "--loss-scale dynamic)");
   STRATA_REQUIRE(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), config,
                  "--clip-grad-norm must be finite and >= 0, got ", c.clip_grad_norm);
   STRATA_REQUIRE(!(c.grad_compression != "none" && model_parallel(c)), config,

@@ -52,6 +52,7 @@ struct TrainConfig {
   std::string grad_compression = "none";  // none | bf16 | fp16: gradient allreduce in 16 bits
   double clip_grad_norm = 0;              // > 0: clip by global L2 norm
   std::string loss_scale = "auto";        // auto (dynamic for fp16) | dynamic | none
+  std::int64_t loss_scale_growth_interval = 2000;  // good steps before the scale grows
   bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
   // Model parallelism (0: derived from the strategy and the world size).
   int dp = 0, pp = 0, tp = 0;

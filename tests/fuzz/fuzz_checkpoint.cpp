@@ -1,5 +1,7 @@
 // libFuzzer target: the checkpoint reader (checkpoint::parse, which
-// checkpoint::load calls with the file's bytes).
+// checkpoint::load calls with the file's bytes) on whole checkpoints and
+// manifests of sharded ones (whose shards the reader is given the input
+// itself for), and the shard reader (checkpoint::parse_shard).
 //
 // Each input is parsed twice: as given, and with every section's CRC field
 // recomputed over the section's payload where the structure allows it, so
@@ -45,11 +47,26 @@ void fix_crcs(std::vector<std::uint8_t>& b) {
 
 void check(const std::uint8_t* data, std::size_t size) {
   fuzz::expect_only({ErrorKind::data}, [&] {
-    const checkpoint::State s = checkpoint::parse(data, size, "fuzz.strata");
+    const auto shard_bytes = [&](const std::string&) {
+      return std::string(reinterpret_cast<const char*>(data), size);
+    };
+    const checkpoint::State s = checkpoint::parse(data, size, "fuzz.strata", shard_bytes);
     STRATA_FUZZ_CHECK(!s.config.empty() && !s.state.empty());
-    // Every decoded byte came from the input.
-    STRATA_FUZZ_CHECK(s.config.size() + s.state.size() +
-                          4 * (s.params.size() + s.opt0.size() + s.opt1.size()) <= size);
+    // Every decoded byte came from the input (a manifest's shards are the
+    // input again: each value of the model once).
+    STRATA_FUZZ_CHECK(s.config.size() + s.state.size() <= size);
+    STRATA_FUZZ_CHECK(s.params.size() <= size && s.opt0.size() <= size && s.opt1.size() <= size);
+  });
+  fuzz::expect_only({ErrorKind::data}, [&] {
+    checkpoint::ShardHeader h;
+    const checkpoint::Shard s = checkpoint::parse_shard(data, size, "fuzz.strata", &h);
+    STRATA_FUZZ_CHECK(16 * s.ranges.size() + 4 * (s.params.size() + s.opt0.size() + s.opt1.size()) <= size);
+    std::uint64_t held = 0;
+    for (const auto& r : s.ranges) {
+      STRATA_FUZZ_CHECK(r.length > 0 && r.offset + r.length <= h.values);
+      held += r.length;
+    }
+    STRATA_FUZZ_CHECK(held == s.params.size() && h.rank < h.ranks);
   });
 }
 
