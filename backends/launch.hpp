@@ -41,8 +41,9 @@
 namespace strata {
 
 // Below this many element operations a host kernel runs inline. A 2-thread
-// OpenMP fork and join costs about what 10-20 thousand simple element updates
-// cost (strata-bench-micro's BM_Launch measures both).
+// OpenMP fork and join (1-3 microseconds on a quiet machine) costs about what
+// 10-30 thousand simple element updates cost (strata-bench-micro's launch/
+// rows time both sides).
 inline constexpr std::size_t inline_work_limit = std::size_t(1) << 14;
 
 // Whether kernels of this build run on the host (then they may run inline).
