@@ -40,10 +40,9 @@
 
 namespace strata {
 
-// Below this many element operations a host kernel runs inline. A 2-thread
-// OpenMP fork and join (1-3 microseconds on a quiet machine) costs about what
-// 10-30 thousand simple element updates cost (strata-bench-micro's launch/
-// rows time both sides).
+// Below this many element operations a host kernel runs inline: a 2-thread
+// fork and join (1-3 us, quiet) costs what 10-30 thousand simple element
+// updates cost (strata-bench-micro's launch/ rows time both sides).
 inline constexpr std::size_t inline_work_limit = std::size_t(1) << 14;
 
 // Whether kernels of this build run on the host (then they may run inline).
