@@ -96,13 +96,14 @@ class Optimizer {
   // Bytes of optimizer state.
   std::size_t state_bytes() const { return (state0_.extent(0) + state1_.extent(0)) * sizeof(T); }
 
- private:
   // step_fused's update with gradients multiplied by f; copy(i, p) writes
   // the copies of updated parameter i (a type per kind of copy, so that the
-  // common cases compile to branch-free, vectorisable loops).
+  // common cases compile to branch-free, vectorisable loops). Public only
+  // because CUDA refuses device lambdas in private member functions.
   template <class Copy>
   void fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, T f, const Copy& copy);
 
+ private:
   OptimizerConfig config_;
   std::size_t n_;
   std::int64_t steps_ = 0;
