@@ -82,7 +82,8 @@ void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
       return;
     }
     // Chunks of about host_chunk element operations.
-    const std::size_t chunk = work_per_item >= host_chunk ? 1 : host_chunk / work_per_item;
+    const std::size_t chunk =
+        work_per_item >= host_chunk ? 1 : host_chunk / (work_per_item > 0 ? work_per_item : 1);
     const std::size_t chunks = (n + chunk - 1) / chunk;
     Kokkos::parallel_for(name, Range(ctx.exec, 0, chunks), [=](const std::size_t c) {
       const std::size_t begin = c * chunk;

@@ -12,8 +12,7 @@
 #          CUDA in /usr/local/cuda is kept out of this build.
 #   debug  Kokkos with Kokkos_ENABLE_DEBUG and bounds checking, Strata with its
 #          contracts (STRATA_EXPECT, assert) on: builds and runs the whole test
-#          suite (ctest) with STRATA_INLINE_KERNELS=0, so every kernel goes
-#          through a Kokkos launch (the default run executes small ones inline).
+#          suite (ctest).
 #
 # Usage: scripts/ci-checks.sh [CHECK...]        (default: hip cuda debug)
 #        scripts/ci-checks.sh --list
@@ -149,7 +148,7 @@ check_debug() {
   configure_and_build debug "$build" "" -DCMAKE_CXX_FLAGS_RELEASE=-O2 || return 1
   say "debug: ctest (log build-debug/ctest.log)"
   : >"$build/ctest.log"
-  (cd "$build" && STRATA_INLINE_KERNELS=0 logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs") \
+  (cd "$build" && logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs") \
     || { say "debug: tests failed"; return 1; }
   grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
 }

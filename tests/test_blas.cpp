@@ -93,6 +93,7 @@ INSTANTIATE_TEST_SUITE_P(OddShapes, GemmShapes,
 // portable kernel (same dot product, same order), for every transpose.
 TEST(Gemm, InlineSmallIsBitwiseThePortableKernel) {
   if (!host_kernels) GTEST_SKIP() << "kernels run on a device: nothing runs inline";
+  if (!inline_kernels_allowed()) GTEST_SKIP() << "inline kernels are off (STRATA_INLINE_KERNELS=0 or a Kokkos tool)";
   const std::vector<std::tuple<int, int, int>> shapes = {{32, 5, 10}, {5, 10, 32}, {32, 10, 5},
                                                          {3, 1, 7}, {15, 16, 17}};
   for (auto [m, n, k] : shapes) {

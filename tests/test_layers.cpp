@@ -633,6 +633,12 @@ TEST(InlineKernels, DecisionFollowsThreadsAndWork) {
   EXPECT_TRUE(runs_inline(ctx, inline_work_limit * 100));
   ctx.inline_ok = false;
   EXPECT_FALSE(runs_inline(ctx, 1));
+  // Items of no work (a Linear's bias gradient over a shard of 0 rows) launch
+  // too: every item runs once, nothing divides by zero.
+  VectorBuffer<int> hits("hits", 5);
+  int* h = hits.data();
+  for_range(ctx, "strata::test::zero_work", 5, KOKKOS_LAMBDA(const std::size_t i) { h[i] += 1; }, 0);
+  EXPECT_EQ(test::to_host(hits), std::vector<int>(5, 1));
 }
 
 }  // namespace
