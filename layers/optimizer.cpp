@@ -50,54 +50,6 @@ Optimizer<T>::Optimizer(const OptimizerConfig& config, std::size_t n) : config_(
 }
 
 template <class T>
-void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
-  STRATA_REQUIRE(p.extent(0) == n_ && g.extent(0) == n_, config, "optimizer for ", n_,
-                 " parameters got buffers of ", p.extent(0), " and ", g.extent(0));
-  ++steps_;
-  const T lr = static_cast<T>(config_.lr);
-  const T wd = static_cast<T>(config_.weight_decay);
-  Vector<T> s0 = state0_, s1 = state1_;
-  if (config_.kind == OptimizerKind::sgd) {
-    const T mu = static_cast<T>(config_.momentum);
-    const bool first = steps_ == 1, nesterov = config_.nesterov;
-    if (config_.momentum == 0) {
-      for_range(ctx, "strata::sgd", n_, KOKKOS_LAMBDA(const std::size_t i) {
-        p(i) -= lr * (g(i) + wd * p(i));
-      });
-    } else {
-      for_range(ctx, "strata::sgd_momentum", n_,
-                           KOKKOS_LAMBDA(const std::size_t i) {
-                             const T d = g(i) + wd * p(i);
-                             const T b = first ? d : mu * s0(i) + d;
-                             s0(i) = b;
-                             p(i) -= lr * (nesterov ? d + mu * b : b);
-                           });
-    }
-    return;
-  }
-  const T b1 = static_cast<T>(config_.beta1), b2 = static_cast<T>(config_.beta2);
-  const T eps = static_cast<T>(config_.eps);
-  // Bias corrections in double on the host, as PyTorch computes them.
-  const T c1 = static_cast<T>(1.0 - std::pow(config_.beta1, static_cast<double>(steps_)));
-  const T c2 = static_cast<T>(std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(steps_))));
-  const T step_size = lr / c1;
-  const bool decoupled = config_.kind == OptimizerKind::adamw;
-  for_range(ctx, "strata::adam", n_, KOKKOS_LAMBDA(const std::size_t i) {
-    T pi = p(i);
-    T gi = g(i);
-    if (decoupled)
-      pi -= lr * wd * pi;
-    else
-      gi += wd * pi;
-    const T m = b1 * s0(i) + (T(1) - b1) * gi;
-    const T v = b2 * s1(i) + (T(1) - b2) * gi * gi;
-    s0(i) = m;
-    s1(i) = v;
-    p(i) = pi - step_size * m / (kmath::sqrt(v) / c2 + eps);
-  });
-}
-
-template <class T>
 double sum_of_squares(Context& ctx, ConstVector<T> g) {
   double sumsq = 0;
   sum_range(ctx, "strata::grad_sumsq", g.extent(0),
@@ -140,6 +92,15 @@ struct Copies {
   }
 };
 }  // namespace detail::fused
+
+template <class T>
+void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
+  STRATA_REQUIRE(p.extent(0) == n_ && g.extent(0) == n_, config, "optimizer for ", n_,
+                 " parameters got buffers of ", p.extent(0), " and ", g.extent(0));
+  ++steps_;
+  // The fused update with gradients multiplied by 1 (exact) and no copy.
+  fused_update(ctx, p, g, T(1), detail::fused::NoCopy{});
+}
 
 template <class T>
 FusedResult Optimizer<T>::step_fused(Context& ctx, Vector<T> p, ConstVector<T> g,
@@ -186,7 +147,7 @@ template <class T>
 template <class Copy>
 void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, const T f,
                                 const Copy& copy) {
-  // The updates below are step()'s, operation for operation, on g * f.
+  // SGD (with momentum, Nesterov), Adam and AdamW on g * f; step() is f = 1.
   const T lr = static_cast<T>(config_.lr);
   const T wd = static_cast<T>(config_.weight_decay);
   Vector<T> s0 = state0_, s1 = state1_;
