@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/vmath.hpp"
 
 namespace strata {
 
@@ -39,26 +40,26 @@ struct Gelu {
   // 0.5 x (1 + erf(x / sqrt 2)); derivative Phi(x) + x phi(x).
   template <class T>
   KOKKOS_INLINE_FUNCTION static T f(T x) {
-    return T(0.5) * x * (T(1) + kmath::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + vmath::erf(x * T(0.70710678118654752440)));
   }
   template <class T>
   KOKKOS_INLINE_FUNCTION static T df(T x, T) {
-    const T cdf = T(0.5) * (T(1) + kmath::erf(x * T(0.70710678118654752440)));
-    const T pdf = T(0.39894228040143267794) * kmath::exp(T(-0.5) * x * x);
+    const T cdf = T(0.5) * (T(1) + vmath::erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * vmath::exp(T(-0.5) * x * x);
     return cdf + x * pdf;
   }
 };
 struct Tanh {
   static constexpr bool uses_x = false;
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T f(T x) { return kmath::tanh(x); }
+  KOKKOS_INLINE_FUNCTION static T f(T x) { return vmath::tanh(x); }
   template <class T>
   KOKKOS_INLINE_FUNCTION static T df(T, T y) { return T(1) - y * y; }
 };
 struct Sigmoid {
   static constexpr bool uses_x = false;
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T f(T x) { return T(1) / (T(1) + kmath::exp(-x)); }
+  KOKKOS_INLINE_FUNCTION static T f(T x) { return T(1) / (T(1) + vmath::exp(-x)); }
   template <class T>
   KOKKOS_INLINE_FUNCTION static T df(T, T y) { return y * (T(1) - y); }
 };

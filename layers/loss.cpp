@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/vmath.hpp"
 
 namespace strata {
 
@@ -41,13 +42,13 @@ double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out
         T mx = out(i, 0);
         for (int j = 1; j < width; ++j) mx = out(i, j) > mx ? out(i, j) : mx;
         T s = 0;
-        for (int j = 0; j < width; ++j) s += kmath::exp(out(i, j) - mx);
+        for (int j = 0; j < width; ++j) s += vmath::exp(out(i, j) - mx);
         const T lse = mx + kmath::log(s);
         acc += static_cast<double>(lse - out(i, label));
         if (grad) {
           const T inv = T(1) / s;
           for (int j = 0; j < width; ++j)
-            dout(i, j) = (kmath::exp(out(i, j) - mx) * inv - (j == label ? T(1) : T(0))) * scale;
+            dout(i, j) = (vmath::exp(out(i, j) - mx) * inv - (j == label ? T(1) : T(0))) * scale;
         }
       },
       sum, 3 * width);

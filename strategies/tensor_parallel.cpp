@@ -36,155 +36,117 @@ void allreduce_after(Context& ctx, comm::Communicator& comm, Matrix<T> buf) {
 }
 }  // namespace
 
+// ----------------------------------------------------- what both kinds share
+template <class T, class Shard>
+TensorParallelLinear<T, Shard>::TensorParallelLinear(std::size_t in, std::size_t out,
+                                                     comm::Communicator& tp, std::size_t local_in,
+                                                     std::size_t local_out, bool bias)
+    : in_(in), out_(out), tp_(tp), local_(local_in, local_out, bias) {}
+
+template <class T, class Shard>
+std::string TensorParallelLinear<T, Shard>::name() const {
+  return describe(Shard::kind, in_, out_, tp_.size());
+}
+
+template <class T, class Shard>
+void TensorParallelLinear<T, Shard>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
+                                          std::uint64_t layer_index) const {
+  extract(full_init<T>(in_, out_, scheme, seed, layer_index).data(), params.data());
+}
+
+template <class T, class Shard>
+void TensorParallelLinear<T, Shard>::extract(const T* full, T* shard) const {
+  const auto& self = static_cast<const Shard&>(*this);
+  const int r = tp_.rank();
+  for (std::size_t k = 0, n = this->num_params(); k < n; ++k) shard[k] = full[self.position(r, k)];
+}
+
+template <class T, class Shard>
+void TensorParallelLinear<T, Shard>::assemble(const T* blocks, T* full) const {
+  const auto& self = static_cast<const Shard&>(*this);
+  const std::size_t n = this->num_params();
+  for (int r = 0; r < tp_.size(); ++r) {
+    const T* block = blocks + static_cast<std::size_t>(r) * n;
+    for (std::size_t k = 0; k < n; ++k)
+      if (owns(r, k)) full[self.position(r, k)] = block[k];
+  }
+}
+
+template <class T, class Shard>
+void TensorParallelLinear<T, Shard>::full_index(std::size_t* index) const {
+  const auto& self = static_cast<const Shard&>(*this);
+  const int r = tp_.rank();
+  for (std::size_t k = 0, n = this->num_params(); k < n; ++k)
+    index[k] = owns(r, k) ? self.position(r, k) : ShardedLayer<T>::kReplica;
+}
+
 // ------------------------------------------------------------ column-parallel
 template <class T>
 ColumnParallelLinear<T>::ColumnParallelLinear(std::size_t in, std::size_t out,
                                               comm::Communicator& tp)
-    : in_(in),
-      out_(out),
-      local_out_(divided(out, tp, describe("Linear", in, out, tp.size()), "output")),
-      first_(local_out_ * static_cast<std::size_t>(tp.rank())),
-      tp_(tp),
-      local_(in, local_out_) {}
-
-template <class T>
-std::string ColumnParallelLinear<T>::name() const {
-  return describe("ColumnParallelLinear", in_, out_, tp_.size());
-}
+    : TensorParallelLinear<T, ColumnParallelLinear<T>>(
+          in, out, tp, in, divided(out, tp, describe("Linear", in, out, tp.size()), "output"),
+          /*bias=*/true),
+      local_out_(out / static_cast<std::size_t>(tp.size())) {}
 
 template <class T>
 std::size_t ColumnParallelLinear<T>::out_features(std::size_t in) const {
-  STRATA_REQUIRE(in == in_, config, name(), " expects inputs of width ", in_, " but gets width ",
-                 in);
+  STRATA_REQUIRE(in == this->in_, config, this->name(), " expects inputs of width ", this->in_,
+                 " but gets width ", in);
   return local_out_;
 }
 
 template <class T>
-void ColumnParallelLinear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
-                                   std::uint64_t layer_index) const {
-  extract(full_init<T>(in_, out_, scheme, seed, layer_index).data(), params.data());
-}
-
-template <class T>
-void ColumnParallelLinear<T>::extract(const T* full, T* shard) const {
-  for (std::size_t o = 0; o < local_out_; ++o)
-    for (std::size_t j = 0; j < in_; ++j) shard[o * in_ + j] = full[(first_ + o) * in_ + j];
-  for (std::size_t o = 0; o < local_out_; ++o)
-    shard[local_out_ * in_ + o] = full[out_ * in_ + first_ + o];
-}
-
-template <class T>
-void ColumnParallelLinear<T>::assemble(const T* blocks, T* full) const {
-  const std::size_t n = num_params();
-  for (int r = 0; r < tp_.size(); ++r) {
-    const T* block = blocks + static_cast<std::size_t>(r) * n;
-    const std::size_t first = local_out_ * static_cast<std::size_t>(r);
-    for (std::size_t o = 0; o < local_out_; ++o)
-      for (std::size_t j = 0; j < in_; ++j) full[(first + o) * in_ + j] = block[o * in_ + j];
-    for (std::size_t o = 0; o < local_out_; ++o)
-      full[out_ * in_ + first + o] = block[local_out_ * in_ + o];
-  }
-}
-
-template <class T>
-void ColumnParallelLinear<T>::full_index(std::size_t* index) const {
-  for (std::size_t o = 0; o < local_out_; ++o)
-    for (std::size_t j = 0; j < in_; ++j) index[o * in_ + j] = (first_ + o) * in_ + j;
-  for (std::size_t o = 0; o < local_out_; ++o) index[local_out_ * in_ + o] = out_ * in_ + first_ + o;
-}
-
-template <class T>
 void ColumnParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  local_.use_slot(this->slot_);
-  local_.forward(ctx, x, y);
+  this->local_.use_slot(this->slot_);
+  this->local_.forward(ctx, x, y);
 }
 
 template <class T>
 void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  local_.use_slot(this->slot_);
-  local_.backward(ctx, dy, dx);
+  this->local_.use_slot(this->slot_);
+  this->local_.backward(ctx, dy, dx);
   // dx = sum over ranks of dy_shard W_shard.
-  if (dx.data() != nullptr && tp_.size() > 1) allreduce_after(ctx, tp_, dx);
+  if (dx.data() != nullptr && this->tp_.size() > 1) allreduce_after(ctx, this->tp_, dx);
 }
 
 // --------------------------------------------------------------- row-parallel
 template <class T>
 RowParallelLinear<T>::RowParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp)
-    : in_(in),
-      out_(out),
-      local_in_(divided(in, tp, describe("Linear", in, out, tp.size()), "input")),
-      first_(local_in_ * static_cast<std::size_t>(tp.rank())),
-      tp_(tp),
-      local_(local_in_, out, /*bias=*/false) {}
-
-template <class T>
-std::string RowParallelLinear<T>::name() const {
-  return describe("RowParallelLinear", in_, out_, tp_.size());
-}
+    : TensorParallelLinear<T, RowParallelLinear<T>>(
+          in, out, tp, divided(in, tp, describe("Linear", in, out, tp.size()), "input"), out,
+          /*bias=*/false),
+      local_in_(in / static_cast<std::size_t>(tp.size())) {}
 
 template <class T>
 std::size_t RowParallelLinear<T>::out_features(std::size_t in) const {
-  STRATA_REQUIRE(in == local_in_, config, name(), " expects its shard of width ", local_in_,
+  STRATA_REQUIRE(in == local_in_, config, this->name(), " expects its shard of width ", local_in_,
                  " of the input but gets width ", in);
-  return out_;
+  return this->out_;
 }
 
 template <class T>
 void RowParallelLinear<T>::bind(Vector<T> params, Vector<T> grads) {
-  const std::size_t nw = out_ * local_in_;
-  local_.bind(Kokkos::subview(params, Kokkos::make_pair(std::size_t(0), nw)),
-              Kokkos::subview(grads, Kokkos::make_pair(std::size_t(0), nw)));
-  b_ = Kokkos::subview(params, Kokkos::make_pair(nw, nw + out_));
-  db_ = Kokkos::subview(grads, Kokkos::make_pair(nw, nw + out_));
-}
-
-template <class T>
-void RowParallelLinear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
-                                std::uint64_t layer_index) const {
-  extract(full_init<T>(in_, out_, scheme, seed, layer_index).data(), params.data());
-}
-
-template <class T>
-void RowParallelLinear<T>::extract(const T* full, T* shard) const {
-  for (std::size_t o = 0; o < out_; ++o)
-    for (std::size_t j = 0; j < local_in_; ++j) shard[o * local_in_ + j] = full[o * in_ + first_ + j];
-  for (std::size_t o = 0; o < out_; ++o) shard[out_ * local_in_ + o] = full[out_ * in_ + o];
-}
-
-template <class T>
-void RowParallelLinear<T>::assemble(const T* blocks, T* full) const {
-  const std::size_t n = num_params();
-  for (int r = 0; r < tp_.size(); ++r) {
-    const T* block = blocks + static_cast<std::size_t>(r) * n;
-    const std::size_t first = local_in_ * static_cast<std::size_t>(r);
-    for (std::size_t o = 0; o < out_; ++o)
-      for (std::size_t j = 0; j < local_in_; ++j) full[o * in_ + first + j] = block[o * local_in_ + j];
-  }
-  for (std::size_t o = 0; o < out_; ++o) full[out_ * in_ + o] = blocks[out_ * local_in_ + o];
-}
-
-template <class T>
-void RowParallelLinear<T>::full_index(std::size_t* index) const {
-  for (std::size_t o = 0; o < out_; ++o)
-    for (std::size_t j = 0; j < local_in_; ++j) index[o * local_in_ + j] = o * in_ + first_ + j;
-  // The bias is replicated: group rank 0 writes it.
-  for (std::size_t o = 0; o < out_; ++o)
-    index[out_ * local_in_ + o] = tp_.rank() == 0 ? out_ * in_ + o : ShardedLayer<T>::kReplica;
+  const std::size_t nw = this->out_ * local_in_, out = this->out_;
+  this->local_.bind(Kokkos::subview(params, Kokkos::make_pair(std::size_t(0), nw)),
+                    Kokkos::subview(grads, Kokkos::make_pair(std::size_t(0), nw)));
+  b_ = Kokkos::subview(params, Kokkos::make_pair(nw, nw + out));
+  db_ = Kokkos::subview(grads, Kokkos::make_pair(nw, nw + out));
 }
 
 template <class T>
 void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  local_.use_slot(this->slot_);
-  local_.forward(ctx, x, y);  // this rank's part of x W^T
-  if (tp_.size() > 1) allreduce_after(ctx, tp_, y);
+  this->local_.use_slot(this->slot_);
+  this->local_.forward(ctx, x, y);  // this rank's part of x W^T
+  if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, y);
   detail::add_bias<T>(ctx, y, b_);
 }
 
 template <class T>
 void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   detail::accumulate_bias_grad<T>(ctx, dy, db_);
-  local_.use_slot(this->slot_);
-  local_.backward(ctx, dy, dx);  // dx is this rank's shard of the input gradient
+  this->local_.use_slot(this->slot_);
+  this->local_.backward(ctx, dy, dx);  // dx is this rank's shard of the input gradient
 }
 
 // ----------------------------------------------------------------- the MLP
@@ -217,6 +179,10 @@ MlpLayers<T> make_tensor_parallel_mlp(const MlpSpec& spec, comm::Communicator& t
   return m;
 }
 
+template class TensorParallelLinear<float, ColumnParallelLinear<float>>;
+template class TensorParallelLinear<double, ColumnParallelLinear<double>>;
+template class TensorParallelLinear<float, RowParallelLinear<float>>;
+template class TensorParallelLinear<double, RowParallelLinear<double>>;
 template class ColumnParallelLinear<float>;
 template class ColumnParallelLinear<double>;
 template class RowParallelLinear<float>;

@@ -52,67 +52,87 @@ class ShardedLayer : public Layer<T> {
   virtual void full_index(std::size_t* index) const = 0;
 };
 
-template <class T>
-class ColumnParallelLinear final : public ShardedLayer<T> {
+// What column- and row-parallel Linear layers share: the shard of a
+// Linear(in, out) held on each rank of tp, computed by a local Linear, and
+// extract/assemble/full_index from one map, Shard::position(r, k): the
+// position among the whole layer's values of value k of group rank r's shard.
+template <class T, class Shard>
+class TensorParallelLinear : public ShardedLayer<T> {
  public:
-  ColumnParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
-
   std::string name() const override;
-  std::size_t out_features(std::size_t in) const override;
-  std::size_t num_params() const override { return local_.num_params(); }
-  void bind(Vector<T> params, Vector<T> grads) override { local_.bind(params, grads); }
+  std::size_t full_num_params() const override { return out_ * in_ + out_; }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
   void set_slots(std::size_t n) override {
     Layer<T>::set_slots(n);
     local_.set_slots(n);
   }
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
   bool backward_reads_output() const override { return false; }
-
-  std::size_t full_num_params() const override { return out_ * in_ + out_; }
   void extract(const T* full, T* shard) const override;
   void assemble(const T* blocks, T* full) const override;
   void full_index(std::size_t* index) const override;
-  std::size_t first_feature() const { return first_; }
 
- private:
-  std::size_t in_, out_, local_out_, first_;
+ protected:
+  // local_in x local_out: this rank's Linear (with a bias when `bias`).
+  TensorParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp,
+                       std::size_t local_in, std::size_t local_out, bool bias);
+  // Whether group rank r writes shard value k (false for a replica on r > 0).
+  bool owns(int r, std::size_t k) const {
+    return r == 0 || k < this->num_params() - this->replicated_tail();
+  }
+
+  std::size_t in_, out_;
   comm::Communicator& tp_;
-  Linear<T> local_;  // Linear(in, out / tp) on this rank's rows of W and b
+  Linear<T> local_;
 };
 
 template <class T>
-class RowParallelLinear final : public ShardedLayer<T> {
+class ColumnParallelLinear final : public TensorParallelLinear<T, ColumnParallelLinear<T>> {
  public:
-  RowParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
+  static constexpr const char* kind = "ColumnParallelLinear";
+  ColumnParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
 
-  std::string name() const override;
   std::size_t out_features(std::size_t in) const override;
-  std::size_t num_params() const override { return out_ * local_in_ + out_; }
-  void bind(Vector<T> params, Vector<T> grads) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
-  void set_slots(std::size_t n) override {
-    Layer<T>::set_slots(n);
-    local_.set_slots(n);
-  }
+  std::size_t num_params() const override { return this->local_.num_params(); }
+  void bind(Vector<T> params, Vector<T> grads) override { this->local_.bind(params, grads); }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
-  bool backward_reads_output() const override { return false; }
 
-  std::size_t full_num_params() const override { return out_ * in_ + out_; }
-  void extract(const T* full, T* shard) const override;
-  void assemble(const T* blocks, T* full) const override;
-  std::size_t replicated_tail() const override { return out_; }
-  void full_index(std::size_t* index) const override;
+  std::size_t first_feature() const { return local_out_ * static_cast<std::size_t>(this->tp_.rank()); }
+  // Rows [r * out/tp, (r+1) * out/tp) of W, then those entries of b.
+  std::size_t position(int r, std::size_t k) const {
+    const std::size_t first = local_out_ * static_cast<std::size_t>(r), in = this->in_;
+    if (k < local_out_ * in) return (first + k / in) * in + k % in;
+    return this->out_ * in + first + (k - local_out_ * in);
+  }
 
  private:
-  std::size_t in_, out_, local_in_, first_;
-  comm::Communicator& tp_;
-  Linear<T> local_;  // Linear(in / tp, out, no bias) on this rank's columns of W
-  Vector<T> b_, db_;
+  std::size_t local_out_;
+};
+
+template <class T>
+class RowParallelLinear final : public TensorParallelLinear<T, RowParallelLinear<T>> {
+ public:
+  static constexpr const char* kind = "RowParallelLinear";
+  RowParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
+
+  std::size_t out_features(std::size_t in) const override;
+  std::size_t num_params() const override { return this->out_ * local_in_ + this->out_; }
+  void bind(Vector<T> params, Vector<T> grads) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  std::size_t replicated_tail() const override { return this->out_; }
+
+  // Columns [r * in/tp, (r+1) * in/tp) of W, then all of b.
+  std::size_t position(int r, std::size_t k) const {
+    const std::size_t first = local_in_ * static_cast<std::size_t>(r), out = this->out_;
+    if (k < out * local_in_) return (k / local_in_) * this->in_ + first + k % local_in_;
+    return out * this->in_ + (k - out * local_in_);
+  }
+
+ private:
+  std::size_t local_in_;
+  Vector<T> b_, db_;  // the replicated bias (the local Linear has none)
 };
 
 // The MLP of spec with tensor parallelism over tp: Linear layers in pairs,

@@ -3,6 +3,7 @@
 // gradients). Losses likewise; Sequential against the composition of layers.
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/vmath.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/loss.hpp"
 #include "layers/mlp.hpp"
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -206,6 +208,108 @@ INSTANTIATE_TEST_SUITE_P(All, Activations,
                          ::testing::Values(ActivationKind::relu, ActivationKind::gelu,
                                            ActivationKind::tanh, ActivationKind::sigmoid),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// ---------------------------------------------------------------- vmath
+// The float exp/erf/tanh of backends/vmath.hpp (what float activations and
+// the softmax use) against double-precision libm, in units in the last place
+// of the float result: a dense sweep, tiny magnitudes and the special values.
+double ulps(float got, double want) {
+  const float w = static_cast<float>(want);
+  if (std::isinf(w)) return got == w ? 0 : HUGE_VAL;
+  const double ulp = std::nextafter(std::fabs(w), HUGE_VALF) - std::fabs(w);
+  return std::fabs(static_cast<double>(got) - want) / ulp;
+}
+
+template <class F, class R>
+double worst_ulps(F f, R ref, double lo, double hi, std::size_t n, double* at) {
+  std::vector<float> xs;
+  for (std::size_t i = 0; i <= n; ++i) xs.push_back(static_cast<float>(lo + (hi - lo) * i / n));
+  for (double m = 1e-30; m < 1; m *= 1.01) {
+    xs.push_back(static_cast<float>(m));
+    xs.push_back(static_cast<float>(-m));
+  }
+  double worst = 0;
+  for (float x : xs) {
+    const double e = ulps(f(x), ref(static_cast<double>(x)));
+    if (!(e <= worst)) {  // NaN counts as worst
+      worst = e;
+      *at = x;
+    }
+  }
+  return worst;
+}
+
+TEST(VMath, FloatFunctionsAreWithinTheirStatedUlps) {
+  double at = 0;
+  const double e_exp = worst_ulps([](float x) { return vmath::exp(x); },
+                                  [](double x) { return std::exp(x); }, -103.9, 88.72, 400000, &at);
+  EXPECT_LE(e_exp, 1.3) << "exp at x = " << at;
+  const double e_erf = worst_ulps([](float x) { return vmath::erf(x); },
+                                  [](double x) { return std::erf(x); }, -6, 6, 400000, &at);
+  EXPECT_LE(e_erf, 3.0) << "erf at x = " << at;
+  const double e_tanh = worst_ulps([](float x) { return vmath::tanh(x); },
+                                   [](double x) { return std::tanh(x); }, -12, 12, 400000, &at);
+  EXPECT_LE(e_tanh, 1.5) << "tanh at x = " << at;
+  // Every float of [1, 2) and of [0.5, 1), where the erf and tanh branches meet.
+  for (float x = 0.5f; x < 2.0f; x = std::nextafter(x, 4.0f)) {
+    ASSERT_LE(ulps(vmath::erf(x), std::erf(double(x))), 3.0) << "erf at x = " << x;
+    ASSERT_LE(ulps(vmath::tanh(x), std::tanh(double(x))), 1.5) << "tanh at x = " << x;
+    ASSERT_LE(ulps(vmath::exp(x), std::exp(double(x))), 1.3) << "exp at x = " << x;
+  }
+}
+
+TEST(VMath, SpecialValues) {
+  const float inf = HUGE_VALF, nan = std::nanf("");
+  EXPECT_EQ(vmath::exp(0.0f), 1.0f);
+  EXPECT_EQ(vmath::exp(inf), inf);
+  EXPECT_EQ(vmath::exp(89.0f), inf);
+  EXPECT_EQ(vmath::exp(-inf), 0.0f);
+  EXPECT_EQ(vmath::exp(-104.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(vmath::exp(nan)));
+  // Subnormal results, rounded once: within one subnormal unit.
+  for (float x : {-87.5f, -90.0f, -95.0f, -100.0f, -103.0f})
+    EXPECT_LE(std::fabs(double(vmath::exp(x)) - std::exp(double(x))), 0x1p-149) << x;
+  EXPECT_EQ(vmath::erf(inf), 1.0f);
+  EXPECT_EQ(vmath::erf(-inf), -1.0f);
+  EXPECT_EQ(vmath::erf(10.0f), 1.0f);
+  EXPECT_TRUE(std::signbit(vmath::erf(-0.0f)));
+  EXPECT_TRUE(std::isnan(vmath::erf(nan)));
+  EXPECT_EQ(vmath::tanh(inf), 1.0f);
+  EXPECT_EQ(vmath::tanh(-inf), -1.0f);
+  EXPECT_EQ(vmath::tanh(-100.0f), -1.0f);
+  EXPECT_TRUE(std::signbit(vmath::tanh(-0.0f)));
+  EXPECT_TRUE(std::isnan(vmath::tanh(nan)));
+  EXPECT_EQ(vmath::exp(2.0), std::exp(2.0)) << "double arguments use libm";
+}
+
+// Float activation layers (computed with vmath, on the backend's device)
+// against the double reference: forward within a few float roundings of
+// each intermediate, backward (GELU's Phi + x phi, Tanh's 1 - y^2,
+// Sigmoid's y (1 - y)) likewise.
+TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
+  const std::size_t rows = 64, cols = 129;
+  auto layer = make_activation<float>(GetParam());
+  layer->reserve(rows, cols);
+  Context ctx;
+  std::vector<float> x(rows * cols), dy(rows * cols, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -12.0f + 24.0f * float(i) / float(x.size());
+  MatrixBuffer<float> y("y", rows, cols), dx("dx", rows, cols);
+  auto xd = test::to_device(x, rows, cols);
+  layer->begin_pass();
+  layer->forward(ctx, xd, y);
+  layer->backward(ctx, test::to_device(dy, rows, cols), dx);
+  ctx.exec.fence();
+  const auto yh = test::to_host(y), dxh = test::to_host(dx);
+  const double h = 1e-5;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i];
+    const double tol = 8 * FLT_EPSILON * (1 + std::fabs(xi));
+    ASSERT_NEAR(yh[i], act_reference(GetParam(), xi), tol) << layer->name() << " x=" << xi;
+    if (GetParam() == ActivationKind::relu && std::fabs(xi) < h) continue;
+    const double d = (act_reference(GetParam(), xi + h) - act_reference(GetParam(), xi - h)) / (2 * h);
+    ASSERT_NEAR(dxh[i], d, tol + 1e-8) << layer->name() << " derivative at x=" << xi;
+  }
+}
 
 TEST(Activation, UnknownNameIsAConfigError) {
   EXPECT_THROW(parse_activation("swish"), Error);

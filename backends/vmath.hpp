@@ -1,0 +1,110 @@
+// Float exp, erf and tanh that compilers vectorise.
+//
+// A loop calling libm's expf/erff/tanhf stays scalar (glibc's vector
+// versions are only declared under -ffast-math), which made GELU, Tanh and
+// Sigmoid about 30x slower than ReLU on host threads. These are polynomials
+// and selects without branches, calls or tables, so a host loop becomes SIMD
+// code; on GPUs they are plain arithmetic too, and every backend computes the
+// same values from the same formulas.
+//
+// Accuracy (float evaluation, against mpmath; scripts/fit-vmath.py derives
+// the coefficients and checks these bounds; VMath.* in tests/test_layers.cpp
+// checks them against double-precision libm):
+//   exp   1.3 ulp; x > 88.72 gives +inf, x < -103.9 gives 0, subnormal results
+//         are rounded from a normal intermediate
+//   erf   3 ulp (2.6 seen: float rounding in the polynomial); |x| >= 3.92
+//         gives +-1, as the correctly rounded erf does
+//   tanh  1.5 ulp
+// NaN in, NaN out; -0 keeps its sign for erf and tanh. Double arguments use
+// the Kokkos (libm) functions.
+#pragma once
+
+#include "backends/kokkos.hpp"
+#include "backends/precision.hpp"
+
+#include <cstdint>
+
+namespace strata::vmath {
+
+namespace detail {
+// Horner's rule, lowest-degree coefficient first: c0 + t (c1 + t (c2 + ...)).
+// Variadic rather than a loop over an array, so that nothing is left for the
+// vectoriser to unroll.
+KOKKOS_INLINE_FUNCTION float poly(float, float c0) { return c0; }
+template <class... C>
+KOKKOS_INLINE_FUNCTION float poly(float t, float c0, C... c) {
+  return poly(t, c...) * t + c0;
+}
+KOKKOS_INLINE_FUNCTION float copysign_of(float magnitude, float sign_of) {
+  using strata::detail::bits_float;
+  using strata::detail::float_bits;
+  return bits_float((float_bits(magnitude) & 0x7fffffffu) | (float_bits(sign_of) & 0x80000000u));
+}
+}  // namespace detail
+
+KOKKOS_INLINE_FUNCTION float exp(float x) {
+  using strata::detail::bits_float;
+  using strata::detail::float_bits;
+  constexpr float log2e = 1.44269504088896341f;
+  constexpr float ln2_hi = 0.693359375f;  // 8 significant bits: n * ln2_hi is exact
+  constexpr float ln2_lo = -2.12194440e-4f;
+  constexpr float magic = 12582912.0f;  // 1.5 * 2^23: x + magic rounds x to an integer
+  // Clamp (a NaN becomes -104 here and is put back at the end); 88.8 gives
+  // n = 128 and overflows to +inf below, -104 underflows to 0.
+  float xc = x > -104.0f ? x : -104.0f;
+  xc = xc < 88.8f ? xc : 88.8f;
+  const float t = xc * log2e + magic;
+  const float nf = t - magic;
+  // t's low mantissa bits hold n (two's complement offset from the magic).
+  const std::int32_t n = static_cast<std::int32_t>(float_bits(t) - float_bits(magic));
+  const float r = (xc - nf * ln2_hi) - nf * ln2_lo;  // |r| <= ln2 / 2
+  const float e = 1.0f + r + (r * r) * detail::poly(r, 0.5f, 0.16666577756404877f, 0.04166685417294502f,
+                                                         0.008363140746951103f, 0.0013901280472055078f);
+  // 2^n as two normal powers, n in [-150, 128]: (e * 2^n1) * 2^n2 rounds
+  // subnormal results once and overflows to +inf above 88.72.
+  const std::int32_t n1 = n >> 1, n2 = n - n1;
+  const float s1 = bits_float(static_cast<std::uint32_t>(n1 + 127) << 23);
+  const float s2 = bits_float(static_cast<std::uint32_t>(n2 + 127) << 23);
+  const float y = (e * s1) * s2;
+  return x == x ? y : x;
+}
+
+KOKKOS_INLINE_FUNCTION float erf(float x) {
+  // |x| < 1: x P(x^2). 1 <= |x| < 4: 1 - exp(Q(|x|)), Q fitting log(erfc).
+  const float a = x < 0.0f ? -x : x;
+  const float small = x * detail::poly(x * x, 1.1283791065216064f, -0.3761262595653534f,
+                                         0.1128358542919159f, -0.026853816583752632f,
+                                         0.005188334733247757f, -0.0008010247838683426f,
+                                         7.854026625864208e-05f);
+  // Written so that a NaN reaches exp (comparisons with NaN are false).
+  const float ac = a > 4.0f ? 4.0f : a;
+  float large = 1.0f - exp(detail::poly(ac, 0.0002078644756693393f, -1.1296361684799194f,
+                                           -0.6332188844680786f, -0.10820665955543518f,
+                                           0.024812208488583565f, -0.003837798023596406f,
+                                           0.00023989616602193564f, 4.621714833774604e-05f,
+                                           -1.362218154099537e-05f, 1.4590578985007596e-06f,
+                                           -6.133088703563772e-08f));
+  large = a > 4.0f ? 1.0f : large;
+  large = detail::copysign_of(large, x);
+  // a < 1 is false for NaN: the large branch, which is NaN.
+  return a < 1.0f ? small : large;
+}
+
+KOKKOS_INLINE_FUNCTION float tanh(float x) {
+  // |x| < 0.625: x + x^3 P(x^2). Otherwise 1 - 2 / (exp(2|x|) + 1), with
+  // exp(2|x|) = +inf giving exactly 1.
+  // Computed on |x|, the sign put back last (tanh(-0) = -0).
+  const float a = x < 0.0f ? -x : x;
+  const float a2 = a * a;
+  const float small = a + (a * a2) * detail::poly(a2, -0.333333283662796f, 0.13332770764827728f,
+                                                  -0.05385100841522217f, 0.020997541025280952f,
+                                                  -0.006097149103879929f);
+  const float large = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
+  return detail::copysign_of(a < 0.625f ? small : large, x);
+}
+
+KOKKOS_INLINE_FUNCTION double exp(double x) { return kmath::exp(x); }
+KOKKOS_INLINE_FUNCTION double erf(double x) { return kmath::erf(x); }
+KOKKOS_INLINE_FUNCTION double tanh(double x) { return kmath::tanh(x); }
+
+}  // namespace strata::vmath

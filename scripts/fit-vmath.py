@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Fit the polynomial coefficients of backends/vmath.hpp and check them.
+
+The float exp, erf and tanh of backends/vmath.hpp are polynomials (and one
+exp) that compilers can vectorise, unlike calls to libm. This script derives
+their coefficients: a least-squares fit of the relative error on Chebyshev
+points, reweighted toward the largest errors (Lawson's algorithm, which
+approaches the minimax polynomial), then rounded to float. It then evaluates
+the float formulas exactly as the C++ does (float arithmetic, same order) on
+every float of the fitted ranges' representative samples and prints the
+largest error in units in the last place against mpmath.
+
+Run with Debian's python3 (numpy, mpmath): /usr/bin/python3 scripts/fit-vmath.py
+The C++ tests (tests/test_layers.cpp, VMath.*) check the same bounds against
+double-precision libm on a dense sweep.
+"""
+import sys
+
+import mpmath
+import numpy as np
+
+mpmath.mp.dps = 40
+f32 = np.float32
+
+
+def lawson(func, basis, lo, hi, n_terms, points=4000, rounds=60):
+    """Coefficients c minimising max |sum c_k basis_k(x) - func(x)| / |func(x)|."""
+    k = np.arange(points)
+    x = (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / points)
+    target = np.array([float(func(mpmath.mpf(float(v)))) for v in x])
+    a = np.stack([basis(x, j) for j in range(n_terms)], axis=1) / target[:, None]
+    b = np.ones_like(x)
+    w = np.full(points, 1.0 / points)
+    for _ in range(rounds):
+        sw = np.sqrt(w)
+        c, *_ = np.linalg.lstsq(a * sw[:, None], b * sw, rcond=None)
+        err = np.abs(a @ c - b)
+        w = w * err
+        w /= w.sum()
+    return c
+
+
+def horner(coeffs, t):
+    """Horner in float, highest degree first, as the C++ evaluates it."""
+    acc = f32(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        acc = f32(acc * t + f32(c))
+    return acc
+
+
+def show(name, coeffs):
+    print(f"  {name}: " + ", ".join(f"{f32(c).item()!r}f" for c in coeffs))
+
+
+def ulp_error(got, want):
+    want = float(want)
+    if want == 0:
+        return 0.0 if got == 0 else float("inf")
+    ulp = np.spacing(f32(abs(want))).item()
+    return abs(float(got) - want) / ulp
+
+
+# exp(r) on [-ln2/2, ln2/2]: 1 + r + r^2 P(r).
+LN2 = float(mpmath.log(2))
+half = LN2 / 2
+exp_p = lawson(lambda r: (mpmath.exp(r) - 1 - r) / r**2 if r != 0 else mpmath.mpf(0.5),
+               lambda x, j: x**j, -half, half, 5)
+# erf(x) = x P(x^2) on [0, ERF_SPLIT].
+ERF_SPLIT = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+erf_small = lawson(lambda x: mpmath.erf(x) / x if x != 0 else 2 / mpmath.sqrt(mpmath.pi),
+                   lambda x, j: x ** (2 * j), 1e-6, ERF_SPLIT, 7)
+# erf(x) = 1 - exp(Q(x)) on [ERF_SPLIT, 4]: Q fits log(erfc(x)).
+erf_large = lawson(lambda x: mpmath.log(mpmath.erfc(x)), lambda x, j: x**j, ERF_SPLIT, 4.0, 11)
+# tanh(x) = x + x^3 P(x^2) on [0, 0.625].
+tanh_small = lawson(lambda x: (mpmath.tanh(x) - x) / x**3 if x != 0 else mpmath.mpf(-1) / 3,
+                    lambda x, j: x ** (2 * j), 1e-6, 0.625, 5)
+
+print("coefficients (lowest degree first):")
+show("exp P(r)", exp_p)
+show("erf small P(x^2)", erf_small)
+show("erf large Q(x)", erf_large)
+show("tanh small P(x^2)", tanh_small)
+
+LN2_HI = f32(0.693359375)  # 8 significant bits: n * LN2_HI is exact
+LN2_LO = f32(LN2 - 0.693359375)
+LOG2E = f32(1.4426950408889634)
+MAGIC = f32(12582912.0)  # 1.5 * 2^23: adding it rounds to an integer
+
+
+def vexp(x):
+    x = f32(x)
+    xc = x if x > f32(-104.0) else f32(-104.0)
+    xc = xc if xc < f32(88.8) else f32(88.8)
+    t = f32(xc * LOG2E + MAGIC)
+    n = int(t - MAGIC)
+    nf = f32(t - MAGIC)
+    r = f32(f32(xc - f32(nf * LN2_HI)) - f32(nf * LN2_LO))
+    p = f32(f32(1) + r + f32(f32(r * r) * horner([f32(c) for c in exp_p], r)))
+    n1 = n >> 1
+    s1 = np.ldexp(f32(1), n1).astype(f32)
+    s2 = np.ldexp(f32(1), n - n1).astype(f32)
+    with np.errstate(over="ignore", under="ignore"):
+        return f32(f32(p * s1) * s2)
+
+
+def verf(x):
+    x = f32(x)
+    a = abs(x)
+    small = f32(x * horner([f32(c) for c in erf_small], f32(x * x)))
+    ac = a if a < f32(4) else f32(4)
+    large = f32(f32(1) - vexp(horner([f32(c) for c in erf_large], ac)))
+    large = large if a < f32(4) else f32(1)
+    large = large if x >= 0 else -large
+    return small if a < f32(ERF_SPLIT) else large
+
+
+def vtanh(x):
+    x = f32(x)
+    a = abs(x)
+    a2 = f32(a * a)
+    small = f32(a + f32(f32(a * a2) * horner([f32(c) for c in tanh_small], a2)))
+    e = vexp(f32(2) * a)
+    large = f32(f32(1) - f32(f32(2) / f32(e + f32(1))))
+    r = small if a < f32(0.625) else large
+    return r if x >= 0 else -r
+
+
+worst = {}
+for name, fn, ref, lo, hi in [
+    ("exp", vexp, mpmath.exp, -103.0, 88.7),
+    ("erf", verf, mpmath.erf, -5.0, 5.0),
+    ("tanh", vtanh, mpmath.tanh, -10.0, 10.0),
+]:
+    xs = np.concatenate([np.linspace(lo, hi, 200001), np.geomspace(1e-30, 1, 2000),
+                         -np.geomspace(1e-30, 1, 2000)]).astype(f32)
+    w = 0.0
+    at = 0.0
+    for v in xs:
+        e = ulp_error(fn(v), ref(mpmath.mpf(float(v))))
+        if e > w:
+            w, at = e, float(v)
+    worst[name] = (w, at)
+    print(f"{name}: largest error {w:.2f} ulp at x = {at!r} (float evaluation, {len(xs)} points)")
+
+sys.exit(0 if all(w < 3 for w, _ in worst.values()) else 1)
