@@ -1,21 +1,23 @@
-// Float exp, erf and tanh that compilers vectorise.
+// Float exp and tanh that compilers vectorise.
 //
-// A loop calling libm's expf/erff/tanhf stays scalar (glibc's vector
-// versions are only declared under -ffast-math), which made GELU, Tanh and
-// Sigmoid about 30x slower than ReLU on host threads. These are polynomials
-// and selects without branches, calls or tables, so a host loop becomes SIMD
-// code; on GPUs they are plain arithmetic too, and every backend computes the
-// same values from the same formulas.
+// A loop calling libm's expf/tanhf stays scalar (glibc's vector versions are
+// only declared under -ffast-math), which made Tanh and Sigmoid 20-50x slower
+// than ReLU on host threads. These are polynomials and selects without
+// branches, calls or tables, so a host loop becomes SIMD code; on GPUs they
+// are plain arithmetic too, and every backend computes the same values from
+// the same formulas.
+//
+// No erf: a branch-free float erf (a polynomial below 1, 1 - exp(poly)
+// above, both computed for every element) measured 2x slower in GELU than
+// glibc's scalar erff on 4-wide SSE2, so GELU keeps libm's erf.
 //
 // Accuracy (float evaluation, against mpmath; scripts/fit-vmath.py derives
 // the coefficients and checks these bounds; VMath.* in tests/test_layers.cpp
 // checks them against double-precision libm):
 //   exp   1.3 ulp; x > 88.72 gives +inf, x < -103.9 gives 0, subnormal results
 //         are rounded from a normal intermediate
-//   erf   3 ulp (2.6 seen: float rounding in the polynomial); |x| >= 3.92
-//         gives +-1, as the correctly rounded erf does
 //   tanh  1.5 ulp
-// NaN in, NaN out; -0 keeps its sign for erf and tanh. Double arguments use
+// NaN in, NaN out; tanh(-0) = -0. Double arguments use
 // the Kokkos (libm) functions.
 #pragma once
 
@@ -69,27 +71,6 @@ KOKKOS_INLINE_FUNCTION float exp(float x) {
   return x == x ? y : x;
 }
 
-KOKKOS_INLINE_FUNCTION float erf(float x) {
-  // |x| < 1: x P(x^2). 1 <= |x| < 4: 1 - exp(Q(|x|)), Q fitting log(erfc).
-  const float a = x < 0.0f ? -x : x;
-  const float small = x * detail::poly(x * x, 1.1283791065216064f, -0.3761262595653534f,
-                                         0.1128358542919159f, -0.026853816583752632f,
-                                         0.005188334733247757f, -0.0008010247838683426f,
-                                         7.854026625864208e-05f);
-  // Written so that a NaN reaches exp (comparisons with NaN are false).
-  const float ac = a > 4.0f ? 4.0f : a;
-  float large = 1.0f - exp(detail::poly(ac, 0.0002078644756693393f, -1.1296361684799194f,
-                                           -0.6332188844680786f, -0.10820665955543518f,
-                                           0.024812208488583565f, -0.003837798023596406f,
-                                           0.00023989616602193564f, 4.621714833774604e-05f,
-                                           -1.362218154099537e-05f, 1.4590578985007596e-06f,
-                                           -6.133088703563772e-08f));
-  large = a > 4.0f ? 1.0f : large;
-  large = detail::copysign_of(large, x);
-  // a < 1 is false for NaN: the large branch, which is NaN.
-  return a < 1.0f ? small : large;
-}
-
 KOKKOS_INLINE_FUNCTION float tanh(float x) {
   // |x| < 0.625: x + x^3 P(x^2). Otherwise 1 - 2 / (exp(2|x|) + 1), with
   // exp(2|x|) = +inf giving exactly 1.
@@ -104,7 +85,6 @@ KOKKOS_INLINE_FUNCTION float tanh(float x) {
 }
 
 KOKKOS_INLINE_FUNCTION double exp(double x) { return kmath::exp(x); }
-KOKKOS_INLINE_FUNCTION double erf(double x) { return kmath::erf(x); }
 KOKKOS_INLINE_FUNCTION double tanh(double x) { return kmath::tanh(x); }
 
 }  // namespace strata::vmath

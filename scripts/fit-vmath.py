@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Fit the polynomial coefficients of backends/vmath.hpp and check them.
 
-The float exp, erf and tanh of backends/vmath.hpp are polynomials (and one
+The float exp and tanh of backends/vmath.hpp are polynomials (and one
 exp) that compilers can vectorise, unlike calls to libm. This script derives
 their coefficients: a least-squares fit of the relative error on Chebyshev
 points, reweighted toward the largest errors (Lawson's algorithm, which
@@ -65,20 +65,12 @@ LN2 = float(mpmath.log(2))
 half = LN2 / 2
 exp_p = lawson(lambda r: (mpmath.exp(r) - 1 - r) / r**2 if r != 0 else mpmath.mpf(0.5),
                lambda x, j: x**j, -half, half, 5)
-# erf(x) = x P(x^2) on [0, ERF_SPLIT].
-ERF_SPLIT = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
-erf_small = lawson(lambda x: mpmath.erf(x) / x if x != 0 else 2 / mpmath.sqrt(mpmath.pi),
-                   lambda x, j: x ** (2 * j), 1e-6, ERF_SPLIT, 7)
-# erf(x) = 1 - exp(Q(x)) on [ERF_SPLIT, 4]: Q fits log(erfc(x)).
-erf_large = lawson(lambda x: mpmath.log(mpmath.erfc(x)), lambda x, j: x**j, ERF_SPLIT, 4.0, 11)
 # tanh(x) = x + x^3 P(x^2) on [0, 0.625].
 tanh_small = lawson(lambda x: (mpmath.tanh(x) - x) / x**3 if x != 0 else mpmath.mpf(-1) / 3,
                     lambda x, j: x ** (2 * j), 1e-6, 0.625, 5)
 
 print("coefficients (lowest degree first):")
 show("exp P(r)", exp_p)
-show("erf small P(x^2)", erf_small)
-show("erf large Q(x)", erf_large)
 show("tanh small P(x^2)", tanh_small)
 
 LN2_HI = f32(0.693359375)  # 8 significant bits: n * LN2_HI is exact
@@ -103,17 +95,6 @@ def vexp(x):
         return f32(f32(p * s1) * s2)
 
 
-def verf(x):
-    x = f32(x)
-    a = abs(x)
-    small = f32(x * horner([f32(c) for c in erf_small], f32(x * x)))
-    ac = a if a < f32(4) else f32(4)
-    large = f32(f32(1) - vexp(horner([f32(c) for c in erf_large], ac)))
-    large = large if a < f32(4) else f32(1)
-    large = large if x >= 0 else -large
-    return small if a < f32(ERF_SPLIT) else large
-
-
 def vtanh(x):
     x = f32(x)
     a = abs(x)
@@ -128,7 +109,6 @@ def vtanh(x):
 worst = {}
 for name, fn, ref, lo, hi in [
     ("exp", vexp, mpmath.exp, -103.0, 88.7),
-    ("erf", verf, mpmath.erf, -5.0, 5.0),
     ("tanh", vtanh, mpmath.tanh, -10.0, 10.0),
 ]:
     xs = np.concatenate([np.linspace(lo, hi, 200001), np.geomspace(1e-30, 1, 2000),
