@@ -3,6 +3,8 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 
+#include <type_traits>
+
 namespace strata {
 
 const char* to_string(GemmBackend backend) {
@@ -68,6 +70,12 @@ void Blas::gemm(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda,
       gemm_inline(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (backend_ == GemmBackend::vendor && float_inputs_ != Precision::fp32 &&
+        detail::vendor_gemm_16(handle_, float_inputs_, ta, tb, m, n, k, alpha, A, lda, B, ldb,
+                               beta, C, ldc))
+      return;
   }
   if (backend_ == GemmBackend::vendor)
     detail::vendor_gemm(handle_, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backends/kokkos.hpp"
+#include "backends/precision.hpp"
 
 #include <string>
 
@@ -38,6 +39,15 @@ class Blas {
   // Whether GEMMs below inline_gemm_limit run as plain loops (default true;
   // benchmarks switch it off to time the backend itself).
   void set_inline_small(bool on) { inline_small_ = on; }
+  // Declares that the operands of the float GEMMs that follow hold values of
+  // precision p (bf16 or fp16 values in float buffers, as mixed precision
+  // keeps them), so that a vendor BLAS with a 16-bit-input GEMM may use it:
+  // cuBLAS runs cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF/_16F (tensor
+  // cores, fp32 accumulation; the conversion of such operands is exact, so
+  // the result is the fp32 GEMM's up to summation order). CBLAS and the
+  // portable kernel compute in float as before. fp32 (the default): none.
+  void set_float_inputs(Precision p) { float_inputs_ = p; }
+  Precision float_inputs() const { return float_inputs_; }
 
   // C(m,n) = alpha * op(A) * op(B) + beta * C. A is (m,k) after op, B (k,n).
   // With beta == 0, C is overwritten (NaNs in C do not propagate).
@@ -59,6 +69,22 @@ class Blas {
   ExecSpace exec_;
   void* handle_ = nullptr;  // vendor handle (cuBLAS), owned
   bool inline_small_ = true;
+  Precision float_inputs_ = Precision::fp32;
+};
+
+// Blas::set_float_inputs(p) for a scope, then the previous value again.
+class ScopedFloatInputs {
+ public:
+  ScopedFloatInputs(Blas& blas, Precision p) : blas_(blas), previous_(blas.float_inputs()) {
+    blas.set_float_inputs(p);
+  }
+  ~ScopedFloatInputs() { blas_.set_float_inputs(previous_); }
+  ScopedFloatInputs(const ScopedFloatInputs&) = delete;
+  ScopedFloatInputs& operator=(const ScopedFloatInputs&) = delete;
+
+ private:
+  Blas& blas_;
+  Precision previous_;
 };
 
 // GEMMs of fewer multiply-adds than this run as plain loops on the calling
@@ -82,6 +108,11 @@ void* vendor_create(const ExecSpace& exec);
 void vendor_destroy(void* handle);
 void vendor_gemm(void* handle, Op ta, Op tb, int m, int n, int k, float alpha, const float* A,
                  int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// A float GEMM whose operands hold values of `inputs` (bf16 or fp16) on the
+// vendor's 16-bit-input GEMM; false (nothing done) where it has none.
+bool vendor_gemm_16(void* handle, Precision inputs, Op ta, Op tb, int m, int n, int k,
+                    float alpha, const float* A, int lda, const float* B, int ldb, float beta,
+                    float* C, int ldc);
 void vendor_gemm(void* handle, Op ta, Op tb, int m, int n, int k, double alpha,
                  const double* A, int lda, const double* B, int ldb, double beta, double* C,
                  int ldc);

@@ -23,6 +23,14 @@ void vendor_gemm(void*, Op ta, Op tb, int m, int n, int k, float alpha, const fl
   cblas_sgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// No 16-bit-input GEMM: OpenBLAS's cblas_sbgemm takes bf16 arrays (and
+// Debian's build does not export it); sgemm on the float operands computes
+// the same products exactly.
+bool vendor_gemm_16(void*, Precision, Op, Op, int, int, int, float, const float*, int,
+                    const float*, int, float, float*, int) {
+  return false;
+}
+
 void vendor_gemm(void*, Op ta, Op tb, int m, int n, int k, double alpha, const double* A,
                  int lda, const double* B, int ldb, double beta, double* C, int ldc) {
   cblas_dgemm(CblasRowMajor, op(ta), op(tb), m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);

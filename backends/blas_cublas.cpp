@@ -41,6 +41,23 @@ void vendor_gemm(void* handle, Op ta, Op tb, int m, int n, int k, float alpha, c
         "cublasSgemm");
 }
 
+// Operands holding bf16 (fp16) values: tensor cores with fp32 accumulation.
+// The FAST_16BF/_16F compute types let cuBLAS convert float operands to
+// bf16/fp16 (or TF32), which is exact for such values. Compile-checked here;
+// scripts/gpu-check.sh runs GemmShapes.VendorWith16BitInputsMatchesReference
+// on a GPU.
+bool vendor_gemm_16(void* handle, Precision inputs, Op ta, Op tb, int m, int n, int k,
+                    float alpha, const float* A, int lda, const float* B, int ldb, float beta,
+                    float* C, int ldc) {
+  const cublasComputeType_t compute =
+      inputs == Precision::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+  check(cublasGemmEx(static_cast<cublasHandle_t>(handle), op(tb), op(ta), n, m, k, &alpha, B,
+                     CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute,
+                     CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx (16-bit inputs)");
+  return true;
+}
+
 void vendor_gemm(void* handle, Op ta, Op tb, int m, int n, int k, double alpha,
                  const double* A, int lda, const double* B, int ldb, double beta, double* C,
                  int ldc) {

@@ -15,6 +15,10 @@ void vendor_gemm(void*, Op, Op, int, int, int, float, const float*, int, const f
                  float, float*, int) {
   STRATA_THROW(config, "no vendor BLAS compiled in");
 }
+bool vendor_gemm_16(void*, Precision, Op, Op, int, int, int, float, const float*, int,
+                    const float*, int, float, float*, int) {
+  return false;
+}
 void vendor_gemm(void*, Op, Op, int, int, int, double, const double*, int, const double*, int,
                  double, double*, int) {
   STRATA_THROW(config, "no vendor BLAS compiled in");

@@ -194,6 +194,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
                            : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
       STRATA_SPAN("compute", "forward " + layers_[i]->name());
+      ScopedFloatInputs inputs(ctx.blas, gemm_inputs(i));
       layers_[i]->forward(ctx, in, out);
       if (real16) store_.store(ctx, slot, i, batch, training_);
       else round_storage(ctx, out);
@@ -245,6 +246,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
         if (k > 0 && layers_[k]->backward_reads_input()) store_.restore(ctx, slot, k - 1);
         if (layers_[k]->backward_reads_output()) store_.restore(ctx, slot, k);
       }
+      ScopedFloatInputs inputs(ctx.blas, gemm_inputs(k));
       layers_[k]->backward(ctx, dy, dx);
       // Also the model input's gradient (a pipeline stage sends it on, and
       // single-rank training rounds it as the gradient between two layers).

@@ -89,6 +89,14 @@ class Sequential {
   bool storage_emulated() const { return emulated_; }
   // Whether activations are kept in 16-bit buffers.
   bool storage16() const { return storage_ != Precision::fp32 && !emulated_; }
+  // What layer i's GEMMs are told their operands hold (Blas::set_float_inputs)
+  // during its forward and backward: the storage precision, whose values its
+  // input, the gradients and the working weights (rounded by the
+  // mixed-precision engines that set a 16-bit storage) all hold; fp32 for
+  // layer 0, which reads the model input (the data, not rounded; for a
+  // pipeline stage after the first, a rounded activation, left in fp32 to
+  // keep one rule).
+  Precision gemm_inputs(std::size_t i) const { return i == 0 ? Precision::fp32 : storage_; }
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
 

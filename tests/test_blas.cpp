@@ -33,17 +33,23 @@ std::vector<T> reference_gemm(Op ta, Op tb, int m, int n, int k, T alpha, const 
 
 // inline_small: let GEMMs below inline_gemm_limit run as plain loops (what
 // Strata does); otherwise the backend itself runs at every shape.
+// inputs: A and B are rounded to that precision and the Blas is told so
+// (Blas::set_float_inputs; on cuBLAS a 16-bit-input GEMM).
 template <class T>
 void check_gemm(GemmBackend backend, Op ta, Op tb, int m, int n, int k, T alpha, T beta,
-                bool inline_small = false) {
+                bool inline_small = false, Precision inputs = Precision::fp32) {
   // Stored shapes: A (m,k) or (k,m); B (k,n) or (n,k).
   const int ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m;
   const int br = tb == Op::N ? k : n, bc = tb == Op::N ? n : k;
   auto a = test::randn<T>(ar * ac, 1), b = test::randn<T>(br * bc, 2), c = test::randn<T>(m * n, 3);
+  if (inputs != Precision::fp32)
+    for (auto* v : {&a, &b})
+      for (T& x : *v) x = inputs == Precision::bf16 ? T(float(bf16(float(x)))) : T(float(fp16(float(x))));
   auto expect = reference_gemm(ta, tb, m, n, k, alpha, a, ac, b, bc, beta, c, n);
   auto da = test::to_device(a, ar, ac), db = test::to_device(b, br, bc), dc = test::to_device(c, m, n);
   Blas blas(backend);
   blas.set_inline_small(inline_small);
+  blas.set_float_inputs(inputs);
   blas.gemm<T>(ta, tb, alpha, da, db, beta, dc);
   auto got = test::to_host(dc);
   const double tol = std::is_same<T, float>::value ? 2e-5 : 1e-12;
@@ -73,6 +79,19 @@ TEST_P(GemmShapes, VendorMatchesReference) {
       check_gemm<float>(GemmBackend::vendor, ta, tb, m, n, k, 1.0f, 1.0f);
       check_gemm<double>(GemmBackend::vendor, ta, tb, m, n, k, -1.5, 0.0);
     }
+}
+
+// Operands holding bf16/fp16 values, declared so: the vendor's 16-bit-input
+// GEMM where it has one (cuBLAS tensor cores: run by scripts/gpu-check.sh),
+// sgemm on CBLAS. Products of such values are exact in float, so the fp32
+// tolerance holds.
+TEST_P(GemmShapes, VendorWith16BitInputsMatchesReference) {
+  if (!Blas::vendor_available()) GTEST_SKIP() << "no vendor BLAS compiled in";
+  auto [m, n, k] = GetParam();
+  for (Precision p : {Precision::bf16, Precision::fp16})
+    for (Op ta : {Op::N, Op::T})
+      for (Op tb : {Op::N, Op::T})
+        check_gemm<float>(GemmBackend::vendor, ta, tb, m, n, k, 1.0f, 0.5f, false, p);
 }
 
 TEST_P(GemmShapes, InlineSmallMatchesReference) {

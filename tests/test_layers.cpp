@@ -748,6 +748,50 @@ TEST(InlineKernels, DecisionFollowsThreadsAndWork) {
 namespace strata {
 namespace {
 
+// Records what the GEMMs of a layer at its position would be told about
+// their operands (Blas::float_inputs) in forward and backward; passes
+// values through.
+class GemmInputsProbe final : public Layer<float> {
+ public:
+  std::string name() const override { return "Probe"; }
+  std::size_t out_features(std::size_t in) const override { return in; }
+  void forward(Context& ctx, ConstMatrix<float> x, Matrix<float> y) override {
+    seen.push_back(ctx.blas.float_inputs());
+    Kokkos::deep_copy(ctx.exec, y, x);
+  }
+  void backward(Context& ctx, ConstMatrix<float> dy, Matrix<float> dx) override {
+    seen.push_back(ctx.blas.float_inputs());
+    if (dx.data() != nullptr) Kokkos::deep_copy(ctx.exec, dx, dy);
+  }
+  std::vector<Precision> seen;
+};
+
+// Sequential declares the storage precision to the GEMMs of every layer but
+// the first (which reads the data, not rounded), in forward and backward,
+// and leaves the Blas as it found it.
+TEST(Storage16, GemmsAfterTheFirstLayerAreToldTheirOperandsAre16Bit) {
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    Sequential<float> m(4);
+    auto first = std::make_unique<GemmInputsProbe>();
+    auto third = std::make_unique<GemmInputsProbe>();
+    GemmInputsProbe *a = first.get(), *b = third.get();
+    m.add(std::move(first));
+    m.add(std::make_unique<Linear<float>>(4, 4));
+    m.add(std::move(third));
+    m.build(3);
+    m.init(Init::kaiming_uniform, 1);
+    m.set_storage(p);
+    Context ctx;
+    m.forward(ctx, test::to_device(test::randn<float>(12, 2), 3, 4));
+    m.backward(ctx);
+    ctx.exec.fence();
+    EXPECT_EQ(a->seen, std::vector<Precision>(2, Precision::fp32)) << to_string(p);
+    EXPECT_EQ(b->seen, std::vector<Precision>(2, p)) << to_string(p);
+    EXPECT_EQ(ctx.blas.float_inputs(), Precision::fp32) << to_string(p);
+  }
+}
+
+
 // Real 16-bit activation storage (Sequential::set_storage, 16-bit buffers of
 // the kept outputs, float scratch buffers) against the emulated storage
 // (float buffers holding the rounded values): the layers see the same values,

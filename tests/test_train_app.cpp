@@ -57,6 +57,46 @@ class TrainApp : public ::testing::Test {
 #define EXPECT_OUTPUT_HAS(result, text) \
   EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
 
+// A resumed run that has nothing left to train says so, evaluates what it
+// restored and leaves the checkpoint alone; a run whose steps were all
+// warm-up reports no rate rather than 0 samples/s.
+TEST_F(TrainApp, ResumingAFinishedRunTrainsNothingAndKeepsTheCheckpoint) {
+  const std::string args = "--dataset synthetic --layers 10,8,2 --samples 200 --batch-size 20 "
+                           "--steps 4 --checkpoint-dir " + path("ck");
+  auto first = train(args + " --metrics " + path("a.jsonl"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_OUTPUT_HAS(first, "samples/s n/a (4 step(s), all of them warm-up");
+  EXPECT_TRUE(read_metrics("a.jsonl").back()["samples_per_sec"].is_null());
+  const std::string latest = checkpoint::latest(path("ck"));
+  auto read = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string bytes = read(latest);
+  const auto written = fs::last_write_time(latest);
+  auto again = train(args + " --resume --metrics " + path("b.jsonl"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_OUTPUT_HAS(again, "nothing to train: the checkpoint is at step 4");
+  EXPECT_OUTPUT_HAS(again, "done: 4 steps (none run now), test accuracy ");
+  EXPECT_EQ(again.output.find("final loss"), std::string::npos) << again.output;
+  EXPECT_EQ(read(latest), bytes);
+  EXPECT_EQ(fs::last_write_time(latest), written);
+  EXPECT_EQ(checkpoint::latest(path("ck")), latest);
+  EXPECT_TRUE(read_metrics("b.jsonl").back()["final_loss"].is_null());
+}
+
+// Both spellings of Kokkos' thread option work with every Kokkos version.
+TEST_F(TrainApp, BothKokkosThreadOptionSpellingsSetTheThreads) {
+  for (const char* option : {"--kokkos-threads=1", "--kokkos-num-threads=1"}) {
+    auto r = train(std::string("--dataset synthetic --layers 10,8,2 --samples 100 --steps 1 ") + option);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_OUTPUT_HAS(r, "1 rank(s) (self), 1 thread(s) per rank");
+  }
+  auto r = train("--dataset synthetic --layers 10,8,2 --samples 100 --steps 1 --ranks 2 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_OUTPUT_HAS(r, "1 thread(s) per rank");
+}
+
 TEST_F(TrainApp, TutorialModelOnSyntheticDataWritesMetrics) {
   auto r = train("--dataset synthetic --layers 10,5,2 --loss mse --batch-size 32 --samples 320 "
                  "--steps 30 --log-every 10 --lr 0.05 --metrics " + path("m.jsonl"));

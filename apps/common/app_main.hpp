@@ -5,6 +5,7 @@
 
 #include "backends/error.hpp"
 
+#include <deque>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -17,27 +18,36 @@ constexpr int exit_config = 2;
 constexpr int exit_data = 3;
 constexpr int exit_runtime = 4;
 
+// "PROGRAM: KIND: MESSAGE" on stderr in one write (under mpirun, where
+// every process may report, lines do not interleave), with "[rank R of N]"
+// after the kind when launched by MPI.
+void report_error(const char* program, const char* kind, const std::string& message);
+
 // Runs body() and maps any exception to a message on stderr and an exit code.
 template <class F>
 int guarded(const char* program, F&& body) {
   try {
     return std::forward<F>(body)();
   } catch (const Error& e) {
-    std::cerr << program << ": " << to_string(e.kind()) << ": " << e.message() << "\n";
+    report_error(program, to_string(e.kind()), e.message());
     return static_cast<int>(e.kind());
   } catch (const std::bad_alloc&) {
-    std::cerr << program << ": runtime error: out of memory\n";
+    report_error(program, "runtime error", "out of memory");
     return exit_runtime;
   } catch (const std::exception& e) {
-    std::cerr << program << ": runtime error: " << e.what() << "\n";
+    report_error(program, "runtime error", e.what());
     return exit_runtime;
   }
 }
 
 // Splits argv into Kokkos' own options (--kokkos-...) and the program's.
+// --kokkos-threads=N and --kokkos-num-threads=N are both accepted and passed
+// on in the spelling of the Kokkos in use (3.x before 3.7 knows only the
+// first; 3.7 and later prefer the second).
 struct SplitArgs {
   std::vector<char*> kokkos;   // argv[0] first
   std::vector<std::string> program;  // without argv[0]
+  std::deque<std::string> owned;     // rewritten Kokkos options (kokkos points into them)
 };
 SplitArgs split_kokkos_args(int argc, char** argv);
 

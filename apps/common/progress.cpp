@@ -1,10 +1,15 @@
 #include "apps/common/progress.hpp"
 
+#include "backends/runtime.hpp"
+
 #include <unistd.h>
 
 namespace strata::app {
 
-Progress::Progress(bool enabled) : enabled_(enabled), tty_(enabled && isatty(STDOUT_FILENO)) {}
+// Under mpirun stdout is a pseudo-terminal whatever mpirun's own output is
+// (often a job log): no progress bar there, the --log-every lines instead.
+Progress::Progress(bool enabled)
+    : enabled_(enabled), tty_(enabled && isatty(STDOUT_FILENO) && !launched_by_mpi()) {}
 
 Progress::~Progress() {
   if (tty_ && last_width_ > 0) std::fputs("\n", stdout);

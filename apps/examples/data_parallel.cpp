@@ -8,9 +8,10 @@
 //   ddp_model = DDP(model)                      DataParallel<float> ddp(ctx, comm, model, ...)
 //   loss.backward(); optimizer.step()           ddp.step(shard, global_batch)
 //
-// Without mpirun the ranks are threads; under mpirun each process runs
-// --ranks thread ranks (1 by default there) and the gradients are averaged
-// over all of them. Every rank takes its shard of the tutorial's batch of 32.
+// Without mpirun the ranks are threads (--ranks); under mpirun each process
+// is one rank (as with DDP) and --ranks is refused. The gradients are
+// averaged over all ranks; every rank takes its shard of the tutorial's
+// batch of 32.
 #include "apps/examples/tutorial.hpp"
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
         args.program, true);
     if (!o) return app::exit_ok;
     const bool under_mpi = launched_by_mpi();
+    STRATA_REQUIRE(!under_mpi || o->ranks == 1, config, "--ranks ", o->ranks,
+                   ": under mpirun each process is one rank (use mpirun -np N)");
     const int ranks = under_mpi ? 1 : o->ranks;
     std::string threads = kokkos_threads_option(ranks);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());

@@ -35,7 +35,7 @@ inline std::optional<TutorialOptions> parse_tutorial(const std::string& name,
       ->capture_default_str();
   cli.add_option("--seed", o.seed, "random seed")->capture_default_str();
   if (parallel)
-    cli.add_option("--ranks", o.ranks, "ranks (threads; under mpirun: per process)")
+    cli.add_option("--ranks", o.ranks, "thread ranks (without mpirun; under mpirun each process is one rank)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
   if (!app::parse_cli(cli, args)) return std::nullopt;

@@ -557,7 +557,7 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   const std::size_t total = c.steps > 0 ? c.steps : c.epochs * steps_per_epoch;
   const std::size_t epochs = (total + steps_per_epoch - 1) / steps_per_epoch;
   progress.line(rep.prefix + build_summary() + ", " + std::to_string(comm.size()) + " rank(s) (" +
-                comm.name() + "), " + std::to_string(ctx.exec.concurrency()) + " thread(s) per rank");
+                comm.name() + "), " + std::to_string(ctx.threads) + " thread(s) per rank");
   if (!resume_file.empty())
     progress.line(rep.prefix + "resumed from " + resume_file + " at step " +
                   std::to_string(start.step) + " (epoch " + std::to_string(start.epoch + 1) + ")");
@@ -571,6 +571,10 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   std::size_t step = start.step, timed_samples = 0, first_step = start.step;
   STRATA_REQUIRE(step <= total, config, "checkpoint '", resume_file, "' is at step ", step,
                  " but this run ends at step ", total, " (raise --steps or --epochs)");
+  if (!resume_file.empty() && step == total)
+    progress.line(rep.prefix + "nothing to train: the checkpoint is at step " +
+                  std::to_string(step) + ", where this run ends (raise --steps or --epochs); "
+                  "evaluating the restored model");
   double timed_s = 0, last_loss = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
@@ -651,25 +655,36 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
       progress.line(rep.prefix + text);
     }
   }
-  if (saves) {
+  // A resumed run that had nothing left to train evaluates what it restored
+  // and leaves the checkpoint as it is.
+  const bool trained = step > start.step;
+  if (!trained && c.evaluate && d.test.size() > 0 && (comm.rank() == 0 || engine->collective()))
+    eval = engine->evaluate(d.test, batch);
+  if (saves && trained) {
     const std::string file = save(pos);
     if (comm.rank() == 0) progress.line(rep.prefix + "checkpoint: " + file);
   }
+  // No rate when no step ran after the warm-up steps (--warmup-steps).
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
   const double wall = seconds_since(wall0);
   if (rep.writes_metrics)
     metrics.write({{"steps", step},
-                   {"final_loss", last_loss},
+                   {"final_loss", trained ? nlohmann::json(last_loss) : nlohmann::json()},
                    {"ranks", comm.size()},
-                   {"samples_per_sec", rate},
+                   {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
                    {"wall_s", wall}});
   if (!rep.active) return;
-  std::string result = rep.prefix + "done: " + std::to_string(step) + " steps, final loss " +
-                       fmt("%.6f", last_loss);
+  std::string result = rep.prefix + "done: " + std::to_string(step) + " steps";
+  result += trained ? ", final loss " + fmt("%.6f", last_loss) : " (none run now)";
   if (c.evaluate && d.test.size() > 0 && comm.rank() == 0)
     result += d.test.is_classification() ? ", test accuracy " + fmt("%.4f", eval.accuracy)
                                          : ", test loss " + fmt("%.6f", eval.loss);
-  result += ", " + fmt("%.0f", rate) + " samples/s, " + fmt("%.1f", wall) + " s";
+  if (rate > 0)
+    result += ", " + fmt("%.0f", rate) + " samples/s";
+  else if (trained)
+    result += ", samples/s n/a (" + std::to_string(step - first_step) +
+              " step(s), all of them warm-up: --warmup-steps " + std::to_string(c.warmup_steps) + ")";
+  result += ", " + fmt("%.1f", wall) + " s";
   std::cout << result << std::endl;
 }
 
@@ -720,6 +735,11 @@ int train(const TrainConfig& c, comm::Communicator& world) {
                  "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
                  " x ", world.size(), " processes");
   if (model_parallel(c)) validate_mesh(mesh_shape(c, c.ranks * world.size()), c.ranks * world.size());
+  // Without a mesh every rank is a data-parallel rank: --dp can only agree.
+  STRATA_REQUIRE(model_parallel(c) || c.dp == 0 || c.dp == c.ranks * world.size(), config,
+                 "--dp ", c.dp, " but ", c.ranks * world.size(), " rank(s) were started (without "
+                 "--pp/--tp/--zero every rank is data parallel: start ", c.dp,
+                 " with --ranks or mpirun -np)");
   // An unusable checkpoint directory fails now rather than after the first
   // stretch of training.
   if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
@@ -776,6 +796,9 @@ int main(int argc, char** argv) {
     auto config = parse_train_args(args.program);
     if (!config) return exit_ok;
     // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.
+    STRATA_REQUIRE(config->threads == 0 || !has_kokkos_threads_option(args.kokkos), config,
+                   "--threads and --kokkos-threads (--kokkos-num-threads) both set the threads; "
+                   "give one (--threads counts per rank)");
     std::string threads;
     if (!has_kokkos_threads_option(args.kokkos)) {
       threads = strata::kokkos_threads_option(config->ranks * threads_per_rank(*config));
