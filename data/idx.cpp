@@ -281,9 +281,10 @@ std::string find_idx_file(const std::filesystem::path& dir, const std::string& b
 Split load_fashion_mnist(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
-    STRATA_THROW(data, "Fashion-MNIST directory '", dir,
-                 "' does not exist: install the data with `apt-get install "
-                 "dataset-fashion-mnist` or point --data-dir at a copy");
+    STRATA_THROW(data, "Fashion-MNIST directory '", dir, "' ",
+                 std::filesystem::exists(dir, ec) ? "is not a directory" : "does not exist",
+                 ": install the data with `apt-get install dataset-fashion-mnist` or point "
+                 "--data-dir (or STRATA_FASHION_MNIST_DIR) at a copy");
   Split s;
   s.train = read_idx(find_idx_file(dir, "train-images-idx3-ubyte"),
                      find_idx_file(dir, "train-labels-idx1-ubyte"), 10);

@@ -572,7 +572,8 @@ std::string latest(const std::string& dir) {
 State load(const std::string& path) {
   int error = 0;
   const std::string bytes = read_file(path, error);
-  STRATA_REQUIRE(error != ENOENT && error != EACCES, data, "checkpoint '", path, "': cannot open");
+  STRATA_REQUIRE(error != ENOENT && error != EACCES, data, "checkpoint '", path,
+                 "': cannot open (", std::strerror(error), ")");
   STRATA_REQUIRE(error == 0, data, "checkpoint '", path, "': read failed");
   const fs::path folder = fs::path(path).parent_path();
   return parse(bytes.data(), bytes.size(), path, [&](const std::string& name) {

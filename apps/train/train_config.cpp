@@ -182,7 +182,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(CLI::Range(0, 1));
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "refuse to start when a rank needs more MiB for parameters, gradients, "
-                 "optimizer state and activations")
+                 "optimizer state and activations (runs the mesh engine, as --pp/--tp/--zero "
+                 "do; with --strategy dp a data-parallel-only mesh, without gradient buckets)")
       ->check(CLI::Range(0.0, 1e12));
   app.add_option("--checkpoint-dir", c.checkpoint_dir,
                  "write checkpoints here (atomically; a 'latest' file names the newest)");

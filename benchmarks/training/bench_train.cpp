@@ -1,4 +1,4 @@
-// strata-bench-train: training throughput of the workloads of BENCHMARKS.md
+// strata-bench-train: training throughput of the workloads (docs/benchmarks.md)
 // (W1 tutorial, W2 Fashion-MNIST-shaped MLP, W3 wide MLP) for each strategy and
 // rank count, with the sgemm rate of the same GEMM shapes measured in the same
 // run. Under mpirun the "mpi" configuration runs (one rank per process).
@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
                  "rate of the same shapes measured in the same run.", "strata-bench-train"};
     cli.add_option("--workloads", which, "comma-separated: W1, W2, W3")->capture_default_str();
     cli.add_option("--configs", configs,
-                   "comma-separated: local-1x1, local-1x2, dp-threads-2x1 (default), dp-mpi "
-                   "(default under mpirun)");
+                   "comma-separated: local-1x1, local-1x2, dp-threads-2x1, dp-mpi (default: "
+                   "the first three; dp-mpi under mpirun)");
     cli.add_option("--reps", reps, "repetitions")->capture_default_str()->check(CLI::Range(1, 100));
     cli.add_option("--warmup", warmup, "warm-up steps")->capture_default_str();
     cli.add_option("--scale", scale, "multiply the steps per repetition (e.g. 0.01 for a smoke test)")
@@ -185,7 +185,16 @@ int main(int argc, char** argv) {
       else if (c == "local-1x2") cs.push_back({"local", 1, 2});
       else if (c == "dp-threads-2x1") cs.push_back({"dp-threads", 2, 1});
       else if (c == "dp-mpi") cs.push_back({"dp-mpi", 0, 1});
-      else STRATA_THROW(config, "--configs: unknown configuration '", c, "'");
+      else
+        STRATA_THROW(config, "--configs: unknown configuration '", c,
+                     "' (expected local-1x1, local-1x2, dp-threads-2x1 or dp-mpi)");
+    }
+    {
+      std::stringstream ws(which);
+      const auto all = workloads();
+      for (std::string name; std::getline(ws, name, ',');)
+        STRATA_REQUIRE(std::any_of(all.begin(), all.end(), [&](const Workload& w) { return w.name == name; }),
+                       config, "--workloads: unknown workload '", name, "' (expected W1, W2 or W3)");
     }
     std::string threads = kokkos_threads_option(mpi ? 1 : 2);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());
