@@ -77,11 +77,9 @@ TEST(Optimizer, AdamHandComputed) {
   EXPECT_NEAR(run(c, {1.0}, {{0.5}})[0], 0.95 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
 }
 
-TEST(Optimizer, MatchesReferenceOverManySteps) {
-  const std::size_t n = 1001, steps = 25;
-  const Vec p0 = test::randn<double>(n, 1);
-  std::vector<Vec> grads;
-  for (std::size_t t = 0; t < steps; ++t) grads.push_back(test::randn<double>(n, 10 + t));
+// SGD, SGD with momentum and weight decay, Nesterov, Adam, Adam with L2
+// weight decay, AdamW.
+std::vector<OptimizerConfig> all_configs() {
   std::vector<OptimizerConfig> configs(6);
   configs[1].momentum = 0.9;
   configs[1].weight_decay = 1e-2;
@@ -93,7 +91,15 @@ TEST(Optimizer, MatchesReferenceOverManySteps) {
   configs[4].weight_decay = 0.1;
   configs[5].kind = OptimizerKind::adamw;
   configs[5].weight_decay = 0.1;
-  for (const auto& c : configs) {
+  return configs;
+}
+
+TEST(Optimizer, MatchesReferenceOverManySteps) {
+  const std::size_t n = 1001, steps = 25;
+  const Vec p0 = test::randn<double>(n, 1);
+  std::vector<Vec> grads;
+  for (std::size_t t = 0; t < steps; ++t) grads.push_back(test::randn<double>(n, 10 + t));
+  for (const auto& c : all_configs()) {
     const Vec got = run(c, p0, grads), want = reference(c, p0, grads);
     for (std::size_t i = 0; i < n; ++i)
       ASSERT_NEAR(got[i], want[i], 1e-13) << to_string(c.kind) << " momentum " << c.momentum;
@@ -128,21 +134,6 @@ TEST(Optimizer, BadSettingsAreConfigErrors) {
   c.beta2 = 1.0;
   EXPECT_THROW(Optimizer<float>(c, 1), Error);
   EXPECT_THROW(parse_optimizer("lbfgs"), Error);
-}
-
-std::vector<OptimizerConfig> all_configs() {
-  std::vector<OptimizerConfig> configs(6);
-  configs[1].momentum = 0.9;
-  configs[1].weight_decay = 1e-2;
-  configs[2].momentum = 0.8;
-  configs[2].nesterov = true;
-  configs[3].kind = OptimizerKind::adam;
-  configs[3].lr = 1e-3;
-  configs[4].kind = OptimizerKind::adam;
-  configs[4].weight_decay = 0.1;
-  configs[5].kind = OptimizerKind::adamw;
-  configs[5].weight_decay = 0.1;
-  return configs;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
