@@ -10,7 +10,7 @@ execute_process(COMMAND git rev-parse --short HEAD WORKING_DIRECTORY "${STRATA_C
 if(NOT _rc EQUAL 0 OR NOT _commit)
   set(_commit "unknown")
 else()
-  execute_process(COMMAND git diff --quiet HEAD -- WORKING_DIRECTORY "${STRATA_COMMIT_SOURCE}"
+  execute_process(COMMAND git --no-optional-locks diff --quiet HEAD -- WORKING_DIRECTORY "${STRATA_COMMIT_SOURCE}"
     RESULT_VARIABLE _dirty OUTPUT_QUIET ERROR_QUIET)
   if(_dirty EQUAL 1)
     string(APPEND _commit "-dirty")

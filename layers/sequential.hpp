@@ -89,14 +89,19 @@ class Sequential {
   bool storage_emulated() const { return emulated_; }
   // Whether activations are kept in 16-bit buffers.
   bool storage16() const { return storage_ != Precision::fp32 && !emulated_; }
-  // What layer i's GEMMs are told their operands hold (Blas::set_float_inputs)
-  // during its forward and backward: the storage precision, whose values its
-  // input, the gradients and the working weights (rounded by the
-  // mixed-precision engines that set a 16-bit storage) all hold; fp32 for
-  // layer 0, which reads the model input (the data, not rounded; for a
-  // pipeline stage after the first, a rounded activation, left in fp32 to
-  // keep one rule).
-  Precision gemm_inputs(std::size_t i) const { return i == 0 ? Precision::fp32 : storage_; }
+  // Declares that the working weights hold values of the storage precision
+  // (the mixed-precision engines call it after rounding them). Then layer
+  // i's GEMMs are told their operands hold that precision
+  // (Blas::set_float_inputs: 16-bit-input GEMMs on cuBLAS) during its
+  // forward and backward, since its input and the gradients are rounded
+  // activations too; except layer 0, which reads the model input (the data,
+  // not rounded; for a pipeline stage after the first, a rounded activation,
+  // left in fp32 to keep one rule). Off by default: a 16-bit storage alone
+  // says nothing of the weights.
+  void set_weights_rounded(bool on) { weights_rounded_ = on; }
+  Precision gemm_inputs(std::size_t i) const {
+    return i == 0 || !weights_rounded_ ? Precision::fp32 : storage_;
+  }
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
 
@@ -161,6 +166,7 @@ class Sequential {
   bool built_ = false, training_ = true;
   Precision storage_ = Precision::fp32;
   bool emulated_ = false;
+  bool weights_rounded_ = false;  // set_weights_rounded
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s

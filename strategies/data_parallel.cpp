@@ -50,8 +50,10 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   // With a 16-bit precision the model's parameters become the working
   // weights (rounded to 16 bits); the optimizer updates fp32 master weights.
   mixed_ = std::make_unique<MixedPrecision<T>>(ctx, options, model_.params());
-  if (options.precision != Precision::fp32)
+  if (options.precision != Precision::fp32) {
     model_.set_storage(options.precision, options.emulate_storage);
+    model_.set_weights_rounded(true);  // by mixed_, just above: 16-bit-input GEMMs (cuBLAS)
+  }
   if (options.compression != GradCompression::none)
     comp_ = Kokkos::View<std::uint16_t*, MemSpace>("strata::dp::compressed", model.num_params());
   // Buckets from the end of the flat buffer (the last layer's gradients are

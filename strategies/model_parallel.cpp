@@ -185,7 +185,10 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
       ctx, options, Kokkos::subview(stage_->padded_params(), updated_));
   // The working weights outside this rank's block are rounded too (the
   // block's owner rounds the same values the same way).
-  if (mixed) round_to_precision(ctx, options.precision, stage_->padded_params());
+  if (mixed) {
+    round_to_precision(ctx, options.precision, stage_->padded_params());
+    stage_->set_weights_rounded(true);  // 16-bit-input GEMMs (cuBLAS)
+  }
   count_gradients();
   loss_ = make_loss<T>(loss);
   if (p > 0) {

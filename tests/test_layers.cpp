@@ -243,14 +243,14 @@ TEST(VMath, FloatFunctionsAreWithinTheirStatedUlps) {
   double at = 0;
   const double e_exp = worst_ulps([](float x) { return vmath::exp(x); },
                                   [](double x) { return std::exp(x); }, -103.9, 88.72, 400000, &at);
-  EXPECT_LE(e_exp, 1.3) << "exp at x = " << at;
+  EXPECT_LE(e_exp, 1.35) << "exp at x = " << at;
   const double e_tanh = worst_ulps([](float x) { return vmath::tanh(x); },
                                    [](double x) { return std::tanh(x); }, -12, 12, 400000, &at);
   EXPECT_LE(e_tanh, 1.5) << "tanh at x = " << at;
   // Every float of [0.5, 2), where tanh's branches meet.
   for (float x = 0.5f; x < 2.0f; x = std::nextafter(x, 4.0f)) {
     ASSERT_LE(ulps(vmath::tanh(x), std::tanh(double(x))), 1.5) << "tanh at x = " << x;
-    ASSERT_LE(ulps(vmath::exp(x), std::exp(double(x))), 1.3) << "exp at x = " << x;
+    ASSERT_LE(ulps(vmath::exp(x), std::exp(double(x))), 1.35) << "exp at x = " << x;
   }
 }
 
@@ -766,11 +766,13 @@ class GemmInputsProbe final : public Layer<float> {
   std::vector<Precision> seen;
 };
 
-// Sequential declares the storage precision to the GEMMs of every layer but
-// the first (which reads the data, not rounded), in forward and backward,
-// and leaves the Blas as it found it.
+// Once told that its working weights are rounded, Sequential declares the
+// storage precision to the GEMMs of every layer but the first (which reads
+// the data, not rounded), in forward and backward, and leaves the Blas as it
+// found it; a 16-bit storage alone declares nothing.
 TEST(Storage16, GemmsAfterTheFirstLayerAreToldTheirOperandsAre16Bit) {
-  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+  for (bool rounded : {false, true}) {
     Sequential<float> m(4);
     auto first = std::make_unique<GemmInputsProbe>();
     auto third = std::make_unique<GemmInputsProbe>();
@@ -781,12 +783,13 @@ TEST(Storage16, GemmsAfterTheFirstLayerAreToldTheirOperandsAre16Bit) {
     m.build(3);
     m.init(Init::kaiming_uniform, 1);
     m.set_storage(p);
+    m.set_weights_rounded(rounded);
     Context ctx;
     m.forward(ctx, test::to_device(test::randn<float>(12, 2), 3, 4));
     m.backward(ctx);
     ctx.exec.fence();
     EXPECT_EQ(a->seen, std::vector<Precision>(2, Precision::fp32)) << to_string(p);
-    EXPECT_EQ(b->seen, std::vector<Precision>(2, p)) << to_string(p);
+    EXPECT_EQ(b->seen, std::vector<Precision>(2, rounded ? p : Precision::fp32)) << to_string(p);
     EXPECT_EQ(ctx.blas.float_inputs(), Precision::fp32) << to_string(p);
   }
 }

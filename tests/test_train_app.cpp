@@ -584,6 +584,28 @@ TEST(ExampleDataParallel, ThreadRanksMatchTheSingleRankExample) {
       << one.output << dp.output;
   EXPECT_OUTPUT_HAS(dp, "3 ranks, threads");
 }
+
+#ifdef STRATA_MPIEXEC
+// Under mpirun each process is one rank: the README's command as written
+// (no --ranks) runs and matches the single-rank losses; --ranks is refused.
+TEST(ExampleDataParallel, MpiProcessesMatchTheSingleRankExample) {
+  const std::string mpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                         "OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+                             STRATA_MPIEXEC + " -n 2 " + bin("strata-example-data-parallel");
+  auto one = test::run_command(bin("strata-example-simple-model") + " --steps 20");
+  auto dp = test::run_command(mpirun + " --steps 20");
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_OUTPUT_HAS(dp, "2 ranks, mpi");
+  const auto at = [](const std::string& out) {
+    const auto p = out.find("step 20 loss ");
+    return p == std::string::npos ? -1.0 : std::stod(out.substr(p + 13));
+  };
+  EXPECT_NEAR(at(dp.output), at(one.output), 1e-5 * at(one.output)) << one.output << dp.output;
+  auto refused = test::run_command(mpirun + " --steps 2 --ranks 2");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_OUTPUT_HAS(refused, "under mpirun each process is one rank");
+}
+#endif
 #endif
 
 }  // namespace

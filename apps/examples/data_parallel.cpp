@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
         args.program, true);
     if (!o) return app::exit_ok;
     const bool under_mpi = launched_by_mpi();
-    STRATA_REQUIRE(!under_mpi || o->ranks == 1, config, "--ranks ", o->ranks,
+    STRATA_REQUIRE(!under_mpi || !o->ranks_given || o->ranks == 1, config, "--ranks ", o->ranks,
                    ": under mpirun each process is one rank (use mpirun -np N)");
     const int ranks = under_mpi ? 1 : o->ranks;
     std::string threads = kokkos_threads_option(ranks);

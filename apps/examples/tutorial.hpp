@@ -19,6 +19,7 @@ struct TutorialOptions {
   std::size_t target_width = 2;
   std::uint64_t seed = 0;
   int ranks = 2;  // parallel examples only
+  bool ranks_given = false;  // --ranks on the command line
 };
 
 // Parses the example's options; nullopt after --help. Throws config errors.
@@ -34,11 +35,14 @@ inline std::optional<TutorialOptions> parse_tutorial(const std::string& name,
                  "model's 2 outputs)")
       ->capture_default_str();
   cli.add_option("--seed", o.seed, "random seed")->capture_default_str();
+  CLI::Option* ranks = nullptr;
   if (parallel)
-    cli.add_option("--ranks", o.ranks, "thread ranks (without mpirun; under mpirun each process is one rank)")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 64));
+    ranks = cli.add_option("--ranks", o.ranks,
+                           "thread ranks (without mpirun; under mpirun each process is one rank)")
+                ->capture_default_str()
+                ->check(CLI::Range(1, 64));
   if (!app::parse_cli(cli, args)) return std::nullopt;
+  o.ranks_given = ranks != nullptr && ranks->count() > 0;
   return o;
 }
 
