@@ -57,6 +57,13 @@ Matrix<T> reshape(const Vector<T>& flat, std::size_t offset, std::size_t rows,
   return Matrix<T>(flat.data() + offset, rows, cols);
 }
 
+// Views a (batch, P * width) row-major matrix as (batch * P, width): the
+// positions of a shaped activation as rows (layers acting on the last dimension).
+template <class M>
+M as_rows(const M& m, std::size_t width) {
+  return M(m.data(), m.extent(0) * (m.extent(1) / width), width);
+}
+
 }  // namespace strata
 
 // Mathematical functions usable in kernels: Kokkos::Experimental:: in 3.4-3.6,

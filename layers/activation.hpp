@@ -23,8 +23,14 @@ class Activation final : public Layer<T> {
  public:
   explicit Activation(ActivationKind kind) : kind_(kind) {}
 
+  // The layer a model file describes (layers/registry.hpp): type K.
+  template <ActivationKind K>
+  static LayerPtr<T> from_args(LayerArgs&, const Shape&, LayerBuild&) {
+    return std::make_unique<Activation<T>>(K);
+  }
+
   std::string name() const override;
-  std::size_t out_features(std::size_t in) const override { return in; }
+  Shape output_shape(const Shape& in) const override { return in; }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
   bool backward_reads_input() const override { return kind_ == ActivationKind::gelu; }

@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/random.hpp"
+#include "layers/registry.hpp"
 
 namespace strata {
 
@@ -11,6 +12,13 @@ Dropout<T>::Dropout(double p, std::uint64_t seed)
     : p_(p), seed_(random::mix64(seed ^ random::stream_dropout)) {
   STRATA_REQUIRE(p >= 0.0 && p < 1.0, config, "Dropout: probability must be in [0, 1), got ",
                  p);
+}
+
+template <class T>
+LayerPtr<T> Dropout<T>::from_args(LayerArgs& args, const Shape&, LayerBuild& build) {
+  const double p = args.number("p", 0.5);
+  STRATA_REQUIRE(p >= 0.0 && p < 1.0, config, args.at("p"), ": a probability in [0, 1), got ", p);
+  return std::make_unique<Dropout<T>>(p, build.seed + build.dropouts++);
 }
 
 template <class T>

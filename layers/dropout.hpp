@@ -22,8 +22,11 @@ class Dropout final : public Layer<T> {
   // p in [0, 1): probability of dropping an element.
   Dropout(double p, std::uint64_t seed);
 
+  // The layer a model file describes (layers/registry.hpp).
+  static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
+
   std::string name() const override;
-  std::size_t out_features(std::size_t in) const override { return in; }
+  Shape output_shape(const Shape& in) const override { return in; }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
   bool backward_reads_input() const override { return false; }  // the mask is recomputed
@@ -44,9 +47,17 @@ class Dropout final : public Layer<T> {
     col_total_ = total;
   }
 
-  // Number of training forward calls so far (checkpointed for exact resume).
+  // Number of training passes so far: the buffer "calls", checkpointed for
+  // an exact resume (a double holds it exactly up to 2^53 passes).
   std::uint64_t calls() const { return calls_; }
   void set_calls(std::uint64_t calls) { calls_ = calls; }
+  std::vector<BufferInfo> buffer_table() const override { return {{"calls", 1}}; }
+  std::vector<double> read_buffer(std::size_t) const override {
+    return {static_cast<double>(calls_)};
+  }
+  void write_buffer(std::size_t, const std::vector<double>& v) override {
+    calls_ = static_cast<std::uint64_t>(v.at(0));
+  }
 
  private:
   double p_;

@@ -1,19 +1,26 @@
 // The layer interface: forward keeps what backward needs, backward
 // accumulates parameter gradients and returns the input gradient.
 //
-// Shapes: x is (batch, in) and y is (batch, out), both device memory
-// (MemSpace), row-major. A layer's parameters and gradients are slices of the
-// model's flat buffers, bound once by Sequential. Virtual calls happen once
-// per layer per step (the model is assembled at run time); kernels never see
-// them.
+// Shapes: every layer declares the per-sample shape it produces from a
+// per-sample input shape (layers/shape.hpp); the model checks the chain when
+// it is assembled. Storage is one row per sample: x is (batch, numel of the
+// input shape) and y is (batch, numel of the output shape), both device
+// memory (MemSpace), row-major; a layer views its rows as the shape it needs.
+// A layer's parameters and gradients are slices of the model's flat buffers,
+// bound once by Sequential; param_table() names the pieces of the slice.
+// Virtual calls happen once per layer per step (the model is assembled at
+// run time); kernels never see them.
 #pragma once
 
 #include "backends/context.hpp"
 #include "backends/kokkos.hpp"
+#include "backends/precision.hpp"
+#include "layers/shape.hpp"
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace strata {
 
@@ -29,6 +36,30 @@ enum class Init {
 Init parse_init(const std::string& name);  // throws config on unknown names
 const char* to_string(Init init);
 
+class LayerArgs;      // layers/model_spec.hpp: a layer's options in a model file
+struct LayerBuild;    // layers/registry.hpp: state shared while a model is built
+
+// Optimizer groups: weight decay applies to `decay` parameters only when the
+// optimizer is told to spare the others (biases and normalisation scales).
+enum class ParamGroup { decay, no_decay };
+
+// One named parameter tensor of a layer: `offset` into the layer's slice of
+// the flat buffers, `shape.numel()` values, row-major. Names follow PyTorch
+// ("weight", "bias"); models prefix them with the layer's path ("3.1.weight").
+struct ParamInfo {
+  std::string name;
+  Shape shape;
+  std::size_t offset = 0;
+  ParamGroup group = ParamGroup::decay;
+};
+
+// A non-trainable tensor a layer keeps across steps (running statistics,
+// random-stream counters): checkpoints store and restore it by name.
+struct BufferInfo {
+  std::string name;
+  std::size_t size = 0;
+};
+
 // Host memory, for initialisation.
 template <class T>
 using HostVector = Kokkos::View<T*, Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged>;
@@ -40,11 +71,30 @@ class Layer {
 
   // "Linear(784, 256)" and the like.
   virtual std::string name() const = 0;
-  // Output width for an input of width `in`; throws config (naming the layer
-  // and both widths) when the layer cannot take that input.
-  virtual std::size_t out_features(std::size_t in) const = 0;
+  // Per-sample output shape for a per-sample input shape; throws config
+  // (naming the layer and the shape it expects) when it cannot take `in`.
+  virtual Shape output_shape(const Shape& in) const = 0;
+  // Called once when the model is assembled, after output_shape accepted
+  // `in`: the shape forward will see.
+  virtual void set_input_shape(const Shape& in) { in_shape_ = in; }
+  const Shape& input_shape() const { return in_shape_; }
+  // Output width (numel) for a rank-1 input of width `in`.
+  std::size_t out_features(std::size_t in) const { return output_shape(Shape{in}).numel(); }
   // Number of parameters (0 for parameter-free layers).
   virtual std::size_t num_params() const { return 0; }
+  // The named tensors of the parameter slice, covering it exactly.
+  virtual std::vector<ParamInfo> param_table() const { return {}; }
+  // Non-trainable buffers; read_buffer(k) / write_buffer(k, v) move buffer k
+  // (buffer_table()[k].size values) through host memory.
+  virtual std::vector<BufferInfo> buffer_table() const { return {}; }
+  virtual std::vector<double> read_buffer(std::size_t /*k*/) const { return {}; }
+  virtual void write_buffer(std::size_t /*k*/, const std::vector<double>& /*values*/) {}
+  // Forward multiply-adds per sample for the input shape set (pipeline
+  // balancing, --describe); default: one per output element.
+  virtual double flops() const { return static_cast<double>(output_shape(in_shape_).numel()); }
+  // Storage precision of activations (Sequential::set_storage): blocks round
+  // the activations between their inner layers to it.
+  virtual void set_storage(Precision /*p*/) {}
   // Binds the layer's slices of the flat parameter and gradient buffers.
   virtual void bind(Vector<T> /*params*/, Vector<T> /*grads*/) {}
   // Writes initial parameters into `params` (host memory, this layer's slice).
@@ -88,12 +138,13 @@ class Layer {
     return 0;
   }
 
-  void set_training(bool training) { training_ = training; }
+  virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 
  protected:
   bool training_ = true;
   std::size_t slots_ = 1, slot_ = 0;
+  Shape in_shape_;
 };
 
 template <class T>

@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/registry.hpp"
 
 namespace strata {
 
@@ -12,15 +13,26 @@ LayerNorm<T>::LayerNorm(std::size_t features, double eps) : features_(features),
 }
 
 template <class T>
+LayerPtr<T> LayerNorm<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild&) {
+  return std::make_unique<LayerNorm<T>>(in.back(), args.number("eps", 1e-5));
+}
+
+template <class T>
 std::string LayerNorm<T>::name() const {
   return "LayerNorm(" + std::to_string(features_) + ")";
 }
 
 template <class T>
-std::size_t LayerNorm<T>::out_features(std::size_t in) const {
-  STRATA_REQUIRE(in == features_, config, name(), " expects inputs of width ", features_,
-                 " but gets width ", in);
+Shape LayerNorm<T>::output_shape(const Shape& in) const {
+  STRATA_REQUIRE(in.back() == features_, config, name(), " expects inputs whose last dimension is ",
+                 features_, " but gets shape ", in.str());
   return in;
+}
+
+template <class T>
+std::vector<ParamInfo> LayerNorm<T>::param_table() const {
+  return {{"weight", Shape{features_}, 0, ParamGroup::no_decay},
+          {"bias", Shape{features_}, features_, ParamGroup::no_decay}};
 }
 
 template <class T>
@@ -42,8 +54,8 @@ void LayerNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t
 }
 
 template <class T>
-void LayerNorm<T>::reserve(std::size_t batch, std::size_t) {
-  max_batch_ = batch;
+void LayerNorm<T>::reserve(std::size_t batch, std::size_t in) {
+  max_batch_ = batch * (in / features_);  // rows: samples x positions
   const std::size_t n = batch * this->slots_;
   if (mean_.extent(0) < n) {
     mean_ = VectorBuffer<T>("strata::LayerNorm::mean", n);
@@ -53,6 +65,8 @@ void LayerNorm<T>::reserve(std::size_t batch, std::size_t) {
 
 template <class T>
 void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  x = as_rows(x, features_);
+  y = as_rows(y, features_);
   x_[this->slot_] = x;
   const std::size_t batch = x.extent(0);
   STRATA_REQUIRE(batch <= max_batch_ && this->slot_ < this->slots_, runtime, name(), ": batch of ",
@@ -83,6 +97,8 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 template <class T>
 void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
   auto x = x_[this->slot_];
+  dy = as_rows(dy, features_);
+  if (dx.data() != nullptr) dx = as_rows(dx, features_);
   const int batch = static_cast<int>(dy.extent(0));
   const int n = static_cast<int>(features_);
   const auto part = Kokkos::make_pair(this->slot_ * max_batch_, (this->slot_ + 1) * max_batch_);

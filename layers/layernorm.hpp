@@ -1,6 +1,6 @@
 // Layer normalisation over the features of each row, with a learned scale
 // (gamma, initialised to 1) and shift (beta, initialised to 0), as PyTorch's
-// nn.LayerNorm(features, eps).
+// nn.LayerNorm(features, eps), over the last dimension of the input shape.
 //
 // forward:  y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps)
 //           (biased variance); mean and rstd are kept per row for backward.
@@ -19,8 +19,12 @@ class LayerNorm final : public Layer<T> {
  public:
   explicit LayerNorm(std::size_t features, double eps = 1e-5);
 
+  // The layer a model file describes (layers/registry.hpp).
+  static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
+
   std::string name() const override;
-  std::size_t out_features(std::size_t in) const override;
+  Shape output_shape(const Shape& in) const override;
+  std::vector<ParamInfo> param_table() const override;
   std::size_t num_params() const override { return 2 * features_; }
   void bind(Vector<T> params, Vector<T> grads) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
@@ -34,7 +38,9 @@ class LayerNorm final : public Layer<T> {
     x_.resize(n);
   }
   std::size_t workspace_bytes(std::size_t max_batch, std::size_t slots) const override {
-    return 2 * max_batch * slots * sizeof(T);  // mean and rstd per row
+    // mean and rstd per row (samples x positions)
+    const std::size_t rows = this->in_shape_.rank() ? this->in_shape_.numel() / features_ : 1;
+    return 2 * max_batch * rows * slots * sizeof(T);
   }
 
  private:

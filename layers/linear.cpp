@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/random.hpp"
+#include "layers/registry.hpp"
 
 #include <cmath>
 
@@ -15,17 +16,36 @@ Linear<T>::Linear(std::size_t in, std::size_t out, bool bias) : in_(in), out_(ou
 }
 
 template <class T>
+LayerPtr<T> Linear<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild&) {
+  return std::make_unique<Linear<T>>(in.back(), args.positive("out"), args.flag("bias", true));
+}
+
+template <class T>
 std::string Linear<T>::name() const {
   return "Linear(" + std::to_string(in_) + ", " + std::to_string(out_) +
          (bias_ ? ")" : ", bias=false)");
 }
 
 template <class T>
-std::size_t Linear<T>::out_features(std::size_t in) const {
-  STRATA_REQUIRE(in == in_, config, name(), " expects inputs of width ", in_, " but gets width ",
-                 in);
-  return out_;
+Shape Linear<T>::output_shape(const Shape& in) const {
+  STRATA_REQUIRE(in.back() == in_, config, name(), " expects inputs whose last dimension is ", in_,
+                 " but gets shape ", in.str());
+  return in.with_back(out_);
 }
+
+template <class T>
+std::vector<ParamInfo> Linear<T>::param_table() const {
+  std::vector<ParamInfo> t{{"weight", Shape{out_, in_}, 0, ParamGroup::decay}};
+  if (bias_) t.push_back({"bias", Shape{out_}, out_ * in_, ParamGroup::no_decay});
+  return t;
+}
+
+template <class T>
+double Linear<T>::flops() const {
+  const std::size_t positions = this->in_shape_.rank() ? this->in_shape_.numel() / in_ : 1;
+  return static_cast<double>(positions) * static_cast<double>(in_ * out_);
+}
+
 
 template <class T>
 void Linear<T>::bind(Vector<T> params, Vector<T> grads) {
@@ -68,6 +88,10 @@ void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
 
 template <class T>
 void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  if (x.extent(1) != in_) {  // several positions per sample
+    x = as_rows(x, in_);
+    y = as_rows(y, out_);
+  }
   x_[this->slot_] = x;
   ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
   if (bias_) detail::add_bias<T>(ctx, y, b_);
@@ -104,6 +128,10 @@ template void accumulate_bias_grad<double>(Context&, ConstMatrix<double>, Vector
 
 template <class T>
 void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
+  if (dy.extent(1) != out_) {
+    dy = as_rows(dy, out_);
+    if (dx.data() != nullptr) dx = as_rows(dx, in_);
+  }
   // dW(out, in) += dy^T (out, batch) x (batch, in)
   ctx.blas.gemm(Op::T, Op::N, T(1), dy, x_[this->slot_], T(1), dweight_);
   if (bias_) detail::accumulate_bias_grad<T>(ctx, dy, db_);

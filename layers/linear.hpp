@@ -1,4 +1,7 @@
 // Linear layer: y = x W^T + b, with W (out, in) and b (out) as in PyTorch.
+// Applies to the last dimension of the input shape ({in} -> {out},
+// {T, in} -> {T, out}): a batch of B samples of P positions is a GEMM over
+// B * P rows.
 //
 // Parameters in the flat buffer: W row-major (out * in values), then b (out).
 // forward:  y(batch, out) = x(batch, in) W^T            GEMM (N, T), then bias pass
@@ -17,9 +20,14 @@ class Linear final : public Layer<T> {
  public:
   Linear(std::size_t in, std::size_t out, bool bias = true);
 
+  // The layer a model file describes (layers/registry.hpp).
+  static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
+
   std::string name() const override;
-  std::size_t out_features(std::size_t in) const override;
+  Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return out_ * in_ + (bias_ ? out_ : 0); }
+  std::vector<ParamInfo> param_table() const override;
+  double flops() const override;
   void bind(Vector<T> params, Vector<T> grads) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
@@ -33,6 +41,7 @@ class Linear final : public Layer<T> {
 
   std::size_t in() const { return in_; }
   std::size_t out() const { return out_; }
+  bool has_bias() const { return bias_; }
   ConstMatrix<T> weight() const { return weight_; }
   ConstVector<T> bias() const { return b_; }
 

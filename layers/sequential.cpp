@@ -5,6 +5,8 @@
 #include "backends/trace.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <sstream>
 #include <type_traits>
 
@@ -12,23 +14,113 @@ namespace strata {
 
 template <class T>
 Sequential<T>::Sequential(std::size_t in_features, std::size_t first_index)
-    : widths_{in_features}, offsets_{0}, first_index_(first_index) {
+    : offsets_{0}, first_index_(first_index) {
   STRATA_REQUIRE(in_features > 0, config, "Sequential: input width must be positive");
+  shapes_.push_back(Shape{in_features});
+  widths_.push_back(in_features);
 }
 
 template <class T>
-Sequential<T>& Sequential<T>::add(LayerPtr<T> layer) {
-  STRATA_REQUIRE(!built_, config, "Sequential: cannot add layers after build()");
-  std::size_t out = 0;
-  try {
-    out = layer->out_features(widths_.back());
-  } catch (const Error& e) {
-    STRATA_THROW(config, "layer ", layers_.size(), " (", layer->name(), "): ", e.message());
+Sequential<T>::Sequential(const Shape& input, std::size_t first_index)
+    : shapes_{input}, widths_{input.numel()}, offsets_{0}, first_index_(first_index) {
+  STRATA_REQUIRE(input.rank() > 0, config, "Sequential: the input shape is empty");
+}
+
+namespace detail {
+// Throws config when a layer's parameter table does not cover its slice
+// exactly, in order (a layer's bug, caught when the model is assembled).
+void check_param_table(const std::string& where, const std::vector<ParamInfo>& table,
+                       std::size_t num_params) {
+  if (table.empty() && num_params == 0) return;
+  std::size_t next = 0;
+  for (const auto& p : table) {
+    STRATA_REQUIRE(p.offset == next, config, where, ": parameter '", p.name, "' starts at ",
+                   p.offset, " instead of ", next);
+    next += p.shape.numel();
   }
-  widths_.push_back(out);
+  STRATA_REQUIRE(next == num_params, config, where, ": the parameter table covers ", next,
+                 " of ", num_params, " parameters");
+}
+}  // namespace detail
+
+template <class T>
+Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
+  STRATA_REQUIRE(!built_, config, "Sequential: cannot add layers after build()");
+  const std::string where =
+      "layer " + std::to_string(first_index_ + layers_.size()) + " (" + layer->name() + ")";
+  Shape out;
+  try {
+    out = layer->output_shape(shapes_.back());
+  } catch (const Error& e) {
+    STRATA_THROW(config, where, " cannot take the output of the layer before it, of shape ",
+                 shapes_.back().str(), ": ", e.message());
+  }
+  layer->set_input_shape(shapes_.back());
+  layer->set_storage(storage_);
+  detail::check_param_table(where, layer->param_table(), layer->num_params());
+  names_.push_back(name.empty() ? std::to_string(first_index_ + layers_.size()) : std::move(name));
+  shapes_.push_back(out);
+  widths_.push_back(out.numel());
   offsets_.push_back(offsets_.back() + layer->num_params());
   layers_.push_back(std::move(layer));
   return *this;
+}
+
+template <class T>
+std::vector<ParamInfo> Sequential<T>::parameters() const {
+  std::vector<ParamInfo> all;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (ParamInfo p : layers_[i]->param_table()) {
+      p.name = names_[i] + "." + p.name;
+      p.offset += offsets_[i];
+      all.push_back(std::move(p));
+    }
+  return all;
+}
+
+template <class T>
+std::vector<BufferInfo> Sequential<T>::buffers() const {
+  std::vector<BufferInfo> all;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (BufferInfo b : layers_[i]->buffer_table()) {
+      b.name = names_[i] + "." + b.name;
+      all.push_back(std::move(b));
+    }
+  return all;
+}
+
+template <class T>
+std::map<std::string, std::vector<double>> Sequential<T>::read_buffers() const {
+  std::map<std::string, std::vector<double>> all;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto table = layers_[i]->buffer_table();
+    for (std::size_t k = 0; k < table.size(); ++k)
+      all[names_[i] + "." + table[k].name] = layers_[i]->read_buffer(k);
+  }
+  return all;
+}
+
+template <class T>
+void Sequential<T>::write_buffers(const std::map<std::string, std::vector<double>>& values) {
+  std::size_t known = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto table = layers_[i]->buffer_table();
+    for (std::size_t k = 0; k < table.size(); ++k, ++known) {
+      const std::string name = names_[i] + "." + table[k].name;
+      const auto it = values.find(name);
+      STRATA_REQUIRE(it != values.end(), config, "no values for buffer '", name, "' of layer ",
+                     first_index_ + i, " (", layers_[i]->name(), ")");
+      STRATA_REQUIRE(it->second.size() == table[k].size, config, "buffer '", name, "' has ",
+                     table[k].size, " values, not ", it->second.size());
+      layers_[i]->write_buffer(k, it->second);
+    }
+  }
+  // Every name of the model was found: more names means unknown ones.
+  if (values.size() != known) {
+    const auto have = read_buffers();
+    for (const auto& entry : values)
+      STRATA_REQUIRE(have.count(entry.first), config, "the model has no buffer '", entry.first, "'");
+  }
 }
 
 template <class T>
@@ -165,6 +257,7 @@ void Sequential<T>::set_storage(Precision p, bool emulated) {
   const bool was16 = storage16();
   storage_ = p;
   emulated_ = emulated;
+  for (auto& l : layers_) l->set_storage(p);
   if (built_ && was16 != storage16()) allocate_activations();
 }
 
@@ -285,6 +378,59 @@ std::string Sequential<T>::summary() const {
     os << "  " << i << "  " << layers_[i]->name() << "  -> " << widths_[i + 1] << "  ("
        << (offsets_[i + 1] - offsets_[i]) << " parameters)\n";
   os << "  total parameters: " << num_params() << "\n";
+  return os.str();
+}
+
+namespace {
+std::string human_bytes(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+std::string human_count(double n) {
+  const char* unit[] = {"", "k", "M", "G", "T"};
+  int u = 0;
+  while (n >= 1000 && u < 4) n /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f%s" : "%.0f%s", n, unit[u]);
+  return buf;
+}
+}  // namespace
+
+template <class T>
+std::string Sequential<T>::describe() const {
+  // Columns: name, layer, output shape, parameters, forward FLOPs (2 per
+  // multiply-add) and activation bytes per sample: the output kept for
+  // backward plus the layer's own workspace (blocks: their inner outputs).
+  std::vector<std::array<std::string, 6>> rows{
+      {"name", "layer", "output", "params", "FLOPs/sample", "act/sample"}};
+  double flops = 0, acts = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const double f = 2 * layers_[i]->flops();
+    const double a = static_cast<double>(widths_[i + 1] * sizeof(T) + layers_[i]->workspace_bytes(1, 1));
+    flops += f;
+    acts += a;
+    rows.push_back({names_[i], layers_[i]->name(), shapes_[i + 1].str(),
+                    std::to_string(offsets_[i + 1] - offsets_[i]), human_count(f), human_bytes(a)});
+  }
+  rows.push_back({"total", "input " + shapes_.front().str(), shapes_.back().str(),
+                  std::to_string(num_params()), human_count(flops), human_bytes(acts)});
+  std::array<std::size_t, 6> w{};
+  for (const auto& r : rows)
+    for (std::size_t c = 0; c < 6; ++c) w[c] = std::max(w[c], r[c].size());
+  std::ostringstream os;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    if (k + 1 == rows.size()) os << std::string(w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + 10, '-') << "\n";
+    for (std::size_t c = 0; c < 6; ++c) {
+      const bool right = c >= 3;
+      os << (right ? std::string(w[c] - rows[k][c].size(), ' ') + rows[k][c]
+                   : rows[k][c] + std::string(w[c] - rows[k][c].size(), ' '))
+         << (c + 1 < 6 ? "  " : "\n");
+    }
+  }
   return os.str();
 }
 

@@ -18,6 +18,7 @@
 #include "layers/layer.hpp"
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,14 @@ class Sequential {
   // is a part (a pipeline stage): initialisation streams are drawn by global
   // layer position, so a stage starts with what the whole model would hold.
   explicit Sequential(std::size_t in_features, std::size_t first_index = 0);
+  // A model whose samples have the per-sample shape `input`.
+  explicit Sequential(const Shape& input, std::size_t first_index = 0);
 
-  // Appends a layer; throws config (naming the layer's position) when it
-  // cannot take the previous layer's output width. Not after build().
-  Sequential& add(LayerPtr<T> layer);
+  // Appends a layer; throws config (naming the layer, its position and both
+  // shapes) when it cannot take the previous layer's output shape. `name`
+  // prefixes its parameter names (default: its global position, as in
+  // PyTorch's nn.Sequential). Not after build().
+  Sequential& add(LayerPtr<T> layer, std::string name = "");
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
   // the activation buffers for batches of up to max_batch rows, for `slots`
@@ -107,6 +112,20 @@ class Sequential {
 
   std::size_t in_features() const { return widths_.front(); }
   std::size_t out_features() const { return widths_.back(); }
+  // Per-sample shape of the input of layer i (i == num_layers(): the output).
+  const Shape& shape(std::size_t i) const { return shapes_[i]; }
+  const std::string& layer_name(std::size_t i) const { return names_[i]; }
+
+  // Every parameter tensor of the model with its full name ("2.weight",
+  // "blocks.3.1.bias") and its offset in the flat buffers, in buffer order.
+  std::vector<ParamInfo> parameters() const;
+  // Every buffer of the model (full names), in layer order.
+  std::vector<BufferInfo> buffers() const;
+  // Every buffer of the model (full names) with its values, and back:
+  // write_buffers throws config naming a buffer the model has and `values`
+  // lacks, or one of another size; names the model lacks are errors too.
+  std::map<std::string, std::vector<double>> read_buffers() const;
+  void write_buffers(const std::map<std::string, std::vector<double>>& values);
   std::size_t max_batch() const { return max_batch_; }
   std::size_t slots() const { return slots_; }
   std::size_t first_index() const { return first_index_; }
@@ -142,6 +161,9 @@ class Sequential {
 
   // One line per layer with output width and parameter count.
   std::string summary() const;
+  // The layer table of --describe: name, layer, output shape, parameters,
+  // forward FLOPs and activation bytes per sample; then the totals.
+  std::string describe() const;
 
   // After a forward and backward with a non-finite loss: names the first
   // layer (forward order) whose output holds a NaN or an Inf, else the first
@@ -157,7 +179,9 @@ class Sequential {
   std::vector<bool> kept_outputs() const;
 
   std::vector<LayerPtr<T>> layers_;
-  std::vector<std::size_t> widths_;   // widths_[i]: input width of layer i
+  std::vector<std::string> names_;    // parameter-name prefix of layer i
+  std::vector<Shape> shapes_;         // shapes_[i]: per-sample input shape of layer i
+  std::vector<std::size_t> widths_;   // widths_[i]: shapes_[i].numel()
   std::vector<std::size_t> offsets_;  // offsets_[i]: first parameter of layer i
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;

@@ -99,7 +99,7 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
 }
 
 template <class T>
-ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const MlpSpec& spec,
+ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const ModelSpec& model,
                                 Init init, std::uint64_t seed, LossKind loss,
                                 const OptimizerConfig& optimizer, std::size_t max_shard,
                                 const ModelParallelOptions& options)
@@ -118,7 +118,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   mesh_ = std::make_unique<Mesh>(world, shape);
   const int p = mesh_->pp_rank(), S = shape.pp;
 
-  MlpLayers<T> all = make_tensor_parallel_mlp<T>(spec, mesh_->tp());
+  TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(model, seed), mesh_->tp());
   const std::vector<double>& flops = all.flops;
   std::vector<double> cost(all.layers.size());
   for (std::size_t i = 0; i < cost.size(); ++i)
@@ -130,12 +130,13 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     auto* sharded = dynamic_cast<ShardedLayer<T>*>(l.get());
     full_sizes_.push_back(sharded ? sharded->full_num_params() : l->num_params());
   }
-  // This rank's stage: the input width at its first layer (whole: cuts only
+  // This rank's stage: the input shape at its first layer (whole: cuts only
   // fall where the activation is whole).
-  std::size_t width = spec.widths.at(0);
-  for (std::size_t i = 0; i < bounds_[p]; ++i) width = all.layers[i]->out_features(width);
-  stage_ = std::make_unique<Sequential<T>>(width, bounds_[p]);
-  for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i) stage_->add(std::move(all.layers[i]));
+  Shape input = all.input;
+  for (std::size_t i = 0; i < bounds_[p]; ++i) input = all.layers[i]->output_shape(input);
+  stage_ = std::make_unique<Sequential<T>>(input, bounds_[p]);
+  for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i)
+    stage_->add(std::move(all.layers[i]), all.names[i]);
   const bool mixed = options.precision != Precision::fp32;
   if (mixed) stage_->set_storage(options.precision, options.emulate_storage);
 
@@ -528,6 +529,45 @@ std::size_t ModelParallel<T>::full_num_params() const {
   std::size_t n = 0;
   for (std::size_t s : full_sizes_) n += s;
   return n;
+}
+
+template <class T>
+std::map<std::string, std::vector<double>> ModelParallel<T>::full_buffers(
+    const std::vector<BufferInfo>& model_buffers) {
+  // Every buffer's values on the ranks whose stage holds it (identical on
+  // the replicas of a stage), -inf elsewhere: a max over the world fills in
+  // every rank's copy.
+  std::size_t total = 0;
+  for (const auto& b : model_buffers) total += b.size;
+  std::vector<double> flat(total, -std::numeric_limits<double>::infinity());
+  const auto mine = stage_->read_buffers();
+  std::size_t at = 0;
+  for (const auto& b : model_buffers) {
+    if (const auto it = mine.find(b.name); it != mine.end())
+      std::copy(it->second.begin(), it->second.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
+    at += b.size;
+  }
+  if (total > 0)
+    mesh_->world().allreduce(flat.data(), flat.data(), total, comm::DataType::f64, comm::ReduceOp::max);
+  std::map<std::string, std::vector<double>> all;
+  at = 0;
+  for (const auto& b : model_buffers) {
+    all[b.name].assign(flat.begin() + static_cast<std::ptrdiff_t>(at),
+                       flat.begin() + static_cast<std::ptrdiff_t>(at + b.size));
+    at += b.size;
+  }
+  return all;
+}
+
+template <class T>
+void ModelParallel<T>::set_full_buffers(const std::map<std::string, std::vector<double>>& values) {
+  std::map<std::string, std::vector<double>> mine;
+  for (const auto& entry : stage_->read_buffers()) {
+    const auto it = values.find(entry.first);
+    STRATA_REQUIRE(it != values.end(), config, "no values for buffer '", entry.first, "'");
+    mine[entry.first] = it->second;
+  }
+  stage_->write_buffers(mine);
 }
 
 template <class T>

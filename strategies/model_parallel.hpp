@@ -30,12 +30,14 @@
 #include "data/loader.hpp"
 #include "layers/loss.hpp"
 #include "layers/mlp.hpp"
+#include "layers/registry.hpp"
 #include "layers/optimizer.hpp"
 #include "strategies/local.hpp"
 #include "strategies/mesh.hpp"
 #include "strategies/mixed_precision.hpp"
 #include "strategies/tensor_parallel.hpp"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,11 +87,12 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
 template <class T>
 class ModelParallel {
  public:
-  // Collective over world. spec: the whole model; init/seed: its single-rank
-  // initialisation; max_shard: the largest data-parallel shard of a global
+  // Collective over world. model: the whole model (a model file's, or an
+  // MLP's: mlp_model); init/seed: its single-rank initialisation (and its
+  // dropout streams); max_shard: the largest data-parallel shard of a global
   // batch this rank will get. Throws config (before any work) for an
   // impossible configuration or a model over the memory budget.
-  ModelParallel(Context& ctx, comm::Communicator& world, const MlpSpec& spec, Init init,
+  ModelParallel(Context& ctx, comm::Communicator& world, const ModelSpec& model, Init init,
                 std::uint64_t seed, LossKind loss, const OptimizerConfig& optimizer,
                 std::size_t max_shard, const ModelParallelOptions& options);
   ~ModelParallel();
@@ -127,6 +130,12 @@ class ModelParallel {
     std::vector<T> params, opt0, opt1;
   };
   CheckpointShard checkpoint_shard();
+  // The values of every buffer of the whole model (Sequential::read_buffers
+  // names; each read from a rank whose stage holds it), and back: every rank
+  // writes those of its stage. Collective over world.
+  std::map<std::string, std::vector<double>> full_buffers(
+      const std::vector<BufferInfo>& model_buffers);
+  void set_full_buffers(const std::map<std::string, std::vector<double>>& values);
   // The mesh, ZeRO stage and stage cuts, as text (sharded checkpoints keep it).
   std::string layout() const;
   // Parameters of the whole model.

@@ -1,6 +1,8 @@
 #include "strategies/tensor_parallel.hpp"
 
 #include "backends/error.hpp"
+#include "layers/activation.hpp"
+#include "layers/dropout.hpp"
 
 namespace strata {
 
@@ -90,10 +92,10 @@ ColumnParallelLinear<T>::ColumnParallelLinear(std::size_t in, std::size_t out,
       local_out_(out / static_cast<std::size_t>(tp.size())) {}
 
 template <class T>
-std::size_t ColumnParallelLinear<T>::out_features(std::size_t in) const {
-  STRATA_REQUIRE(in == this->in_, config, this->name(), " expects inputs of width ", this->in_,
-                 " but gets width ", in);
-  return local_out_;
+Shape ColumnParallelLinear<T>::output_shape(const Shape& in) const {
+  STRATA_REQUIRE(in == Shape{this->in_}, config, this->name(), " expects inputs of shape {",
+                 this->in_, "} but gets shape ", in.str());
+  return Shape{local_out_};
 }
 
 template <class T>
@@ -119,10 +121,10 @@ RowParallelLinear<T>::RowParallelLinear(std::size_t in, std::size_t out, comm::C
       local_in_(in / static_cast<std::size_t>(tp.size())) {}
 
 template <class T>
-std::size_t RowParallelLinear<T>::out_features(std::size_t in) const {
-  STRATA_REQUIRE(in == local_in_, config, this->name(), " expects its shard of width ", local_in_,
-                 " of the input but gets width ", in);
-  return this->out_;
+Shape RowParallelLinear<T>::output_shape(const Shape& in) const {
+  STRATA_REQUIRE(in == Shape{local_in_}, config, this->name(), " expects its shard of shape {",
+                 local_in_, "} of the input but gets shape ", in.str());
+  return Shape{this->out_};
 }
 
 template <class T>
@@ -149,32 +151,51 @@ void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> d
   this->local_.backward(ctx, dy, dx);  // dx is this rank's shard of the input gradient
 }
 
-// ----------------------------------------------------------------- the MLP
+// ----------------------------------------------------------------- the model
 template <class T>
-MlpLayers<T> make_tensor_parallel_mlp(const MlpSpec& spec, comm::Communicator& tp) {
-  const std::size_t linears = spec.widths.size() - 1;
-  MlpLayers<T> m;
-  m.layers = mlp_layers<T>(spec, [&](std::size_t k, std::size_t in, std::size_t out) -> LayerPtr<T> {
-    if (tp.size() > 1) {
-      if (k % 2 == 1) return std::make_unique<RowParallelLinear<T>>(in, out, tp);
-      if (k + 1 < linears) return std::make_unique<ColumnParallelLinear<T>>(in, out, tp);
+TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp) {
+  TensorParallelLayers<T> m;
+  m.input = model.input;
+  m.names = std::move(model.names);
+  std::vector<LayerPtr<T>>& layers = model.layers;
+  const std::size_t n = layers.size();
+  // Input shape of every layer.
+  std::vector<Shape> shapes{model.input};
+  for (const auto& l : layers) shapes.push_back(l->output_shape(shapes.back()));
+  auto pairable = [&](std::size_t i) {
+    const auto* l = dynamic_cast<const Linear<T>*>(layers[i].get());
+    return l != nullptr && l->has_bias() && shapes[i].rank() == 1;
+  };
+  auto elementwise = [&](std::size_t i) {
+    return dynamic_cast<const Activation<T>*>(layers[i].get()) != nullptr ||
+           dynamic_cast<const Dropout<T>*>(layers[i].get()) != nullptr;
+  };
+  if (tp.size() > 1)
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!pairable(i)) continue;
+      std::size_t j = i + 1;
+      while (j < n && elementwise(j)) ++j;
+      if (j == n || !pairable(j)) continue;
+      const auto& a = dynamic_cast<const Linear<T>&>(*layers[i]);
+      const auto& b = dynamic_cast<const Linear<T>&>(*layers[j]);
+      layers[i] = std::make_unique<ColumnParallelLinear<T>>(a.in(), a.out(), tp);
+      layers[j] = std::make_unique<RowParallelLinear<T>>(b.in(), b.out(), tp);
+      i = j;
     }
-    return std::make_unique<Linear<T>>(in, out);
-  });
   // Walk the layers: after a column-parallel layer the activation is sharded
   // until the row-parallel layer that follows.
   const ColumnParallelLinear<T>* column = nullptr;
-  std::size_t width = spec.widths[0];
-  for (auto& layer : m.layers) {
-    const std::size_t in = width;
+  Shape shape = model.input;
+  for (auto& layer : layers) {
     if (auto* c = dynamic_cast<const ColumnParallelLinear<T>*>(layer.get())) column = c;
     if (dynamic_cast<const RowParallelLinear<T>*>(layer.get())) column = nullptr;
     if (auto* d = dynamic_cast<Dropout<T>*>(layer.get()); d && column)
-      d->set_columns(column->first_feature(), width * static_cast<std::size_t>(tp.size()));
-    width = layer->out_features(in);
+      d->set_columns(column->first_feature(), shape.numel() * static_cast<std::size_t>(tp.size()));
+    shape = layer->output_shape(shape);
     m.cut_ok.push_back(column == nullptr);
     m.flops.push_back(layer->num_params() > 0 ? static_cast<double>(layer->num_params())
-                                              : static_cast<double>(width));
+                                              : static_cast<double>(shape.numel()));
+    m.layers.push_back(std::move(layer));
   }
   return m;
 }
@@ -187,7 +208,7 @@ template class ColumnParallelLinear<float>;
 template class ColumnParallelLinear<double>;
 template class RowParallelLinear<float>;
 template class RowParallelLinear<double>;
-template MlpLayers<float> make_tensor_parallel_mlp(const MlpSpec&, comm::Communicator&);
-template MlpLayers<double> make_tensor_parallel_mlp(const MlpSpec&, comm::Communicator&);
+template TensorParallelLayers<float> make_tensor_parallel(ModelLayers<float>, comm::Communicator&);
+template TensorParallelLayers<double> make_tensor_parallel(ModelLayers<double>, comm::Communicator&);
 
 }  // namespace strata

@@ -24,7 +24,7 @@
 
 #include "backends/comm/communicator.hpp"
 #include "layers/linear.hpp"
-#include "layers/mlp.hpp"
+#include "layers/registry.hpp"
 
 #include <vector>
 
@@ -92,8 +92,9 @@ class ColumnParallelLinear final : public TensorParallelLinear<T, ColumnParallel
   static constexpr const char* kind = "ColumnParallelLinear";
   ColumnParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
 
-  std::size_t out_features(std::size_t in) const override;
+  Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return this->local_.num_params(); }
+  std::vector<ParamInfo> param_table() const override { return this->local_.param_table(); }
   void bind(Vector<T> params, Vector<T> grads) override { this->local_.bind(params, grads); }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
@@ -116,8 +117,12 @@ class RowParallelLinear final : public TensorParallelLinear<T, RowParallelLinear
   static constexpr const char* kind = "RowParallelLinear";
   RowParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
 
-  std::size_t out_features(std::size_t in) const override;
+  Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return this->out_ * local_in_ + this->out_; }
+  std::vector<ParamInfo> param_table() const override {
+    return {{"weight", Shape{this->out_, local_in_}, 0, ParamGroup::decay},
+            {"bias", Shape{this->out_}, this->out_ * local_in_, ParamGroup::no_decay}};
+  }
   void bind(Vector<T> params, Vector<T> grads) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
@@ -135,21 +140,26 @@ class RowParallelLinear final : public TensorParallelLinear<T, RowParallelLinear
   Vector<T> b_, db_;  // the replicated bias (the local Linear has none)
 };
 
-// The MLP of spec with tensor parallelism over tp: Linear layers in pairs,
-// column- then row-parallel (an unpaired last Linear stays whole and
-// replicated); Dropout after a column-parallel layer masks its shard as the
-// whole layer would. With tp of size 1: the plain layers. Throws config,
-// naming the layer, when tp does not divide a width it must split.
+// A model's top-level layers with tensor parallelism over tp: Linear layers
+// (with a bias, on rank-1 inputs) separated only by elementwise layers
+// (activations, Dropout) are paired, column- then row-parallel; every other
+// layer (an unpaired Linear, LayerNorm, blocks) stays whole and replicated.
+// For an MLP that is every Linear in pairs, the last one whole when their
+// number is odd. Dropout after a column-parallel layer masks its shard as the
+// whole layer would. With tp of size 1: the layers as they are. Throws
+// config, naming the layer, when tp does not divide a width it must split.
 // cut_ok[i]: a pipeline stage may end after layer i (the activation there is
 // whole, not sharded).
 template <class T>
-struct MlpLayers {
+struct TensorParallelLayers {
+  Shape input;
   std::vector<LayerPtr<T>> layers;
+  std::vector<std::string> names;
   std::vector<bool> cut_ok;
   std::vector<double> flops;  // forward multiply-adds per sample, per layer
 };
 
 template <class T>
-MlpLayers<T> make_tensor_parallel_mlp(const MlpSpec& spec, comm::Communicator& tp);
+TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp);
 
 }  // namespace strata

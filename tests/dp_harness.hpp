@@ -138,7 +138,7 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
   auto d = dp_data(c);
   const int dp = options.mesh.dp;
   const int dp_rank = comm.rank() / (options.mesh.pp * options.mesh.tp);
-  ModelParallel<float> mp(ctx, comm, {c.widths, ActivationKind::relu, c.dropout, c.seed},
+  ModelParallel<float> mp(ctx, comm, mlp_model({c.widths, ActivationKind::relu, c.dropout, c.seed}),
                           Init::kaiming_uniform, c.seed, LossKind::cross_entropy, c.optimizer,
                           data::BatchLoader<float>::shard(c.batch, 0, dp).second, options);
   std::size_t first = 0;

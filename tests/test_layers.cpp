@@ -754,7 +754,7 @@ namespace {
 class GemmInputsProbe final : public Layer<float> {
  public:
   std::string name() const override { return "Probe"; }
-  std::size_t out_features(std::size_t in) const override { return in; }
+  Shape output_shape(const Shape& in) const override { return in; }
   void forward(Context& ctx, ConstMatrix<float> x, Matrix<float> y) override {
     seen.push_back(ctx.blas.float_inputs());
     Kokkos::deep_copy(ctx.exec, y, x);

@@ -425,7 +425,7 @@ TEST(MemoryBudget, TooLargeForOneRankTrainsWithPipelineOrTensorParallelism) {
   comm::SelfComm self;
   Context ctx;
   auto total_for = [&](comm::Communicator& world, const ModelParallelOptions& o) {
-    ModelParallel<float> mp(ctx, world, {c.widths}, Init::kaiming_uniform, 1,
+    ModelParallel<float> mp(ctx, world, mlp_model({c.widths}), Init::kaiming_uniform, 1,
                             LossKind::cross_entropy, c.optimizer, c.batch, o);
     return mp.memory().total();
   };
@@ -455,7 +455,7 @@ std::string error_of(int world_size, const DpConfig& c, const ModelParallelOptio
   try {
     run_ranks(world_size, 1, [&](Context& ctx, comm::Communicator& comm) {
       try {
-        ModelParallel<float> mp(ctx, comm, {c.widths}, Init::kaiming_uniform, 1,
+        ModelParallel<float> mp(ctx, comm, mlp_model({c.widths}), Init::kaiming_uniform, 1,
                                 LossKind::cross_entropy, c.optimizer, c.batch, o);
       } catch (const Error& e) {
         std::lock_guard<std::mutex> lock(mutex);

@@ -1,18 +1,17 @@
-// strata-train: trains a multi-layer perceptron on Fashion-MNIST, a CSV file
-// or synthetic data, and reports the loss, the test accuracy and the speed.
+// strata-train: trains a model (a model file, or the MLP of --layers) on
+// Fashion-MNIST, a CSV file or synthetic data with the strategy the options
+// ask for (strategies/engine.hpp), and reports the loss, the test accuracy
+// and the speed.
 #include "apps/common/app_main.hpp"
 #include "apps/common/progress.hpp"
 #include "apps/train/train_config.hpp"
 #include "backends/runtime.hpp"
 #include "backends/trace.hpp"
 #include "data/loader.hpp"
-#include "layers/mlp.hpp"
 #include "backends/comm/hierarchical.hpp"
 #include "backends/ranks.hpp"
-#include "strategies/checkpoint.hpp"
-#include "strategies/data_parallel.hpp"
-#include "strategies/local.hpp"
-#include "strategies/model_parallel.hpp"
+#include "layers/registry.hpp"
+#include "strategies/engine.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -86,8 +85,18 @@ bool has_kokkos_threads_option(const std::vector<char*>& kokkos_args) {
   return false;
 }
 
-data::Split load_data(const TrainConfig& c) {
-  const std::size_t in = c.layers.front(), out = c.layers.back();
+// `model`: the single-rank model (not built), for its input and output shapes.
+data::Split load_data(const TrainConfig& c, const Sequential<T>& model) {
+  const std::size_t in = model.in_features(), out = model.out_features();
+  // How errors name the model's ends.
+  const std::string first = c.model_file.empty()
+                                ? "--layers starts with width " + std::to_string(in)
+                                : "the model of " + c.model_file + " takes inputs of shape " +
+                                      model.shape(0).str() + " (" + std::to_string(in) + " values)";
+  const std::string last = c.model_file.empty()
+                               ? "--layers ends with width " + std::to_string(out)
+                               : "the model of " + c.model_file + " has outputs of shape " +
+                                     model.shape(model.num_layers()).str();
   const auto task = c.loss == LossKind::cross_entropy ? data::CsvTask::classification
                                                        : data::CsvTask::regression;
   data::Split s;
@@ -113,19 +122,18 @@ data::Split load_data(const TrainConfig& c) {
     if (s.test.size() > 0) n.apply(s.test);
   }
   // The model must fit the data.
-  STRATA_REQUIRE(s.train.features == in, config, "--layers starts with width ", in, " but ",
+  STRATA_REQUIRE(s.train.features == in, config, first, " but ",
                  s.train.name, " has ", s.train.features, " features per sample",
                  task == data::CsvTask::regression && c.dataset.rfind("csv:", 0) == 0
                      ? " (with --loss mse the last " + std::to_string(out) +
                            " columns of the CSV are the targets: as many as the output width)"
                      : std::string());
   if (task == data::CsvTask::classification) {
-    STRATA_REQUIRE(s.train.classes <= out, config, "--layers ends with width ", out, " but ",
+    STRATA_REQUIRE(s.train.classes <= out, config, last, " but ",
                    s.train.name, " has ", s.train.classes,
                    " classes (the output layer needs one output per class)");
   } else {
-    STRATA_REQUIRE(s.train.target_width == out, config, "--layers ends with width ", out,
-                   " but ", s.train.name, " has targets of width ", s.train.target_width);
+    STRATA_REQUIRE(s.train.target_width == out, config, last, " but ", s.train.name, " has targets of width ", s.train.target_width);
   }
   return s;
 }
@@ -150,123 +158,23 @@ GemmBackend gemm_backend(const TrainConfig& c) {
 }
 
 // What must match for a checkpoint to be resumed by this configuration.
+// The model itself is compared tensor by tensor (strategies/checkpoint_state.hpp);
+// an MLP's options are compared too, as Strata 0.1's checkpoints hold them.
 std::string checkpoint_config(const TrainConfig& c) {
-  return nlohmann::json{{"format", "strata-train"},
-                        {"dataset", c.dataset},
-                        {"layers", c.layers},
-                        {"activation", to_string(c.activation)},
-                        {"dropout", c.dropout},
-                        {"loss", to_string(c.loss)},
-                        {"optimizer", to_string(c.optimizer.kind)},
-                        {"batch_size", c.batch_size},
-                        {"accumulate", c.accumulate},
-                        {"shuffle", c.shuffle},
-                        {"seed", c.seed}}
-      .dump();
-}
-
-std::vector<Dropout<T>*> dropouts(Sequential<T>& model) {
-  std::vector<Dropout<T>*> d;
-  for (std::size_t i = 0; i < model.num_layers(); ++i)
-    if (auto* p = dynamic_cast<Dropout<T>*>(&model.layer(i))) d.push_back(p);
-  return d;
-}
-
-template <class View>
-std::vector<float> to_host_vector(const View& v) {
-  std::vector<float> out(v.size());
-  if (v.size() == 0) return out;
-  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Unmanaged>(out.data(), out.size()), v);
-  return out;
-}
-
-void from_host_vector(const std::vector<float>& in, Vector<T> v) {
-  if (!in.empty())
-    Kokkos::deep_copy(v, Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
-}
-
-// Position of a run, as a checkpoint stores it.
-struct Position {
-  std::size_t step = 0, epoch = 0, index = 0;  // index: next micro-batch in the epoch
-};
-
-// What a checkpoint holds besides configuration and position, in the
-// single-rank layout whatever the strategy (so any strategy resumes any).
-struct Snapshot {
-  std::vector<float> params, opt0, opt1;
-  std::int64_t optimizer_steps = 0;
-  std::vector<std::uint64_t> dropout_calls;
-  std::optional<DynamicLossScaler::State> scaler;  // fp16: dynamic loss scaling
-};
-
-// Dropout layers of the whole model.
-std::size_t dropout_layers(const TrainConfig& c) {
-  return c.dropout > 0 ? c.layers.size() - 2 : 0;
-}
-
-// Reads and verifies a checkpoint against this configuration.
-std::pair<Snapshot, Position> load_checkpoint(const TrainConfig& c, const std::string& file,
-                                              std::size_t num_params) {
-  const auto ck = checkpoint::load(file);
-  const auto want = nlohmann::json::parse(checkpoint_config(c));
-  nlohmann::json have;
-  try {
-    have = nlohmann::json::parse(ck.config);
-  } catch (const std::exception&) {
-    STRATA_THROW(data, "checkpoint '", file, "': unreadable config section");
+  nlohmann::json j{{"format", "strata-train"},
+                   {"dataset", c.dataset},
+                   {"loss", to_string(c.loss)},
+                   {"optimizer", to_string(c.optimizer.kind)},
+                   {"batch_size", c.batch_size},
+                   {"accumulate", c.accumulate},
+                   {"shuffle", c.shuffle},
+                   {"seed", c.seed}};
+  if (c.model_file.empty()) {
+    j["layers"] = c.layers;
+    j["activation"] = to_string(c.activation);
+    j["dropout"] = c.dropout;
   }
-  for (auto it = want.begin(); it != want.end(); ++it)
-    STRATA_REQUIRE(have.contains(it.key()) && have[it.key()] == it.value(), config,
-                   "checkpoint '", file, "' was written with ", it.key(), " = ",
-                   have.contains(it.key()) ? have[it.key()].dump() : "nothing",
-                   " but this run has ", it.key(), " = ", it.value().dump());
-  Snapshot s;
-  s.params = ck.params;
-  s.opt0 = ck.opt0;
-  s.opt1 = ck.opt1;
-  for (const auto* v : {&s.params, &s.opt0, &s.opt1})
-    STRATA_REQUIRE(v->size() == num_params || (v != &s.params && v->empty()), config,
-                   "checkpoint '", file, "': ", v == &s.params ? "params" : "optimizer state",
-                   " has ", v->size(), " values but this model needs ", num_params,
-                   " (a checkpoint of another model?)");
-  Position p;
-  try {
-    const auto st = nlohmann::json::parse(ck.state);
-    p.step = st.at("step");
-    p.epoch = st.at("epoch");
-    p.index = st.at("index");
-    s.optimizer_steps = st.at("optimizer_steps");
-    s.dropout_calls = st.at("dropout_calls").get<std::vector<std::uint64_t>>();
-    if (st.contains("loss_scaler")) {
-      const auto& ls = st.at("loss_scaler");
-      s.scaler = DynamicLossScaler::State{ls.at("scale").get<double>(),
-                                          ls.at("good_steps").get<std::int64_t>(),
-                                          ls.at("skipped").get<std::int64_t>()};
-    }
-  } catch (const nlohmann::json::exception& e) {
-    STRATA_THROW(data, "checkpoint '", file, "': bad state section (", e.what(), ")");
-  }
-  STRATA_REQUIRE(s.dropout_calls.size() == dropout_layers(c), config, "checkpoint '", file, "': ",
-                 s.dropout_calls.size(), " dropout layers, this model has ", dropout_layers(c));
-  return {s, p};
-}
-
-// The checkpoint's configuration and state sections (its arrays are the
-// snapshot's: empty for a sharded checkpoint's manifest).
-checkpoint::State checkpoint_meta(const TrainConfig& c, const Position& p, const Snapshot& snap) {
-  checkpoint::State s;
-  s.config = checkpoint_config(c);
-  nlohmann::json state{{"step", p.step},
-                       {"epoch", p.epoch},
-                       {"index", p.index},
-                       {"optimizer_steps", snap.optimizer_steps},
-                       {"dropout_calls", snap.dropout_calls}};
-  if (snap.scaler)
-    state["loss_scaler"] = {{"scale", snap.scaler->scale},
-                            {"good_steps", snap.scaler->good_steps},
-                            {"skipped", snap.scaler->skipped}};
-  s.state = state.dump();
-  return s;
+  return j.dump();
 }
 
 // --precision, --clip-grad-norm and --loss-scale, for either strategy.
@@ -276,119 +184,6 @@ void set_mixed_precision(const TrainConfig& c, MixedPrecisionOptions& o) {
   o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
   o.scaler.growth_interval = c.loss_scale_growth_interval;
 }
-
-std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
-  std::string s;
-  if (o.precision != Precision::fp32)
-    s += std::string(", ") + to_string(o.precision) +
-         " activations (16-bit storage), working weights rounded to " + to_string(o.precision) +
-         ", fp32 master weights";
-  if (o.loss_scaling) s += ", dynamic loss scaling";
-  if (o.clip_grad_norm > 0) s += ", gradients clipped to norm " + fmt("%g", o.clip_grad_norm);
-  return s;
-}
-
-// The strategy train_rank drives: DataParallel (one rank is local training)
-// or ModelParallel (pipeline, tensor parallelism, ZeRO-1, meshes).
-class Engine {
- public:
-  virtual ~Engine() = default;
-  virtual std::string describe() const = 0;
-  virtual std::size_t num_params() const = 0;  // of the whole model
-  // Which shard of each global batch this rank loads.
-  virtual int data_rank() const = 0;
-  virtual int data_ranks() const = 0;
-  virtual double step(const std::vector<data::Batch<T>>& micro, std::size_t global) = 0;
-  virtual std::string first_nonfinite() = 0;
-  // Collective engines: every rank calls evaluate(); else only rank 0.
-  virtual bool collective() const = 0;
-  virtual Evaluation evaluate(const data::Dataset& d, std::size_t batch) = 0;
-  // Writes the checkpoint of position p into c.checkpoint_dir (every rank
-  // calls it); returns its file on rank 0.
-  virtual std::string save(const TrainConfig& c, const Position& p) = 0;
-  virtual void restore(const Snapshot& s) = 0;
-};
-
-class DataParallelEngine final : public Engine {
- public:
-  DataParallelEngine(const TrainConfig& c, Context& ctx, comm::Communicator& comm,
-                     std::size_t batch)
-      : ctx_(ctx),
-        comm_(comm),
-        model_(make_mlp<T>({c.layers, c.activation, c.dropout, c.seed})),
-        loss_(make_loss<T>(c.loss)) {
-    // 16-bit activation storage from the start (DataParallel would set it
-    // after build and allocate the activations again).
-    if (c.precision != Precision::fp32) model_.set_storage(c.precision);
-    // The largest shard of a global batch (the first ranks take the remainder).
-    model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
-    model_.init(c.init, c.seed);
-    optimizer_ = std::make_unique<Optimizer<T>>(c.optimizer, model_.num_params());
-    DataParallelOptions o;
-    o.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
-    o.overlap = c.overlap;
-    o.compression = parse_grad_compression(c.grad_compression);
-    set_mixed_precision(c, o);
-    strategy_ = std::make_unique<DataParallel<T>>(ctx, comm, model_, *loss_, *optimizer_, o);
-  }
-  std::string describe() const override {
-    std::string s = comm_.size() == 1 ? "local (one rank)"
-                                      : "data parallel over " + std::to_string(comm_.size()) + " ranks";
-    const auto& o = strategy_->options();
-    s += describe_mixed_precision(o);
-    if (o.compression != GradCompression::none)
-      s += std::string(", gradients communicated in ") + to_string(o.compression);
-    return s;
-  }
-  std::size_t num_params() const override { return model_.num_params(); }
-  int data_rank() const override { return comm_.rank(); }
-  int data_ranks() const override { return comm_.size(); }
-  double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
-    return strategy_->step(micro, global);
-  }
-  std::string first_nonfinite() override { return model_.first_nonfinite(ctx_); }
-  bool collective() const override { return false; }
-  Evaluation evaluate(const data::Dataset& d, std::size_t batch) override {
-    return strata::evaluate(ctx_, model_, *loss_, d, batch);
-  }
-  // Every rank holds the whole model: rank 0 writes one file.
-  std::string save(const TrainConfig& c, const Position& p) override {
-    if (comm_.rank() != 0) return std::string();
-    Snapshot snap;
-    snap.params = to_host_vector(strategy_->master_params());  // fp32 master weights
-    snap.opt0 = to_host_vector(optimizer_->state0());
-    snap.opt1 = to_host_vector(optimizer_->state1());
-    snap.optimizer_steps = optimizer_->steps();
-    for (auto* d : dropouts(model_)) snap.dropout_calls.push_back(d->calls());
-    if (const DynamicLossScaler* scaler = strategy_->scaler()) snap.scaler = scaler->state();
-    checkpoint::State s = checkpoint_meta(c, p, snap);
-    s.params = std::move(snap.params);
-    s.opt0 = std::move(snap.opt0);
-    s.opt1 = std::move(snap.opt1);
-    return checkpoint::save(c.checkpoint_dir, p.step, s, c.keep_checkpoints);
-  }
-  void restore(const Snapshot& s) override {
-    from_host_vector(s.params, strategy_->master_params());
-    strategy_->sync_working_params();
-    from_host_vector(s.opt0, optimizer_->state0());
-    from_host_vector(s.opt1, optimizer_->state1());
-    optimizer_->set_steps(s.optimizer_steps);
-    auto d = dropouts(model_);
-    for (std::size_t i = 0; i < d.size(); ++i) d[i]->set_calls(s.dropout_calls.at(i));
-    // A checkpoint without scaler state (of an fp32 run) leaves the scaler
-    // at its initial scale.
-    if (DynamicLossScaler* scaler = strategy_->scaler(); scaler && s.scaler)
-      scaler->set_state(*s.scaler);
-  }
-
- private:
-  Context& ctx_;
-  comm::Communicator& comm_;
-  Sequential<T> model_;
-  std::unique_ptr<Loss<T>> loss_;
-  std::unique_ptr<Optimizer<T>> optimizer_;
-  std::unique_ptr<DataParallel<T>> strategy_;
-};
 
 // The mesh of a configuration on `world` ranks: the factors given, the
 // strategy's default for the others, and the data-parallel factor last.
@@ -406,96 +201,32 @@ MeshShape mesh_shape(const TrainConfig& c, int world) {
   return m;
 }
 
-class ModelParallelEngine final : public Engine {
- public:
-  ModelParallelEngine(const TrainConfig& c, Context& ctx, comm::Communicator& world,
-                      std::size_t batch)
-      : ctx_(ctx), world_(world), config_(c) {
-    ModelParallelOptions o;
-    o.mesh = mesh_shape(c, world.size());
-    o.micro_batches = c.micro_batches > 0 ? c.micro_batches : 2 * static_cast<std::size_t>(o.mesh.pp);
-    o.schedule = parse_schedule(c.schedule);
-    o.cuts = c.stage_cuts;
-    o.balance = parse_balance(c.balance);
-    o.zero = c.zero;
-    o.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
-    set_mixed_precision(c, o);
-    validate_mesh(o.mesh, world.size());
-    const std::size_t shard =
-        std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, o.mesh.dp).second);
-    mp_ = std::make_unique<ModelParallel<T>>(ctx, world, MlpSpec{c.layers, c.activation, c.dropout, c.seed},
-                                             c.init, c.seed, c.loss, c.optimizer, shard, o);
-    options_ = o;
+// What the strategy gets: the model, the optimizer and the parallel layout.
+EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world) {
+  EngineOptions o;
+  o.model = model;
+  o.init = c.init;
+  o.seed = c.seed;
+  o.loss = c.loss;
+  o.optimizer = c.optimizer;
+  o.model_parallel = model_parallel(c);
+  o.data.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
+  o.data.overlap = c.overlap;
+  o.data.compression = parse_grad_compression(c.grad_compression);
+  set_mixed_precision(c, o.data);
+  if (o.model_parallel) {
+    ModelParallelOptions& m = o.mesh;
+    m.mesh = mesh_shape(c, world);
+    m.micro_batches = c.micro_batches > 0 ? c.micro_batches : 2 * static_cast<std::size_t>(m.mesh.pp);
+    m.schedule = parse_schedule(c.schedule);
+    m.cuts = c.stage_cuts;
+    m.balance = parse_balance(c.balance);
+    m.zero = c.zero;
+    m.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
+    set_mixed_precision(c, m);
   }
-  std::string describe() const override {
-    std::string s = "mesh " + options_.mesh.str();
-    if (options_.mesh.pp > 1)
-      s += ", " + std::string(to_string(options_.schedule)) + " with " +
-           std::to_string(options_.micro_batches) + " micro-batches, stage " +
-           std::to_string(mp_->mesh().pp_rank()) + " holds layers " +
-           std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
-           std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
-    if (options_.zero) s += ", ZeRO-1";
-    s += describe_mixed_precision(options_);
-    return s + "; memory per rank: " + mp_->memory().str();
-  }
-  std::size_t num_params() const override {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i + 1 < config_.layers.size(); ++i)
-      n += config_.layers[i] * config_.layers[i + 1] + config_.layers[i + 1];
-    return n;
-  }
-  int data_rank() const override { return mp_->mesh().dp_rank(); }
-  int data_ranks() const override { return mp_->mesh().shape().dp; }
-  double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
-    return mp_->step(micro.at(0), global);
-  }
-  std::string first_nonfinite() override {
-    return "stage " + std::to_string(mp_->mesh().pp_rank()) + ": " +
-           mp_->stage().first_nonfinite(ctx_);
-  }
-  bool collective() const override { return true; }
-  Evaluation evaluate(const data::Dataset& d, std::size_t) override { return mp_->evaluate(d); }
-  // Sharded: every rank writes the values it alone holds, rank 0 the
-  // manifest; nothing is gathered.
-  std::string save(const TrainConfig& c, const Position& p) override {
-    Snapshot snap;
-    snap.optimizer_steps = mp_->optimizer().steps();
-    // Every dropout layer has drawn once per step: the calls of any.
-    std::int64_t calls = 0;
-    for (auto* d : dropouts(mp_->stage())) calls = static_cast<std::int64_t>(d->calls());
-    calls = world_.allreduce_value(calls, comm::ReduceOp::max);
-    snap.dropout_calls.assign(dropout_layers(config_), static_cast<std::uint64_t>(calls));
-    // Every rank takes the same skip decisions: any rank's scaler will do.
-    if (const DynamicLossScaler* scaler = mp_->scaler()) snap.scaler = scaler->state();
-    auto part = mp_->checkpoint_shard();
-    checkpoint::Shard mine;
-    for (const auto& [offset, length] : part.ranges) mine.ranges.push_back({offset, length});
-    mine.params = std::move(part.params);
-    mine.opt0 = std::move(part.opt0);
-    mine.opt1 = std::move(part.opt1);
-    const std::string file =
-        checkpoint::save_sharded(world_, c.checkpoint_dir, p.step, checkpoint_meta(c, p, snap),
-                                 mp_->layout(), mp_->full_num_params(), mine, c.keep_checkpoints);
-    return world_.rank() == 0 ? file : std::string();
-  }
-  void restore(const Snapshot& s) override {
-    mp_->set_full_params(s.params);
-    mp_->set_full_optimizer_state(0, s.opt0);
-    mp_->set_full_optimizer_state(1, s.opt1);
-    mp_->optimizer().set_steps(s.optimizer_steps);
-    for (auto* d : dropouts(mp_->stage()))
-      d->set_calls(s.dropout_calls.empty() ? 0 : s.dropout_calls.front());
-    if (DynamicLossScaler* scaler = mp_->scaler(); scaler && s.scaler) scaler->set_state(*s.scaler);
-  }
-
- private:
-  Context& ctx_;
-  comm::Communicator& world_;
-  TrainConfig config_;
-  ModelParallelOptions options_;
-  std::unique_ptr<ModelParallel<T>> mp_;
-};
+  return o;
+}
 
 // Fault injection for tests of failure handling: STRATA_FAULT=RANK:STEP makes
 // global rank RANK fail after STEP steps: a thread rank throws; with MPI (one
@@ -527,23 +258,20 @@ struct Fault {
 };
 
 // Trains on one rank of `comm` (all ranks run this).
-void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
+void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split& d, Context& ctx,
                 comm::Communicator& comm, const Reporter& rep, Metrics& metrics) {
   const auto wall0 = Clock::now();
   Progress progress(rep.active && !c.quiet);
   const std::size_t batch = std::min(c.batch_size, d.train.size());
-  std::unique_ptr<Engine> engine;
-  if (model_parallel(c))
-    engine = std::make_unique<ModelParallelEngine>(c, ctx, comm, batch);
-  else
-    engine = std::make_unique<DataParallelEngine>(c, ctx, comm, batch);
+  const std::unique_ptr<Engine> engine =
+      make_engine(ctx, comm, engine_options(c, model, comm.size()), batch);
   // Every rank restores the same checkpoint (it holds the whole model in
   // single-rank layout: any strategy and mesh resumes it).
   Position start;
   const std::string resume_file =
       !c.resume_from.empty() ? c.resume_from : c.resume ? checkpoint::latest(c.checkpoint_dir) : "";
   if (!resume_file.empty()) {
-    auto [snapshot, position] = load_checkpoint(c, resume_file, engine->num_params());
+    auto [snapshot, position] = read_checkpoint(resume_file, checkpoint_config(c), engine->table());
     engine->restore(snapshot);
     start = position;
   }
@@ -579,7 +307,8 @@ void train_rank(const TrainConfig& c, const data::Split& d, Context& ctx,
   Evaluation eval;
   const auto train0 = Clock::now();
   const bool saves = !c.checkpoint_dir.empty();
-  auto save = [&](const Position& p) { return engine->save(c, p); };
+  const CheckpointTarget target{c.checkpoint_dir, c.keep_checkpoints, checkpoint_config(c)};
+  auto save = [&](const Position& p) { return engine->save(target, p); };
   Position pos = start;
   const Fault fault = Fault::from_environment(comm.name() == "mpi");
   std::vector<data::Batch<T>> micro(c.accumulate);
@@ -743,7 +472,8 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   // An unusable checkpoint directory fails now rather than after the first
   // stretch of training.
   if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
-  data::Split d = load_data(c);
+  const ModelSpec model = model_spec(c);
+  data::Split d = load_data(c, build_model<T>(model, c.seed));
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;
   Metrics metrics(root_process ? c.metrics : std::string());
@@ -761,7 +491,7 @@ int train(const TrainConfig& c, comm::Communicator& world) {
     }
     Reporter rep{comm.rank() == 0 || c.verbose_ranks, comm.rank() == 0,
                  c.verbose_ranks ? "[rank " + std::to_string(comm.rank()) + "] " : ""};
-    train_rank(c, d, ctx, comm, rep, metrics);
+    train_rank(c, model, d, ctx, comm, rep, metrics);
   };
   auto finish = [&] {
     if (!c.trace.empty()) trace::write(trace_path(c.trace, world), world.rank());
@@ -795,6 +525,12 @@ int main(int argc, char** argv) {
     auto args = split_kokkos_args(argc, argv);
     auto config = parse_train_args(args.program);
     if (!config) return exit_ok;
+    if (config->describe) {  // the layer table; nothing is allocated or trained
+      const strata::ModelSpec spec = model_spec(*config);
+      std::cout << "model " << (spec.name.empty() ? spec.source : spec.name + " (" + spec.source + ")")
+                << "\n" << strata::build_model<float>(spec, config->seed).describe();
+      return exit_ok;
+    }
     // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.
     STRATA_REQUIRE(config->threads == 0 || !has_kokkos_threads_option(args.kokkos), config,
                    "--threads and --kokkos-threads (--kokkos-num-threads) both set the threads; "

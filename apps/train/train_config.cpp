@@ -44,6 +44,11 @@ bool model_parallel(const TrainConfig& c) {
          c.micro_batches > 0;
 }
 
+ModelSpec model_spec(const TrainConfig& c) {
+  if (!c.model_file.empty()) return read_model_file(c.model_file);
+  return mlp_model({c.layers, c.activation, c.dropout, c.seed});
+}
+
 std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args) {
   TrainConfig c;
   CLI::App app{
@@ -72,10 +77,15 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "fraction of synthetic or CSV samples held out for testing")
       ->capture_default_str()
       ->check(number_in(0.0, 0.9));
-  app.add_option("--layers", layers, "layer widths, input first, e.g. 784,256,128,10")
+  auto* model_option = app.add_option("--model", c.model_file,
+                                      "a TOML model file (models/*.toml) instead of --layers");
+  app.add_flag("--describe", c.describe,
+               "print the model's layer table (shapes, parameters, FLOPs, activation bytes) and exit");
+  auto* layers_option = app.add_option("--layers", layers, "MLP layer widths, input first, e.g. 784,256,128,10")
       ->capture_default_str();
-  app.add_option("--activation", activation, "relu | gelu | tanh | sigmoid")->capture_default_str();
-  app.add_option("--dropout", c.dropout, "dropout probability after each hidden activation")
+  auto* activation_option =
+      app.add_option("--activation", activation, "MLP: relu | gelu | tanh | sigmoid")->capture_default_str();
+  auto* dropout_option = app.add_option("--dropout", c.dropout, "MLP: dropout probability after each hidden activation")
       ->capture_default_str()
       ->check(number_in(0.0, 0.99));
   app.add_option("--loss", loss, "cross-entropy | mse")->capture_default_str();
@@ -204,6 +214,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
     return std::nullopt;
   }
 
+  STRATA_REQUIRE(model_option->count() == 0 ||
+                     (layers_option->count() == 0 && activation_option->count() == 0 &&
+                      dropout_option->count() == 0),
+                 config, "--model ", c.model_file, " describes the layers; --layers, --activation "
+                 "and --dropout describe an MLP instead: give one or the other");
   c.layers = parse_widths(layers);
   c.activation = parse_activation(activation);
   c.loss = parse_loss(loss);

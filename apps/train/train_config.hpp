@@ -5,6 +5,7 @@
 #include "layers/layer.hpp"
 #include "layers/activation.hpp"
 #include "layers/loss.hpp"
+#include "layers/model_spec.hpp"
 #include "layers/optimizer.hpp"
 
 #include <cstdint>
@@ -21,6 +22,8 @@ struct TrainConfig {
   std::string data_dir;                   // empty: default directory
   std::size_t samples = 1024;             // synthetic
   double test_fraction = 0.1;             // synthetic and csv
+  std::string model_file;  // --model: a TOML model description (else the MLP of --layers)
+  bool describe = false;   // print the layer table and exit
   std::vector<std::size_t> layers{784, 256, 128, 10};
   ActivationKind activation = ActivationKind::relu;
   double dropout = 0.0;
@@ -73,6 +76,10 @@ struct TrainConfig {
 // Whether the configuration needs the model-parallel engine (pipeline,
 // tensor parallelism, ZeRO-1 or a memory budget) rather than DataParallel.
 bool model_parallel(const TrainConfig& c);
+
+// The model to train: the file of --model, or the MLP of --layers,
+// --activation and --dropout. Throws config for a bad model file.
+ModelSpec model_spec(const TrainConfig& c);
 
 // Parses the program's arguments (argv without argv[0] and without Kokkos
 // options). Returns nullopt after printing --help or --version output.

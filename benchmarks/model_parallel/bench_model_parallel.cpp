@@ -54,7 +54,7 @@ Measured measure(const Run& run) {
   out.idle.assign(run.options.mesh.pp, 0.0);
   std::mutex mutex;
   run_ranks(run.ranks, 1, [&](Context& ctx, comm::Communicator& world) {
-    ModelParallel<float> mp(ctx, world, {run.widths}, Init::kaiming_uniform, 1,
+    ModelParallel<float> mp(ctx, world, mlp_model({run.widths}), Init::kaiming_uniform, 1,
                             LossKind::cross_entropy, {OptimizerKind::adam, 1e-3},
                             data::BatchLoader<float>::shard(run.batch, 0, run.options.mesh.dp).second,
                             run.options);

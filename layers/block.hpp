@@ -1,0 +1,82 @@
+// Blocks: layers made of layers, so that models are trees.
+//
+//   Block(f1, ..., fn)      y = fn(... f1(x))            a nested sequence
+//   Residual(f1, ..., fn)   y = x + fn(... f1(x))        output shape = input shape
+//
+// A block owns its inner layers' activations (one buffer per inner output
+// and micro-batch slot, in T, rounded to the storage precision as Sequential
+// rounds its own: the memory of a block is not reduced by 16-bit storage)
+// and two input-gradient buffers. Parameters are one slice of the model's
+// flat buffers, cut into the inner layers' slices in order; parameter and
+// buffer names are the inner layers' prefixed with their position in the
+// block ("1.weight") or the name given. Pipeline stages cut between the
+// top-level layers of a model, so a block always stays on one stage.
+//
+// backward: the inner layers run in reverse; a residual adds dy to the
+// gradient reaching its input (dx = dy + df/dx^T dy).
+#pragma once
+
+#include "layers/layer.hpp"
+
+#include <string>
+#include <vector>
+
+namespace strata {
+
+template <class T>
+class Block : public Layer<T> {
+ public:
+  // names: parameter-name prefixes of the inner layers (empty: positions).
+  Block(std::vector<LayerPtr<T>> layers, bool residual, std::vector<std::string> names = {});
+
+  std::string name() const override;
+  Shape output_shape(const Shape& in) const override;
+  void set_input_shape(const Shape& in) override;
+  std::size_t num_params() const override { return offsets_.back(); }
+  std::vector<ParamInfo> param_table() const override;
+  std::vector<BufferInfo> buffer_table() const override;
+  std::vector<double> read_buffer(std::size_t k) const override;
+  void write_buffer(std::size_t k, const std::vector<double>& values) override;
+  double flops() const override;
+  void set_storage(Precision p) override;
+  void bind(Vector<T> params, Vector<T> grads) override;
+  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+            std::uint64_t layer_index) const override;
+  void reserve(std::size_t batch, std::size_t in) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  bool backward_reads_input() const override { return layers_.front()->backward_reads_input(); }
+  bool backward_reads_output() const override { return false; }
+  void set_row_offset(std::size_t offset) override;
+  void begin_pass() override;
+  void set_slots(std::size_t n) override;
+  void set_training(bool training) override;
+  std::size_t workspace_bytes(std::size_t max_batch, std::size_t slots) const override;
+
+  bool residual() const { return residual_; }
+  std::size_t num_layers() const { return layers_.size(); }
+  Layer<T>& layer(std::size_t j) { return *layers_[j]; }
+
+  // The initialisation stream index of inner layer j of the layer at
+  // `layer_index`: distinct from every top-level index and every other
+  // inner layer's (the top bit is set; a 63-bit mix of both positions).
+  static std::uint64_t inner_index(std::uint64_t layer_index, std::size_t j);
+
+ private:
+  // Which inner layer owns entry k of a table made of every inner table.
+  template <class Info, class Table>
+  std::vector<Info> joined(Table table) const;
+  std::pair<std::size_t, std::size_t> buffer_owner(std::size_t k) const;
+
+  std::vector<LayerPtr<T>> layers_;
+  std::vector<std::string> names_;
+  bool residual_;
+  std::vector<Shape> shapes_;         // input of inner layer j; shapes_[n]: last output
+  std::vector<std::size_t> offsets_;  // parameters of inner layer j start at offsets_[j]
+  Precision storage_ = Precision::fp32;
+  std::size_t max_batch_ = 0;
+  std::vector<VectorBuffer<T>> acts_;  // acts_[slot * n + j]: output of inner layer j
+  VectorBuffer<T> grad_a_, grad_b_;    // input gradients of inner layers 1..n-1
+};
+
+}  // namespace strata

@@ -1,0 +1,197 @@
+#include "strategies/engine.hpp"
+
+#include "backends/error.hpp"
+#include "layers/registry.hpp"
+
+#include <cstdio>
+
+namespace strata {
+
+namespace {
+
+using T = float;
+
+template <class View>
+std::vector<float> to_host_vector(const View& v) {
+  std::vector<float> out(v.size());
+  if (v.size() == 0) return out;
+  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Unmanaged>(out.data(), out.size()), v);
+  return out;
+}
+
+void from_host_vector(const std::vector<float>& in, Vector<T> v) {
+  if (!in.empty())
+    Kokkos::deep_copy(v, Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
+}
+
+std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
+  std::string s;
+  if (o.precision != Precision::fp32)
+    s += std::string(", ") + to_string(o.precision) +
+         " activations (16-bit storage), working weights rounded to " + to_string(o.precision) +
+         ", fp32 master weights";
+  if (o.loss_scaling) s += ", dynamic loss scaling";
+  if (o.clip_grad_norm > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", o.clip_grad_norm);
+    s += std::string(", gradients clipped to norm ") + buf;
+  }
+  return s;
+}
+
+// The single-rank model's table (names in single-rank layout whatever the engine).
+ModelTable model_table(const Sequential<T>& model, const ModelSpec& spec) {
+  return {model.parameters(), model.buffers(), spec.source.rfind("--layers", 0) == 0};
+}
+
+class DataParallelEngine final : public Engine {
+ public:
+  DataParallelEngine(Context& ctx, comm::Communicator& comm, const EngineOptions& o,
+                     std::size_t batch)
+      : ctx_(ctx), comm_(comm), model_(build_model<T>(o.model, o.seed)), loss_(make_loss<T>(o.loss)) {
+    table_ = model_table(model_, o.model);
+    // 16-bit activation storage from the start (DataParallel would set it
+    // after build and allocate the activations again).
+    if (o.data.precision != Precision::fp32) model_.set_storage(o.data.precision);
+    // The largest shard of a global batch (the first ranks take the remainder).
+    model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
+    model_.init(o.init, o.seed);
+    optimizer_ = std::make_unique<Optimizer<T>>(o.optimizer, model_.num_params());
+    strategy_ = std::make_unique<DataParallel<T>>(ctx, comm, model_, *loss_, *optimizer_, o.data);
+  }
+  std::string describe() const override {
+    std::string s = comm_.size() == 1 ? "local (one rank)"
+                                      : "data parallel over " + std::to_string(comm_.size()) + " ranks";
+    const auto& o = strategy_->options();
+    s += describe_mixed_precision(o);
+    if (o.compression != GradCompression::none)
+      s += std::string(", gradients communicated in ") + to_string(o.compression);
+    return s;
+  }
+  std::size_t num_params() const override { return model_.num_params(); }
+  int data_rank() const override { return comm_.rank(); }
+  int data_ranks() const override { return comm_.size(); }
+  double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
+    return strategy_->step(micro, global);
+  }
+  std::string first_nonfinite() override { return model_.first_nonfinite(ctx_); }
+  bool collective() const override { return false; }
+  Evaluation evaluate(const data::Dataset& d, std::size_t batch) override {
+    return strata::evaluate(ctx_, model_, *loss_, d, batch);
+  }
+  // Every rank holds the whole model: rank 0 writes one file.
+  std::string save(const CheckpointTarget& target, const Position& p) override {
+    if (comm_.rank() != 0) return std::string();
+    Snapshot snap;
+    snap.optimizer_steps = optimizer_->steps();
+    snap.buffers = model_.read_buffers();
+    if (const DynamicLossScaler* scaler = strategy_->scaler()) snap.scaler = scaler->state();
+    checkpoint::State s = checkpoint_state(target.config, p, snap, table_);
+    s.params = to_host_vector(strategy_->master_params());  // fp32 master weights
+    s.opt0 = to_host_vector(optimizer_->state0());
+    s.opt1 = to_host_vector(optimizer_->state1());
+    return checkpoint::save(target.dir, p.step, s, target.keep);
+  }
+  void restore(const Snapshot& s) override {
+    from_host_vector(s.params, strategy_->master_params());
+    strategy_->sync_working_params();
+    from_host_vector(s.opt0, optimizer_->state0());
+    from_host_vector(s.opt1, optimizer_->state1());
+    optimizer_->set_steps(s.optimizer_steps);
+    model_.write_buffers(s.buffers);
+    // A checkpoint without scaler state (of an fp32 run) leaves the scaler
+    // at its initial scale.
+    if (DynamicLossScaler* scaler = strategy_->scaler(); scaler && s.scaler)
+      scaler->set_state(*s.scaler);
+  }
+
+ private:
+  Context& ctx_;
+  comm::Communicator& comm_;
+  Sequential<T> model_;
+  std::unique_ptr<Loss<T>> loss_;
+  std::unique_ptr<Optimizer<T>> optimizer_;
+  std::unique_ptr<DataParallel<T>> strategy_;
+};
+
+class ModelParallelEngine final : public Engine {
+ public:
+  ModelParallelEngine(Context& ctx, comm::Communicator& world, const EngineOptions& o,
+                      std::size_t batch)
+      : ctx_(ctx), world_(world), options_(o.mesh) {
+    // The single-rank model's names (nothing allocated: the model is not built).
+    table_ = model_table(build_model<T>(o.model, o.seed), o.model);
+    validate_mesh(options_.mesh, world.size());
+    const std::size_t shard =
+        std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, options_.mesh.dp).second);
+    mp_ = std::make_unique<ModelParallel<T>>(ctx, world, o.model, o.init, o.seed, o.loss,
+                                             o.optimizer, shard, options_);
+  }
+  std::string describe() const override {
+    std::string s = "mesh " + options_.mesh.str();
+    if (options_.mesh.pp > 1)
+      s += ", " + std::string(to_string(options_.schedule)) + " with " +
+           std::to_string(options_.micro_batches) + " micro-batches, stage " +
+           std::to_string(mp_->mesh().pp_rank()) + " holds layers " +
+           std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
+           std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
+    if (options_.zero) s += ", ZeRO-1";
+    s += describe_mixed_precision(options_);
+    return s + "; memory per rank: " + mp_->memory().str();
+  }
+  std::size_t num_params() const override { return mp_->full_num_params(); }
+  int data_rank() const override { return mp_->mesh().dp_rank(); }
+  int data_ranks() const override { return mp_->mesh().shape().dp; }
+  double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
+    return mp_->step(micro.at(0), global);
+  }
+  std::string first_nonfinite() override {
+    return "stage " + std::to_string(mp_->mesh().pp_rank()) + ": " +
+           mp_->stage().first_nonfinite(ctx_);
+  }
+  bool collective() const override { return true; }
+  Evaluation evaluate(const data::Dataset& d, std::size_t) override { return mp_->evaluate(d); }
+  // Sharded: every rank writes the values it alone holds, rank 0 the
+  // manifest; nothing is gathered but the (small) buffers.
+  std::string save(const CheckpointTarget& target, const Position& p) override {
+    Snapshot snap;
+    snap.optimizer_steps = mp_->optimizer().steps();
+    snap.buffers = mp_->full_buffers(table_.buffers);
+    // Every rank takes the same skip decisions: any rank's scaler will do.
+    if (const DynamicLossScaler* scaler = mp_->scaler()) snap.scaler = scaler->state();
+    auto part = mp_->checkpoint_shard();
+    checkpoint::Shard mine;
+    for (const auto& [offset, length] : part.ranges) mine.ranges.push_back({offset, length});
+    mine.params = std::move(part.params);
+    mine.opt0 = std::move(part.opt0);
+    mine.opt1 = std::move(part.opt1);
+    const std::string file = checkpoint::save_sharded(
+        world_, target.dir, p.step, checkpoint_state(target.config, p, snap, table_),
+        mp_->layout(), mp_->full_num_params(), mine, target.keep);
+    return world_.rank() == 0 ? file : std::string();
+  }
+  void restore(const Snapshot& s) override {
+    mp_->set_full_params(s.params);
+    mp_->set_full_optimizer_state(0, s.opt0);
+    mp_->set_full_optimizer_state(1, s.opt1);
+    mp_->optimizer().set_steps(s.optimizer_steps);
+    mp_->set_full_buffers(s.buffers);
+    if (DynamicLossScaler* scaler = mp_->scaler(); scaler && s.scaler) scaler->set_state(*s.scaler);
+  }
+
+ private:
+  Context& ctx_;
+  comm::Communicator& world_;
+  ModelParallelOptions options_;
+  std::unique_ptr<ModelParallel<T>> mp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(Context& ctx, comm::Communicator& comm,
+                                    const EngineOptions& o, std::size_t batch) {
+  if (o.model_parallel) return std::make_unique<ModelParallelEngine>(ctx, comm, o, batch);
+  return std::make_unique<DataParallelEngine>(ctx, comm, o, batch);
+}
+
+}  // namespace strata
