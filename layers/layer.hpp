@@ -89,8 +89,8 @@ class Layer {
   virtual std::vector<BufferInfo> buffer_table() const { return {}; }
   virtual std::vector<double> read_buffer(std::size_t /*k*/) const { return {}; }
   virtual void write_buffer(std::size_t /*k*/, const std::vector<double>& /*values*/) {}
-  // Forward multiply-adds per sample for the input shape set (pipeline
-  // balancing, --describe); default: one per output element.
+  // Forward floating-point operations per sample for the input shape set
+  // (--describe; a multiply-add counts 2); default: one per output element.
   virtual double flops() const { return static_cast<double>(output_shape(in_shape_).numel()); }
   // Storage precision of activations (Sequential::set_storage): blocks round
   // the activations between their inner layers to it.

@@ -43,7 +43,7 @@ std::vector<ParamInfo> Linear<T>::param_table() const {
 template <class T>
 double Linear<T>::flops() const {
   const std::size_t positions = this->in_shape_.rank() ? this->in_shape_.numel() / in_ : 1;
-  return static_cast<double>(positions) * static_cast<double>(in_ * out_);
+  return 2.0 * static_cast<double>(positions) * static_cast<double>(in_ * out_);
 }
 
 

@@ -402,14 +402,14 @@ std::string human_count(double n) {
 
 template <class T>
 std::string Sequential<T>::describe() const {
-  // Columns: name, layer, output shape, parameters, forward FLOPs (2 per
-  // multiply-add) and activation bytes per sample: the output kept for
-  // backward plus the layer's own workspace (blocks: their inner outputs).
+  // Columns: name, layer, output shape, parameters, forward FLOPs and
+  // activation bytes per sample: the output plus the layer's own workspace
+  // (blocks: their inner outputs and gradient buffers).
   std::vector<std::array<std::string, 6>> rows{
       {"name", "layer", "output", "params", "FLOPs/sample", "act/sample"}};
   double flops = 0, acts = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const double f = 2 * layers_[i]->flops();
+    const double f = layers_[i]->flops();
     const double a = static_cast<double>(widths_[i + 1] * sizeof(T) + layers_[i]->workspace_bytes(1, 1));
     flops += f;
     acts += a;

@@ -121,12 +121,33 @@ TEST(Mpi, SharedMemoryAllreduceMatchesMpi) {
   for (int i = 0; i < 100; ++i) ASSERT_EQ(ints[i], 100 * n * (n - 1) / 2 + n * i);
 }
 
+// Model parallelism over MPI processes: the whole world as a pipeline, as a
+// tensor-parallel group, and (4 ranks) as dp2 x pp2 (with and without
+// ZeRO-1) and pp2 x tp2 meshes.
+ModelParallelOptions mesh_options(int dp, int pp, int tp, std::size_t micro = 1) {
+  ModelParallelOptions o;
+  o.mesh = {dp, pp, tp};
+  o.micro_batches = micro;
+  return o;
+}
+
 TEST(DataParallelMpi, MatchesSingleRankTraining) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
   test::DpConfig c;
   c.batch = 11;  // uneven shards
   Context ctx;
   EXPECT_EQ(test::compare(test::train_dp(ctx, world, c), test::train_single(c), 1e-5), "");
+}
+
+TEST(DataParallelMpi, ResidualModelFileMatchesSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  test::DpConfig c;
+  c.model = test::residual_model(true);
+  Context ctx;
+  EXPECT_EQ(test::compare(test::train_dp(ctx, world, c), test::train_single(c), 1e-5), "");
+  auto o = mesh_options(1, world.size(), 1, 3);
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, o), test::train_single(c), 1e-5), "")
+      << "pipeline over every rank";
 }
 
 TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
@@ -137,16 +158,6 @@ TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
     comm::HierarchicalComm h(local, local.rank() == 0 ? &world : nullptr);
     EXPECT_EQ(test::compare(test::train_dp(ctx, h, c), single, 1e-5), "") << "rank " << h.rank();
   });
-}
-
-// Model parallelism over MPI processes: the whole world as a pipeline, as a
-// tensor-parallel group, and (4 ranks) as dp2 x pp2 (with and without
-// ZeRO-1) and pp2 x tp2 meshes.
-ModelParallelOptions mesh_options(int dp, int pp, int tp, std::size_t micro = 1) {
-  ModelParallelOptions o;
-  o.mesh = {dp, pp, tp};
-  o.micro_batches = micro;
-  return o;
 }
 
 TEST(ModelParallelMpi, PipelineOverEveryRankMatchesSingleRank) {

@@ -1,0 +1,122 @@
+// Test harness for one layer: its own parameter and gradient buffers, a
+// forward and backward on host vectors, and central finite differences in
+// double precision for the input and parameter gradients.
+#pragma once
+
+#include "layers/layer.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace strata {
+namespace test {
+
+using Vec = std::vector<double>;
+
+// A standalone layer with its own parameter and gradient buffers.
+struct Bound {
+  LayerPtr<double> layer;
+  std::size_t batch, in, out;
+  VectorBuffer<double> params, grads;
+  Context ctx;
+
+  Bound(LayerPtr<double> l, std::size_t batch_, std::size_t in_, std::uint64_t seed,
+        GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
+      : Bound(std::move(l), batch_, Shape{in_}, seed, gemm) {}
+  // A layer with a per-sample input of any shape (rows of its numel values).
+  Bound(LayerPtr<double> l, std::size_t batch_, const Shape& in_shape, std::uint64_t seed,
+        GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
+      : layer(std::move(l)),
+        batch(batch_),
+        in(in_shape.numel()),
+        out(layer->output_shape(in_shape).numel()),
+        ctx(gemm) {
+    layer->set_input_shape(in_shape);
+    const std::size_t n = layer->num_params();
+    params = VectorBuffer<double>("params", n);
+    grads = VectorBuffer<double>("grads", n);
+    layer->bind(params, grads);
+    layer->reserve(batch, in);
+    // Random parameters (not the initialiser's), so that every term matters.
+    Kokkos::deep_copy(params, test::to_device(test::randn<double>(n, seed)));
+  }
+  Vec forward(const Vec& x) {
+    auto dx = test::to_device(x, batch, in);
+    MatrixBuffer<double> y("y", batch, out);
+    layer->begin_pass();
+    layer->forward(ctx, dx, y);
+    Kokkos::fence();
+    return test::to_host(y);
+  }
+  // Returns dx for upstream gradient dy (after a forward on x); parameter
+  // gradients accumulate into `grads` (zeroed first).
+  Vec backward(const Vec& x, const Vec& dy) {
+    Kokkos::deep_copy(grads, 0.0);
+    auto dxin = test::to_device(x, batch, in);
+    MatrixBuffer<double> y("y", batch, out), dx("dx", batch, in);
+    layer->begin_pass();
+    layer->forward(ctx, dxin, y);
+    layer->backward(ctx, test::to_device(dy, batch, out), dx);
+    Kokkos::fence();
+    return test::to_host(dx);
+  }
+  Vec param_values() { return test::to_host(params); }
+  void set_params(const Vec& p) { Kokkos::deep_copy(params, test::to_device(p)); }
+};
+
+inline double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks backward against central differences of L = sum(forward(x) * r).
+// skip(x_i): true where the function is not smooth near x_i.
+inline void check_gradients(Bound& b, const Vec& x, std::uint64_t seed,
+                     const std::function<bool(double)>& skip = nullptr,
+                     const std::function<void()>& before_forward = nullptr) {
+  const Vec r = test::randn<double>(b.batch * b.out, seed + 100);
+  auto loss = [&](const Vec& xv) {
+    if (before_forward) before_forward();
+    return dot(b.forward(xv), r);
+  };
+  if (before_forward) before_forward();
+  const Vec dx = b.backward(x, r);
+  const Vec dp = test::to_host(b.grads);
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (skip && skip(x[i])) continue;
+    Vec xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    const double fd = (loss(xp) - loss(xm)) / (2 * h);
+    ASSERT_NEAR(dx[i], fd, 1e-6 * (1 + std::fabs(fd))) << b.layer->name() << " dx[" << i << "]";
+  }
+  const Vec p0 = b.param_values();
+  for (std::size_t i = 0; i < p0.size(); ++i) {
+    Vec pp = p0, pm = p0;
+    pp[i] += h;
+    pm[i] -= h;
+    b.set_params(pp);
+    const double lp = loss(x);
+    b.set_params(pm);
+    const double lm = loss(x);
+    const double fd = (lp - lm) / (2 * h);
+    ASSERT_NEAR(dp[i], fd, 1e-6 * (1 + std::fabs(fd))) << b.layer->name() << " dparam[" << i << "]";
+  }
+  b.set_params(p0);
+}
+
+inline void expect_near(const Vec& got, const Vec& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " at " << i;
+}
+
+}  // namespace test
+}  // namespace strata
