@@ -56,7 +56,7 @@ void LayerNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t
 template <class T>
 void LayerNorm<T>::reserve(std::size_t batch, std::size_t in) {
   max_batch_ = batch * (in / features_);  // rows: samples x positions
-  const std::size_t n = batch * this->slots_;
+  const std::size_t n = max_batch_ * this->slots_;
   if (mean_.extent(0) < n) {
     mean_ = VectorBuffer<T>("strata::LayerNorm::mean", n);
     rstd_ = VectorBuffer<T>("strata::LayerNorm::rstd", n);

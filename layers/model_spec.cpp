@@ -38,8 +38,13 @@ const LayerArgs::Value* LayerArgs::find(const std::string& key) {
 
 std::size_t LayerArgs::positive(const std::string& key) {
   const Value* v = find(key);
-  STRATA_REQUIRE(v != nullptr, config, where_, ": layer type '", type_, "' needs the key '", key,
-                 "'");
+  if (v == nullptr) {
+    std::string others;  // a misspelt key is likely among them
+    for (const auto& [k, used] : used_)
+      if (!used) others += (others.empty() ? "" : ", ") + k;
+    STRATA_THROW(config, where_, ": layer type '", type_, "' needs the key '", key, "'",
+                 others.empty() ? std::string() : " (keys given: " + others + ")");
+  }
   const auto* i = std::get_if<std::int64_t>(v);
   STRATA_REQUIRE(i != nullptr && *i > 0, config, at(key), ": expected a positive integer");
   return static_cast<std::size_t>(*i);

@@ -412,6 +412,56 @@ TEST_F(TrainApp, TraceWritesATimelineWithALanePerRank) {
 // foreign or unwritable checkpoints: the catalogue in test_bad_inputs.cpp
 // (docs/errors.md).
 
+// --model: a model file trains like --layers does (the equivalent file
+// gives the same losses), --describe prints its table, a checkpoint resumes
+// bitwise on a pipeline, and one of a model whose layer was renamed is
+// refused naming the tensor.
+TEST_F(TrainApp, ModelFilesTrainDescribeAndCheckpointByName) {
+  const std::string models = std::string(STRATA_SOURCE_DIR) + "/models/";
+  const std::string data = "--dataset synthetic --samples 240 --batch-size 24 --log-every 1 --seed 3 ";
+  ASSERT_EQ(train(data + "--model " + models + "fashion-mlp.toml --steps 6 --metrics " + path("f.jsonl")).exit_code, 0);
+  ASSERT_EQ(train(data + "--layers 784,256,128,10 --steps 6 --metrics " + path("l.jsonl")).exit_code, 0);
+  EXPECT_EQ(losses(read_metrics("f.jsonl")), losses(read_metrics("l.jsonl")));
+
+  auto d = train("--model " + models + "residual-mlp.toml --describe");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_OUTPUT_HAS(d, "blocks.3");
+  EXPECT_OUTPUT_HAS(d, "Residual(LayerNorm(256), Linear(256, 512), GELU, Linear(512, 256))");
+  EXPECT_OUTPUT_HAS(d, "1257738");
+
+  // Residual MLP: 8 steps on one rank, or 4 then 4 more on a 2-stage
+  // pipeline; one thread per rank everywhere (OpenBLAS's GEMMs of this size
+  // sum in another order on 2 threads).
+  const std::string run = data + "--model " + models + "residual-mlp.toml --optimizer adam --threads 1 ";
+  ASSERT_EQ(train(run + "--steps 8 --checkpoint-dir " + path("a")).exit_code, 0);
+  ASSERT_EQ(train(run + "--steps 4 --checkpoint-dir " + path("b")).exit_code, 0);
+  auto r = train(run + "--steps 8 --checkpoint-dir " + path("b") + " --resume --ranks 2 --pp 2 --micro-batches 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // One micro-batch: the pipeline computes what one rank does, bitwise;
+  // its manifest and shards assemble to the one rank's file.
+  const auto ca = checkpoint::load(checkpoint::latest(path("a")));
+  const auto cb = checkpoint::load(checkpoint::latest(path("b")));
+  EXPECT_TRUE(ca.params == cb.params && ca.opt0 == cb.opt0 && ca.opt1 == cb.opt1);
+  EXPECT_EQ(ca.state, cb.state);
+
+  // The same model with its head renamed cannot resume the checkpoint.
+  std::ifstream in(models + "residual-mlp.toml");
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  text.replace(text.find("name = \"head\""), 13, "name = \"out\"");
+  const std::string renamed = write("renamed.toml", text);
+  auto bad = train(data + "--model " + renamed + " --steps 9 --optimizer adam --checkpoint-dir " + path("a") + " --resume");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_OUTPUT_HAS(bad, "has no tensor 'out.weight'");
+
+  auto both = train("--model " + models + "fashion-mlp.toml --layers 784,10");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_OUTPUT_HAS(both, "give one or the other");
+  auto wrong = train("--dataset csv:" + write("d.csv", "1,2,3,0\n4,5,6,1\n7,8,9,0\n") + " --model " +
+                     write("w.toml", "input = [5]\n[[layers]]\ntype = \"linear\"\nout = 2\n") + " --steps 1");
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_OUTPUT_HAS(wrong, "takes inputs of shape {5}");
+}
+
 TEST_F(TrainApp, HelpAndVersion) {
   auto h = train("--help");
   EXPECT_EQ(h.exit_code, 0);
