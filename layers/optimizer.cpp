@@ -91,7 +91,47 @@ struct Copies {
                                  : rp == Precision::fp16 ? round_to<fp16>(f) : f;
   }
 };
+// Weight decay per parameter: one value for all, or zero where the mask is
+// (parameter groups: no decay on biases and normalisation parameters).
+template <class T>
+struct UniformDecay {
+  T wd;
+  KOKKOS_INLINE_FUNCTION T operator()(const std::size_t) const { return wd; }
+};
+template <class T>
+struct MaskedDecay {
+  T wd;
+  ConstVector<T> mask;  // 1: decayed, 0: not
+  KOKKOS_INLINE_FUNCTION T operator()(const std::size_t i) const { return wd * mask(i); }
+};
 }  // namespace detail::fused
+
+template <class T>
+void Optimizer<T>::set_no_decay(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) {
+  decay_ = VectorBuffer<T>();
+  if (ranges.empty() || config_.weight_decay == 0) return;
+  std::vector<T> mask(n_, T(1));
+  for (const auto& [first, last] : ranges) {
+    STRATA_REQUIRE(first <= last && last <= n_, config, "no-decay range [", first, ", ", last,
+                   ") outside the optimizer's ", n_, " parameters");
+    std::fill(mask.begin() + static_cast<std::ptrdiff_t>(first),
+              mask.begin() + static_cast<std::ptrdiff_t>(last), T(0));
+  }
+  decay_ = VectorBuffer<T>("strata::Optimizer::decay", n_);
+  Kokkos::deep_copy(decay_, Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(mask.data(), n_));
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(
+    const std::vector<ParamInfo>& params, std::size_t first, std::size_t count) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (const auto& t : params) {
+    if (t.group != ParamGroup::no_decay) continue;
+    const std::size_t lo = std::max(t.offset, first);
+    const std::size_t hi = std::min(t.offset + t.shape.numel(), first + count);
+    if (lo < hi) ranges.push_back({lo - first, hi - first});
+  }
+  return ranges;
+}
 
 template <class T>
 void Optimizer<T>::step(Context& ctx, Vector<T> p, ConstVector<T> g) {
@@ -147,9 +187,20 @@ template <class T>
 template <class Copy>
 void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, const T f,
                                 const Copy& copy) {
-  // SGD (with momentum, Nesterov), Adam and AdamW on g * f; step() is f = 1.
-  const T lr = static_cast<T>(config_.lr);
   const T wd = static_cast<T>(config_.weight_decay);
+  if (decay_.extent(0) > 0)
+    fused_update(ctx, p, g, f, copy, detail::fused::MaskedDecay<T>{wd, decay_});
+  else
+    fused_update(ctx, p, g, f, copy, detail::fused::UniformDecay<T>{wd});
+}
+
+template <class T>
+template <class Copy, class Decay>
+void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, const T f,
+                                const Copy& copy, const Decay& wd) {
+  // SGD (with momentum, Nesterov), Adam and AdamW on g * f; step() is f = 1.
+  // wd(i): the weight decay of parameter i.
+  const T lr = static_cast<T>(config_.lr);
   Vector<T> s0 = state0_, s1 = state1_;
   if (config_.kind == OptimizerKind::sgd) {
     const T mu = static_cast<T>(config_.momentum);
@@ -158,13 +209,13 @@ void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, con
       for_range(ctx, "strata::sgd_fused", n_,
                            KOKKOS_LAMBDA(const std::size_t i) {
                              const T gi = g(i) * f;
-                             p(i) -= lr * (gi + wd * p(i));
+                             p(i) -= lr * (gi + wd(i) * p(i));
                              copy(i, p(i));
                            });
     } else {
       for_range(ctx, "strata::sgd_momentum_fused", n_,
                            KOKKOS_LAMBDA(const std::size_t i) {
-                             const T d = g(i) * f + wd * p(i);
+                             const T d = g(i) * f + wd(i) * p(i);
                              const T b = first ? d : mu * s0(i) + d;
                              s0(i) = b;
                              p(i) -= lr * (nesterov ? d + mu * b : b);
@@ -183,9 +234,9 @@ void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, con
     T pi = p(i);
     T gi = g(i) * f;
     if (decoupled)
-      pi -= lr * wd * pi;
+      pi -= lr * wd(i) * pi;
     else
-      gi += wd * pi;
+      gi += wd(i) * pi;
     const T m = b1 * s0(i) + (T(1) - b1) * gi;
     const T v = b2 * s1(i) + (T(1) - b2) * gi * gi;
     s0(i) = m;

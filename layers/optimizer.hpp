@@ -9,10 +9,13 @@
 
 #include "backends/context.hpp"
 #include "backends/precision.hpp"
+#include "layers/layer.hpp"
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -27,6 +30,9 @@ struct OptimizerConfig {
   bool nesterov = false;  // SGD
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam, AdamW
+  // Parameter groups: no weight decay on biases and normalisation parameters
+  // (ParamGroup::no_decay; the strategies pass the ranges, Optimizer::set_no_decay).
+  bool no_decay_bias_norm = false;
 };
 
 // Throws config naming the first setting out of range.
@@ -102,12 +108,26 @@ class Optimizer {
   // because CUDA refuses device lambdas in private member functions.
   template <class Copy>
   void fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, T f, const Copy& copy);
+  // The same with the weight decay of parameter i given by wd(i).
+  template <class Copy, class Decay>
+  void fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, T f, const Copy& copy,
+                    const Decay& wd);
+
+  // No weight decay for the parameters in these [first, last) ranges (of
+  // this optimizer's n); empty: the same decay for all.
+  void set_no_decay(const std::vector<std::pair<std::size_t, std::size_t>>& ranges);
 
  private:
   OptimizerConfig config_;
   std::size_t n_;
   std::int64_t steps_ = 0;
   VectorBuffer<T> state0_, state1_;
+  VectorBuffer<T> decay_;  // per parameter 1 or 0 (set_no_decay); empty: uniform
 };
+
+// The parts of the no_decay tensors of `params` that fall in [first, first +
+// count) of the flat buffer, relative to first (an optimizer over that slice).
+std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(
+    const std::vector<ParamInfo>& params, std::size_t first, std::size_t count);
 
 }  // namespace strata

@@ -57,6 +57,8 @@ class DataParallelEngine final : public Engine {
     model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
     model_.init(o.init, o.seed);
     optimizer_ = std::make_unique<Optimizer<T>>(o.optimizer, model_.num_params());
+    if (o.optimizer.no_decay_bias_norm)
+      optimizer_->set_no_decay(no_decay_ranges(model_.parameters(), 0, model_.num_params()));
     strategy_ = std::make_unique<DataParallel<T>>(ctx, comm, model_, *loss_, *optimizer_, o.data);
   }
   std::string describe() const override {

@@ -182,6 +182,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   // ZeRO-1: this rank's block of the padded buffers (the whole stage when dp is 1).
   const std::size_t first = options.zero == 1 ? updated * static_cast<std::size_t>(mesh_->dp_rank()) : 0;
   updated_ = {first, first + updated};
+  if (optimizer.no_decay_bias_norm)
+    optimizer_->set_no_decay(no_decay_ranges(stage_->parameters(), first, updated));
   mixed_ = std::make_unique<MixedPrecision<T>>(
       ctx, options, Kokkos::subview(stage_->padded_params(), updated_));
   // The working weights outside this rank's block are rounded too (the

@@ -106,6 +106,41 @@ TEST(Optimizer, MatchesReferenceOverManySteps) {
   }
 }
 
+// Parameter groups: the ranges set_no_decay names are updated as with no
+// weight decay, the others as with it (every optimizer, both fused and not).
+TEST(Optimizer, NoDecayRangesAreUpdatedWithoutWeightDecay) {
+  const std::size_t n = 50, steps = 6;
+  const Vec p0 = test::randn<double>(n, 2);
+  std::vector<Vec> grads;
+  for (std::size_t t = 0; t < steps; ++t) grads.push_back(test::randn<double>(n, 30 + t));
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges{{3, 9}, {20, 21}, {40, 50}};
+  auto spared = [&](std::size_t i) {
+    for (const auto& [a, b] : ranges)
+      if (i >= a && i < b) return true;
+    return false;
+  };
+  for (auto c : all_configs()) {
+    if (c.weight_decay == 0) continue;
+    Context ctx;
+    Optimizer<double> opt(c, n);
+    opt.set_no_decay(ranges);
+    auto p = test::to_device(p0);
+    for (const Vec& g : grads) opt.step(ctx, p, test::to_device(g));
+    OptimizerConfig without = c;
+    without.weight_decay = 0;
+    const Vec got = test::to_host(p), with_wd = reference(c, p0, grads),
+              no_wd = reference(without, p0, grads);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_NEAR(got[i], spared(i) ? no_wd[i] : with_wd[i], 1e-13) << to_string(c.kind) << " " << i;
+  }
+  // The ranges of a model's no_decay tensors within a slice of its buffer.
+  const std::vector<ParamInfo> t{{"w", Shape{2, 3}, 0, ParamGroup::decay},
+                                 {"b", Shape{2}, 6, ParamGroup::no_decay},
+                                 {"n", Shape{4}, 8, ParamGroup::no_decay}};
+  EXPECT_EQ(no_decay_ranges(t, 0, 12), (std::vector<std::pair<std::size_t, std::size_t>>{{6, 8}, {8, 12}}));
+  EXPECT_EQ(no_decay_ranges(t, 7, 3), (std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {1, 3}}));
+}
+
 TEST(Optimizer, FloatMatchesDoubleClosely) {
   OptimizerConfig c;
   c.kind = OptimizerKind::adamw;

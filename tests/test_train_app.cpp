@@ -462,6 +462,21 @@ TEST_F(TrainApp, ModelFilesTrainDescribeAndCheckpointByName) {
   EXPECT_OUTPUT_HAS(wrong, "takes inputs of shape {5}");
 }
 
+// --no-decay-bias-norm changes training (biases and LayerNorm parameters
+// are spared) and gives the same losses on a ZeRO-1 mesh as on one rank.
+TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {
+  const std::string run = "--dataset synthetic --samples 240 --batch-size 24 --steps 6 --log-every 1 "
+                          "--optimizer adamw --weight-decay 0.5 --threads 1 --model " +
+                          std::string(STRATA_SOURCE_DIR) + "/models/residual-mlp.toml --metrics ";
+  ASSERT_EQ(train(run + path("a.jsonl")).exit_code, 0);
+  ASSERT_EQ(train(run + path("b.jsonl") + " --no-decay-bias-norm").exit_code, 0);
+  auto z = train(run + path("c.jsonl") + " --no-decay-bias-norm --ranks 2 --zero 1");
+  ASSERT_EQ(z.exit_code, 0) << z.output;
+  const auto a = losses(read_metrics("a.jsonl")), b = losses(read_metrics("b.jsonl"));
+  EXPECT_NE(a.back(), b.back());
+  expect_close(losses(read_metrics("c.jsonl")), b, 1e-5);
+}
+
 TEST_F(TrainApp, HelpAndVersion) {
   auto h = train("--help");
   EXPECT_EQ(h.exit_code, 0);

@@ -104,6 +104,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
   app.add_option("--weight-decay", c.optimizer.weight_decay, "weight decay")
       ->capture_default_str();
+  app.add_flag("--no-decay-bias-norm", c.optimizer.no_decay_bias_norm,
+               "no weight decay on biases and normalisation parameters");
   app.add_option("--init", init,
                  "kaiming-uniform | kaiming-normal | xavier-uniform | xavier-normal | "
                  "torch-default")
