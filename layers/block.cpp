@@ -135,33 +135,77 @@ void Block<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
 template <class T>
 void Block<T>::set_slots(std::size_t n) {
   Layer<T>::set_slots(n);
+  x_slot_.assign(n, ConstMatrix<T>());
   for (auto& l : layers_) l->set_slots(n);
+}
+
+template <class T>
+std::size_t Block<T>::inner_outputs() const {
+  std::size_t n = 0;
+  for (std::size_t j = 0; j < layers_.size(); ++j) n += shapes_[j + 1].numel();
+  return n;
+}
+
+template <class T>
+std::size_t Block<T>::widest_inner_input() const {
+  std::size_t widest = 0;
+  for (std::size_t j = 1; j < layers_.size(); ++j) widest = std::max(widest, shapes_[j].numel());
+  return widest;
+}
+
+template <class T>
+std::size_t Block<T>::arena_bytes(std::size_t max_batch) const {
+  return recompute_ ? max_batch * (inner_outputs() + 2 * widest_inner_input()) * sizeof(T) : 0;
 }
 
 template <class T>
 void Block<T>::reserve(std::size_t batch, std::size_t) {
   const std::size_t n = layers_.size();
   max_batch_ = batch;
-  acts_.clear();
-  for (std::size_t s = 0; s < this->slots_; ++s)
-    for (std::size_t j = 0; j < n; ++j)
-      acts_.emplace_back("strata::Block::activation", batch * shapes_[j + 1].numel());
-  std::size_t widest = 0;  // inputs of inner layers 1..n-1
-  for (std::size_t j = 1; j < n; ++j) widest = std::max(widest, shapes_[j].numel());
-  grad_a_ = VectorBuffer<T>("strata::Block::grad_a", batch * widest);
-  grad_b_ = VectorBuffer<T>("strata::Block::grad_b", batch * widest);
+  row_offset_.assign(this->slots_, 0);
+  acts_.assign(this->slots_, std::vector<Vector<T>>(n));
+  owned_.clear();
+  if (!recompute_) {  // the arena comes later (use_arena)
+    for (std::size_t s = 0; s < this->slots_; ++s)
+      for (std::size_t j = 0; j < n; ++j) {
+        owned_.emplace_back("strata::Block::activation", batch * shapes_[j + 1].numel());
+        acts_[s][j] = owned_.back();
+      }
+    owned_.emplace_back("strata::Block::grad_a", batch * widest_inner_input());
+    grad_a_ = owned_.back();
+    owned_.emplace_back("strata::Block::grad_b", batch * widest_inner_input());
+    grad_b_ = owned_.back();
+  }
   for (std::size_t j = 0; j < n; ++j) layers_[j]->reserve(batch, shapes_[j].numel());
 }
 
 template <class T>
+void Block<T>::use_arena(Vector<T> arena) {
+  if (!recompute_) return;
+  STRATA_REQUIRE(arena.extent(0) * sizeof(T) >= arena_bytes(max_batch_), config, name(),
+                 ": recomputation arena of ", arena.extent(0) * sizeof(T), " bytes for ",
+                 arena_bytes(max_batch_));
+  // Every slot computes in the same buffers: backward recomputes them first.
+  std::size_t at = 0;
+  auto take = [&](std::size_t count) {
+    Vector<T> v(arena.data() + at, count);
+    at += count;
+    return v;
+  };
+  std::vector<Vector<T>> outs;
+  for (std::size_t j = 0; j < layers_.size(); ++j) outs.push_back(take(max_batch_ * shapes_[j + 1].numel()));
+  for (auto& slot : acts_) slot = outs;
+  grad_a_ = take(max_batch_ * widest_inner_input());
+  grad_b_ = take(max_batch_ * widest_inner_input());
+}
+
+template <class T>
 std::size_t Block<T>::workspace_bytes(std::size_t max_batch, std::size_t slots) const {
-  std::size_t outputs = 0, widest = 0, inner = 0;
-  for (std::size_t j = 0; j < layers_.size(); ++j) {
-    outputs += shapes_[j + 1].numel();
-    if (j > 0) widest = std::max(widest, shapes_[j].numel());
-    inner += layers_[j]->workspace_bytes(max_batch, slots);
-  }
-  return (slots * max_batch * outputs + 2 * max_batch * widest) * sizeof(T) + inner;
+  std::size_t inner = 0;
+  for (const auto& l : layers_) inner += l->workspace_bytes(max_batch, slots);
+  if (recompute_) return inner;  // the rest is the model's shared arena (arena_bytes)
+  return (slots * max_batch * inner_outputs() + 2 * max_batch * widest_inner_input()) * sizeof(T) +
+         inner;
 }
 
 namespace detail {
@@ -189,25 +233,37 @@ void add(Context& ctx, ConstMatrix<T> a, ConstMatrix<T> b, Matrix<T> y) {
 }  // namespace detail
 
 template <class T>
-void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  const std::size_t batch = x.extent(0), n = layers_.size(), slot = this->slot_;
-  STRATA_REQUIRE(batch <= max_batch_ && slot < this->slots_, runtime, name(), ": batch of ",
-                 batch, " rows in slot ", slot, " beyond the reserved ", max_batch_, " rows x ",
-                 this->slots_, " slots");
+ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x,
+                                       const std::vector<Vector<T>>& outs) {
+  const std::size_t batch = x.extent(0), n = layers_.size();
   ConstMatrix<T> in = x;
   for (std::size_t j = 0; j < n; ++j) {
-    Matrix<T> out = reshape(Vector<T>(acts_[slot * n + j]), 0, batch, shapes_[j + 1].numel());
-    layers_[j]->use_slot(slot);
+    Matrix<T> out = reshape(outs[j], 0, batch, shapes_[j + 1].numel());
+    layers_[j]->use_slot(this->slot_);
     layers_[j]->forward(ctx, in, out);
     if (j + 1 < n) detail::round_to(ctx, storage_, out);  // the last output: the caller rounds y
     in = out;
   }
+  return in;
+}
+
+template <class T>
+void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  const std::size_t batch = x.extent(0), slot = this->slot_;
+  STRATA_REQUIRE(batch <= max_batch_ && slot < this->slots_, runtime, name(), ": batch of ",
+                 batch, " rows in slot ", slot, " beyond the reserved ", max_batch_, " rows x ",
+                 this->slots_, " slots");
+  STRATA_REQUIRE(acts_[slot].front().data() != nullptr, config, name(),
+                 ": recomputation without an arena (Sequential::build gives it)");
+  row_offset_[slot] = next_row_offset_;
+  x_slot_[slot] = x;
+  ConstMatrix<T> f = inner_forward(ctx, x, acts_[slot]);
   if (residual_) {
-    detail::add<T>(ctx, x, in, y);
+    detail::add<T>(ctx, x, f, y);
   } else {
-    const T* src = in.data();
+    const T* src = f.data();
     T* dst = y.data();
-    for_range(ctx, "strata::Block::copy", in.size(), KOKKOS_LAMBDA(const std::size_t i) {
+    for_range(ctx, "strata::Block::copy", f.size(), KOKKOS_LAMBDA(const std::size_t i) {
       dst[i] = src[i];
     });
   }
@@ -215,13 +271,20 @@ void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 
 template <class T>
 void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  const std::size_t batch = dy.extent(0), n = layers_.size();
+  const std::size_t batch = dy.extent(0), n = layers_.size(), slot = this->slot_;
+  if (recompute_) {
+    // The inside again, as the slot's forward computed it (its input is
+    // still the caller's; Dropout draws by the row offset of that forward).
+    for (auto& l : layers_) l->set_row_offset(row_offset_[slot]);
+    inner_forward(ctx, x_slot_[slot], acts_[slot]);
+    for (auto& l : layers_) l->set_row_offset(next_row_offset_);
+  }
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   ConstMatrix<T> g = dy;
   for (std::size_t j = n; j-- > 0;) {
     Matrix<T> dxj = dx;  // the block's input gradient: empty unless asked for
     if (j > 0) dxj = reshape(bufs[j % 2], 0, batch, shapes_[j].numel());
-    layers_[j]->use_slot(this->slot_);
+    layers_[j]->use_slot(slot);
     layers_[j]->backward(ctx, g, dxj);
     if (j > 0) detail::round_to(ctx, storage_, dxj);
     g = dxj;
@@ -232,6 +295,7 @@ void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
 
 template <class T>
 void Block<T>::set_row_offset(std::size_t offset) {
+  next_row_offset_ = offset;
   for (auto& l : layers_) l->set_row_offset(offset);
 }
 

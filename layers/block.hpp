@@ -14,6 +14,14 @@
 //
 // backward: the inner layers run in reverse; a residual adds dy to the
 // gradient reaching its input (dx = dy + df/dx^T dy).
+//
+// Recomputation (set_recompute): forward runs the inner layers in a scratch
+// arena shared with every other recomputing block of the model and keeps
+// nothing but its input (the caller's); backward runs the inner forward
+// again (same inputs, same Dropout masks: the row offset of the slot's
+// forward is restored) and then the inner backward. Results are bitwise
+// those without recomputation; inner activations cost one arena instead of
+// one set per block and micro-batch slot, for one more inner forward.
 #pragma once
 
 #include "layers/layer.hpp"
@@ -45,13 +53,18 @@ class Block : public Layer<T> {
   void reserve(std::size_t batch, std::size_t in) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
-  bool backward_reads_input() const override { return layers_.front()->backward_reads_input(); }
+  bool backward_reads_input() const override {
+    return recompute_ || layers_.front()->backward_reads_input();
+  }
   bool backward_reads_output() const override { return false; }
   void set_row_offset(std::size_t offset) override;
   void begin_pass() override;
   void set_slots(std::size_t n) override;
   void set_training(bool training) override;
   std::size_t workspace_bytes(std::size_t max_batch, std::size_t slots) const override;
+  void set_recompute(bool on) override { recompute_ = on; }
+  std::size_t arena_bytes(std::size_t max_batch) const override;
+  void use_arena(Vector<T> arena) override;
 
   bool residual() const { return residual_; }
   std::size_t num_layers() const { return layers_.size(); }
@@ -67,6 +80,12 @@ class Block : public Layer<T> {
   template <class Info, class Table>
   std::vector<Info> joined(Table table) const;
   std::pair<std::size_t, std::size_t> buffer_owner(std::size_t k) const;
+  // Elements of the inner outputs and of the widest inner input (per row).
+  std::size_t inner_outputs() const;
+  std::size_t widest_inner_input() const;
+  // Runs the inner forward of slot on x into the buffers `outs` (one per
+  // inner layer); returns the last output.
+  ConstMatrix<T> inner_forward(Context& ctx, ConstMatrix<T> x, const std::vector<Vector<T>>& outs);
 
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::string> names_;
@@ -75,8 +94,13 @@ class Block : public Layer<T> {
   std::vector<std::size_t> offsets_;  // parameters of inner layer j start at offsets_[j]
   Precision storage_ = Precision::fp32;
   std::size_t max_batch_ = 0;
-  std::vector<VectorBuffer<T>> acts_;  // acts_[slot * n + j]: output of inner layer j
-  VectorBuffer<T> grad_a_, grad_b_;    // input gradients of inner layers 1..n-1
+  bool recompute_ = false;
+  std::vector<std::vector<Vector<T>>> acts_;  // acts_[slot][j]: output of inner layer j
+  Vector<T> grad_a_, grad_b_;                 // input gradients of inner layers 1..n-1
+  std::vector<VectorBuffer<T>> owned_;        // what acts_ and grads view (no recomputation)
+  std::vector<std::size_t> row_offset_;       // per slot: the row offset of its forward
+  std::vector<ConstMatrix<T>> x_slot_ = std::vector<ConstMatrix<T>>(1);  // per slot: its input
+  std::size_t next_row_offset_ = 0;
 };
 
 }  // namespace strata

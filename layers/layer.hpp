@@ -95,6 +95,13 @@ class Layer {
   // Storage precision of activations (Sequential::set_storage): blocks round
   // the activations between their inner layers to it.
   virtual void set_storage(Precision /*p*/) {}
+  // Activation recomputation (blocks): forward keeps only the layer's input,
+  // backward computes the inside again in a scratch arena that the model
+  // shares among all such layers. arena_bytes(max_batch): the arena this
+  // layer needs (0: none); use_arena gives it, after reserve().
+  virtual void set_recompute(bool /*on*/) {}
+  virtual std::size_t arena_bytes(std::size_t /*max_batch*/) const { return 0; }
+  virtual void use_arena(Vector<T> /*arena*/) {}
   // Binds the layer's slices of the flat parameter and gradient buffers.
   virtual void bind(Vector<T> /*params*/, Vector<T> /*grads*/) {}
   // Writes initial parameters into `params` (host memory, this layer's slice).

@@ -16,6 +16,7 @@
 //   name = "blocks"                # parameter names: blocks.0.1.weight, ...
 //   repeat = 4                     # 4 blocks, each a top-level layer
 //   layers = [ { type = "layernorm" }, { type = "linear", out = 256 }, { type = "relu" } ]
+//   recompute = true               # optional: recompute the inside in backward
 //
 // Names: a layer's parameter names start with its `name`, or its position
 // when it has none (PyTorch's nn.Sequential); a repeated layer named N is

@@ -54,8 +54,10 @@ LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build) {
     std::vector<std::string> names;
     Shape shape = in;
     expand<T>(s.layers, shape, build, inner, names, true);
+    const bool recompute = args.flag("recompute", false);
     args.finish();
     layer = std::make_unique<Block<T>>(std::move(inner), s.type == "residual", std::move(names));
+    layer->set_recompute(recompute);
   } else {
     const auto& registry = layer_registry<T>();
     const auto it = registry.find(s.type);

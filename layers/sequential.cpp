@@ -138,15 +138,18 @@ std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t s
   std::size_t outputs = 0, widest = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];
   for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
-  std::size_t workspace = 0;
-  for (const auto& l : layers_) workspace += l->workspace_bytes(max_batch, slots);
+  std::size_t workspace = 0, arena = 0;
+  for (const auto& l : layers_) {
+    workspace += l->workspace_bytes(max_batch, slots);
+    arena = std::max(arena, l->arena_bytes(max_batch));
+  }
   // Loss gradients per slot and the input-gradient ping-pong buffers.
   const std::size_t gradients = (slots * max_batch * widths_.back() + 2 * max_batch * widest) * sizeof(T);
   const std::size_t kept =
       storage16() ? ActivationStore<T>::bytes(std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
                                               kept_outputs(), max_batch, slots)
                   : slots * max_batch * outputs * sizeof(T);
-  return kept + gradients + workspace;
+  return kept + gradients + workspace + (arena + sizeof(T) - 1) / sizeof(T) * sizeof(T);
 }
 
 template <class T>
@@ -157,7 +160,7 @@ std::size_t Sequential<T>::allocated_activation_bytes() const {
   for (const auto& a : acts_) n += a.span() * sizeof(T);
   if (storage16()) n += store_.allocated_bytes();
   for (const auto& l : layers_) n += l->workspace_bytes(max_batch_, slots_);
-  return n;
+  return n + arena_.span() * sizeof(T);
 }
 
 template <class T>
@@ -183,6 +186,11 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
     layers_[i]->set_slots(slots);
     layers_[i]->reserve(max_batch, widths_[i]);
   }
+  // One arena for every recomputing layer (they compute in it in turn).
+  std::size_t arena = 0;
+  for (const auto& l : layers_) arena = std::max(arena, l->arena_bytes(max_batch));
+  arena_ = VectorBuffer<T>("strata::recompute_arena", (arena + sizeof(T) - 1) / sizeof(T));
+  for (auto& l : layers_) l->use_arena(arena_);
   batch_.assign(slots, 0);
   // Input gradients of layers 1..L-1 (layer 0's is never needed).
   std::size_t widest = 0;
@@ -366,6 +374,12 @@ void Sequential<T>::set_row_offset(std::size_t offset) {
 }
 
 template <class T>
+void Sequential<T>::set_recompute(bool on) {
+  STRATA_REQUIRE(!built_, config, "Sequential: set_recompute() after build()");
+  for (auto& l : layers_) l->set_recompute(on);
+}
+
+template <class T>
 void Sequential<T>::set_training(bool training) {
   training_ = training;
   for (auto& l : layers_) l->set_training(training);
@@ -415,6 +429,12 @@ std::string Sequential<T>::describe() const {
     acts += a;
     rows.push_back({names_[i], layers_[i]->name(), shapes_[i + 1].str(),
                     std::to_string(offsets_[i + 1] - offsets_[i]), human_count(f), human_bytes(a)});
+  }
+  std::size_t arena = 0;  // recomputed blocks' shared inner activations
+  for (const auto& l : layers_) arena = std::max(arena, l->arena_bytes(1));
+  if (arena > 0) {
+    acts += static_cast<double>(arena);
+    rows.push_back({"", "recomputation arena", "", "", "", human_bytes(static_cast<double>(arena))});
   }
   rows.push_back({"total", "input " + shapes_.front().str(), shapes_.back().str(),
                   std::to_string(num_params()), human_count(flops), human_bytes(acts)});

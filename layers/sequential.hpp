@@ -109,6 +109,9 @@ class Sequential {
   }
   void set_training(bool training);
   void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
+  // Activation recomputation for every top-level block (Layer::set_recompute;
+  // before build()): their inner activations share one arena.
+  void set_recompute(bool on);
 
   std::size_t in_features() const { return widths_.front(); }
   std::size_t out_features() const { return widths_.back(); }
@@ -153,8 +156,8 @@ class Sequential {
   // Bytes of activation storage build(max_batch, slots) allocates with the
   // storage set now: layer outputs (fp32, emulated: every output in float;
   // 16-bit: the kept outputs in 16 bits and two float scratch buffers) and
-  // loss gradients per slot, input-gradient ping-pong buffers and layer
-  // workspaces. Known before build() (memory budgets are checked first).
+  // loss gradients per slot, input-gradient ping-pong buffers, layer
+  // workspaces and the recomputation arena. Known before build() (memory budgets are checked first).
   std::size_t activation_bytes(std::size_t max_batch, std::size_t slots) const;
   // The same figure from the sizes of the buffers allocated (after build()).
   std::size_t allocated_activation_bytes() const;
@@ -196,6 +199,7 @@ class Sequential {
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage
   VectorBuffer<T> grad_a_, grad_b_;    // ping-pong input gradients (flat)
+  VectorBuffer<T> arena_;              // shared by recomputing layers (Layer::arena_bytes)
   std::vector<VectorBuffer<T>> dout_;  // per slot: gradient of the model output (flat)
 };
 

@@ -53,6 +53,7 @@ class DataParallelEngine final : public Engine {
     // 16-bit activation storage from the start (DataParallel would set it
     // after build and allocate the activations again).
     if (o.data.precision != Precision::fp32) model_.set_storage(o.data.precision);
+    if (o.recompute) model_.set_recompute(true);
     // The largest shard of a global batch (the first ranks take the remainder).
     model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
     model_.init(o.init, o.seed);
@@ -121,6 +122,7 @@ class ModelParallelEngine final : public Engine {
   ModelParallelEngine(Context& ctx, comm::Communicator& world, const EngineOptions& o,
                       std::size_t batch)
       : ctx_(ctx), world_(world), options_(o.mesh) {
+    options_.recompute = options_.recompute || o.recompute;
     // The single-rank model's names (nothing allocated: the model is not built).
     table_ = model_table(build_model<T>(o.model, o.seed), o.model);
     validate_mesh(options_.mesh, world.size());

@@ -36,6 +36,7 @@ struct EngineOptions {
   // The mesh engine (ModelParallel) when set; else data parallelism over
   // every rank of the communicator.
   bool model_parallel = false;
+  bool recompute = false;  // activation recomputation in every top-level block
   DataParallelOptions data;     // buckets, overlap, compression, mixed precision
   ModelParallelOptions mesh;    // mesh, pipeline schedule, ZeRO-1, mixed precision
 };

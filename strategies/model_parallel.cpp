@@ -139,6 +139,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     stage_->add(std::move(all.layers[i]), all.names[i]);
   const bool mixed = options.precision != Precision::fp32;
   if (mixed) stage_->set_storage(options.precision, options.emulate_storage);
+  if (options.recompute) stage_->set_recompute(true);
 
   // Memory: known before allocation.
   slots_ = options.schedule == Schedule::gpipe ? M : std::min<std::size_t>(M, S - p);

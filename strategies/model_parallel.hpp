@@ -63,6 +63,7 @@ struct ModelParallelOptions : MixedPrecisionOptions {
   std::vector<std::size_t> cuts;
   Balance balance = Balance::params;
   int zero = 0;  // 1: shard the optimizer state over the data-parallel group
+  bool recompute = false;  // activation recomputation in every top-level block
   // Bytes per rank for parameters, gradients, optimizer state and
   // activations; 0: no limit. Checked before anything is allocated.
   std::size_t memory_budget = 0;

@@ -30,6 +30,7 @@ struct DpConfig {
   // A model file's text (TOML, layers/model_spec.hpp) to train instead of
   // the MLP of widths, activation ReLU and dropout.
   std::string model;
+  bool recompute = false;  // activation recomputation in every top-level block
 };
 
 // A residual MLP as the equivalence tests train it (the features and
@@ -85,6 +86,7 @@ inline RunResult train_single(const DpConfig& c) {
   auto d = dp_data(c);
   Context ctx;
   auto model = build_model<float>(model_of(c), c.seed);
+  model.set_recompute(c.recompute);
   const std::size_t global = c.batch * c.micro;
   model.build(global);
   model.init(Init::kaiming_uniform, c.seed);
@@ -112,6 +114,7 @@ inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig
                           const DataParallelOptions& options = {}) {
   auto d = dp_data(c);
   auto model = build_model<float>(model_of(c), c.seed);
+  model.set_recompute(c.recompute);
   model.build(data::BatchLoader<float>::shard(c.batch, 0, comm.size()).second + 1);
   model.init(Init::kaiming_uniform, c.seed + comm.rank());
   SoftmaxCrossEntropy<float> loss;
@@ -167,9 +170,11 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
   auto d = dp_data(c);
   const int dp = options.mesh.dp;
   const int dp_rank = comm.rank() / (options.mesh.pp * options.mesh.tp);
+  ModelParallelOptions o = options;
+  o.recompute = o.recompute || c.recompute;
   ModelParallel<float> mp(ctx, comm, model_of(c),
                           Init::kaiming_uniform, c.seed, LossKind::cross_entropy, c.optimizer,
-                          data::BatchLoader<float>::shard(c.batch, 0, dp).second, options);
+                          data::BatchLoader<float>::shard(c.batch, 0, dp).second, o);
   std::size_t first = 0;
   if (resume) {
     mp.set_full_params(resume->params);

@@ -210,6 +210,7 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   o.loss = c.loss;
   o.optimizer = c.optimizer;
   o.model_parallel = model_parallel(c);
+  o.recompute = c.recompute;
   o.data.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
   o.data.overlap = c.overlap;
   o.data.compression = parse_grad_compression(c.grad_compression);
@@ -528,7 +529,10 @@ int main(int argc, char** argv) {
     if (config->describe) {  // the layer table; nothing is allocated or trained
       const strata::ModelSpec spec = model_spec(*config);
       std::cout << "model " << (spec.name.empty() ? spec.source : spec.name + " (" + spec.source + ")")
-                << "\n" << strata::build_model<float>(spec, config->seed).describe();
+                << "\n";
+      auto model = strata::build_model<float>(spec, config->seed);
+      if (config->recompute) model.set_recompute(true);
+      std::cout << model.describe();
       return exit_ok;
     }
     // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.

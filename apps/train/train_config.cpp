@@ -81,6 +81,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                                       "a TOML model file (models/*.toml) instead of --layers");
   app.add_flag("--describe", c.describe,
                "print the model's layer table (shapes, parameters, FLOPs, activation bytes) and exit");
+  app.add_flag("--recompute", c.recompute,
+               "recompute every block's inside in backward (keeps only block inputs: less "
+               "activation memory, one more forward of the blocks)");
   auto* layers_option = app.add_option("--layers", layers, "MLP layer widths, input first, e.g. 784,256,128,10")
       ->capture_default_str();
   auto* activation_option =
