@@ -1,12 +1,10 @@
 #include "backends/runtime.hpp"
 
 #include "backends/blas.hpp"
+#include "backends/comm/registry.hpp"
+#include "backends/comm/self.hpp"
 #include "backends/kokkos.hpp"
 #include "strata_config.hpp"
-#if STRATA_HAS_MPI
-#include "backends/comm/mpi.hpp"
-#endif
-#include "backends/comm/self.hpp"
 
 #include <cstdlib>
 #include <sstream>
@@ -17,38 +15,26 @@ Runtime::Runtime(int& argc, char** argv) {
   // libgomp has already read OMP_PROC_BIND (unset means no binding) when main
   // starts; saying so explicitly only silences Kokkos 3.x's warning about it.
   setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
-#if STRATA_HAS_MPI
-  if (comm::mpi::launched_by_mpi()) comm::mpi::initialize(argc, argv);
-#endif
+  const auto& mpi = comm::mpi_backend();
+  if (mpi.launched()) mpi.initialize(argc, argv);
   Kokkos::initialize(argc, argv);
 }
 
 Runtime::~Runtime() {
   if (Kokkos::is_initialized()) Kokkos::finalize();
-#if STRATA_HAS_MPI
-  comm::mpi::finalize();
-#endif
+  comm::mpi_backend().finalize();
 }
 
-bool launched_by_mpi() {
-#if STRATA_HAS_MPI
-  return comm::mpi::launched_by_mpi();
-#else
-  return false;
-#endif
-}
+bool launched_by_mpi() { return comm::mpi_backend().launched(); }
 
 void Runtime::abort(int code) {
-#if STRATA_HAS_MPI
-  if (comm::mpi::initialized()) MPI_Abort(MPI_COMM_WORLD, code);
-#endif
+  comm::mpi_backend().abort(code);
   std::exit(code);
 }
 
 std::unique_ptr<comm::Communicator> world_communicator() {
-#if STRATA_HAS_MPI
-  if (comm::mpi::initialized()) return std::make_unique<comm::MpiComm>(MPI_COMM_WORLD, false);
-#endif
+  const auto& mpi = comm::mpi_backend();
+  if (mpi.initialized()) return mpi.world();
   return std::make_unique<comm::SelfComm>();
 }
 
@@ -73,7 +59,7 @@ std::string build_info() {
      << ", host execution space " << HostExecSpace::name() << "\n"
      << "GEMM: " << (Blas::vendor_available() ? Blas::vendor_name() : std::string("portable Kokkos kernel"))
      << " (portable Kokkos GEMM always available)\n"
-     << "communicators: self, threads" << (STRATA_HAS_MPI ? ", mpi" : "") << "\n";
+     << "communicators: " << comm::compiled_communicators() << "\n";
   return os.str();
 }
 

@@ -247,6 +247,36 @@ const std::vector<Entry>& catalogue() {
        [](Workspace& w) {
          return "--dataset synthetic --layers 4,2 --steps 1 --metrics " + w.path("no-such-dir/m.jsonl");
        }},
+      {"unknown communicator", 2, {"--comm: unknown communicator 'carrier-pigeon'"},
+       [](Workspace&) { return "--comm carrier-pigeon"; }},
+      {"a communicator this build lacks", 2, {"--comm nccl: this build has no nccl communicator"},
+       [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --comm nccl"; }},
+      {"a communicator that does not fit the ranks", 2, {"--comm self runs one rank, not 2 thread rank(s)"},
+       [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --comm self --ranks 2"; }},
+      // -------------------------------------------------------- model files (2)
+      {"--model with --layers", 2, {"describes the layers; --layers, --activation and --dropout describe an MLP"},
+       [](Workspace& w) { return "--model " + w.write("m.toml", "input = [4]\n") + " --layers 4,2"; }},
+      {"missing model file", 2, {"model file '", "nowhere.toml' cannot be opened"},
+       [](Workspace& w) { return "--model " + w.path("nowhere.toml") + " --steps 1"; }},
+      {"model file that is not TOML", 2, {"m.toml:2: "},
+       [](Workspace& w) { return "--model " + w.write("m.toml", "input = [4]\n[[layers\n") + " --steps 1"; }},
+      {"unknown layer type", 2, {"m.toml:2: unknown layer type 'convolution' (known: "},
+       [](Workspace& w) {
+         return "--model " + w.write("m.toml", "input = [4]\n[[layers]]\ntype = \"convolution\"\n") + " --steps 1";
+       }},
+      {"misspelt layer option", 2, {"m.toml:5: layer type 'linear', key 'bias_'", "unknown option"},
+       [](Workspace& w) {
+         return "--model " + w.write("m.toml", "input = [4]\n[[layers]]\ntype = \"linear\"\nout = 2\nbias_ = false\n") +
+                " --steps 1";
+       }},
+      {"a residual block that changes the shape", 2,
+       {"m.toml:2: layer 0 (residual) with input shape {4}", "must keep the shape of its input {4}"},
+       [](Workspace& w) {
+         return "--model " +
+                w.write("m.toml", "input = [4]\n[[layers]]\ntype = \"residual\"\nlayers = [ { type = "
+                                  "\"linear\", out = 2 } ]\n") +
+                " --steps 1";
+       }},
       // ---------------------------------------------------- model vs data (2)
       {"input width differs from the data", 2, {"--layers starts with width 4", "d.csv", "has 3 features"},
        [](Workspace& w) { return csv(w, "1,2,3,0\n4,5,6,1\n7,8,9,2\n1,1,1,0\n") + " --layers 4,2,3 --steps 1"; }},

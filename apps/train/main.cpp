@@ -4,11 +4,15 @@
 // and the speed.
 #include "apps/common/app_main.hpp"
 #include "apps/common/progress.hpp"
+#include "apps/train/fault.hpp"
+#include "apps/train/metrics.hpp"
+#include "apps/train/setup.hpp"
 #include "apps/train/train_config.hpp"
 #include "backends/runtime.hpp"
 #include "backends/trace.hpp"
 #include "data/loader.hpp"
 #include "backends/comm/hierarchical.hpp"
+#include "backends/comm/registry.hpp"
 #include "backends/ranks.hpp"
 #include "layers/registry.hpp"
 #include "strategies/engine.hpp"
@@ -36,108 +40,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Appends JSON lines to the --metrics file; a no-op without one.
-class Metrics {
- public:
-  explicit Metrics(const std::string& path) : path_(path) {
-    if (path.empty()) return;
-    out_.open(path, std::ios::trunc);
-    STRATA_REQUIRE(out_.good(), config, "--metrics: cannot open '", path, "' for writing");
-  }
-  void write(const nlohmann::json& j) {
-    if (!out_.is_open()) return;
-    out_ << j.dump() << "\n";
-    out_.flush();
-    STRATA_REQUIRE(out_.good(), runtime, "--metrics: write to '", path_, "' failed");
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
-
-// Processes of this job on this node, from the launcher's environment.
-int local_processes() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
-                        "MV2_COMM_WORLD_LOCAL_SIZE"})
-    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
-  return 1;
-}
-
-// --threads, or the node's cores shared by its processes and thread ranks.
-int threads_per_rank(const TrainConfig& c) {
-  if (c.threads > 0) return c.threads;
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"))
-    return std::max(1, std::atoi(omp) / c.ranks);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / (c.ranks * local_processes()));
-}
-
-int ctx_threads_per_rank(const TrainConfig& c) {
-  return std::max(1, strata::kokkos_host_threads() / c.ranks);
-}
-
-bool has_kokkos_threads_option(const std::vector<char*>& kokkos_args) {
-  for (const char* a : kokkos_args)
-    if (a && (std::strncmp(a, "--kokkos-threads", 16) == 0 ||
-              std::strncmp(a, "--kokkos-num-threads", 20) == 0))
-      return true;
-  return false;
-}
-
-// `model`: the single-rank model (not built), for its input and output shapes.
-data::Split load_data(const TrainConfig& c, const Sequential<T>& model) {
-  const std::size_t in = model.in_features(), out = model.out_features();
-  // How errors name the model's ends.
-  const std::string first = c.model_file.empty()
-                                ? "--layers starts with width " + std::to_string(in)
-                                : "the model of " + c.model_file + " takes inputs of shape " +
-                                      model.shape(0).str() + " (" + std::to_string(in) + " values)";
-  const std::string last = c.model_file.empty()
-                               ? "--layers ends with width " + std::to_string(out)
-                               : "the model of " + c.model_file + " has outputs of shape " +
-                                     model.shape(model.num_layers()).str();
-  const auto task = c.loss == LossKind::cross_entropy ? data::CsvTask::classification
-                                                       : data::CsvTask::regression;
-  data::Split s;
-  Normalize norm = c.normalize;
-  if (c.dataset == "fashion-mnist") {
-    s = data::load_fashion_mnist(c.data_dir.empty() ? data::default_fashion_mnist_dir()
-                                                    : c.data_dir);
-    if (norm == Normalize::automatic) norm = Normalize::global;
-  } else if (c.dataset == "synthetic") {
-    STRATA_REQUIRE(c.samples >= 2 || c.test_fraction == 0, config,
-                   "--samples must be at least 2 to hold out a test set");
-    s = data::split_tail(
-        data::make_synthetic(c.samples, in, task, out, c.seed), c.evaluate ? c.test_fraction : 0.0);
-    if (norm == Normalize::automatic) norm = Normalize::none;
-  } else {
-    const std::string path = c.dataset.substr(4);
-    s = data::split_tail(data::read_csv(path, task, 0, out), c.evaluate ? c.test_fraction : 0.0);
-    if (norm == Normalize::automatic) norm = Normalize::per_feature;
-  }
-  if (norm != Normalize::none) {
-    const auto n = data::Normalizer::fit(s.train, norm == Normalize::per_feature);
-    n.apply(s.train);
-    if (s.test.size() > 0) n.apply(s.test);
-  }
-  // The model must fit the data.
-  STRATA_REQUIRE(s.train.features == in, config, first, " but ",
-                 s.train.name, " has ", s.train.features, " features per sample",
-                 task == data::CsvTask::regression && c.dataset.rfind("csv:", 0) == 0
-                     ? " (with --loss mse the last " + std::to_string(out) +
-                           " columns of the CSV are the targets: as many as the output width)"
-                     : std::string());
-  if (task == data::CsvTask::classification) {
-    STRATA_REQUIRE(s.train.classes <= out, config, last, " but ",
-                   s.train.name, " has ", s.train.classes,
-                   " classes (the output layer needs one output per class)");
-  } else {
-    STRATA_REQUIRE(s.train.target_width == out, config, last, " but ", s.train.name, " has targets of width ", s.train.target_width);
-  }
-  return s;
-}
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
@@ -149,113 +51,6 @@ struct Reporter {
   bool active;  // global rank 0 (or every rank with --verbose-ranks)
   bool writes_metrics;
   std::string prefix;  // "[rank 3] " with --verbose-ranks
-};
-
-GemmBackend gemm_backend(const TrainConfig& c) {
-  if (c.gemm == "portable") return GemmBackend::portable;
-  if (c.gemm == "vendor" || Blas::vendor_available()) return GemmBackend::vendor;
-  return GemmBackend::portable;
-}
-
-// What must match for a checkpoint to be resumed by this configuration.
-// The model itself is compared tensor by tensor (strategies/checkpoint_state.hpp);
-// an MLP's options are compared too, as Strata 0.1's checkpoints hold them.
-std::string checkpoint_config(const TrainConfig& c) {
-  nlohmann::json j{{"format", "strata-train"},
-                   {"dataset", c.dataset},
-                   {"loss", to_string(c.loss)},
-                   {"optimizer", to_string(c.optimizer.kind)},
-                   {"batch_size", c.batch_size},
-                   {"accumulate", c.accumulate},
-                   {"shuffle", c.shuffle},
-                   {"seed", c.seed}};
-  if (c.model_file.empty()) {
-    j["layers"] = c.layers;
-    j["activation"] = to_string(c.activation);
-    j["dropout"] = c.dropout;
-  }
-  return j.dump();
-}
-
-// --precision, --clip-grad-norm and --loss-scale, for either strategy.
-void set_mixed_precision(const TrainConfig& c, MixedPrecisionOptions& o) {
-  o.precision = c.precision;
-  o.clip_grad_norm = c.clip_grad_norm;
-  o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
-  o.scaler.growth_interval = c.loss_scale_growth_interval;
-}
-
-// The mesh of a configuration on `world` ranks: the factors given, the
-// strategy's default for the others, and the data-parallel factor last.
-MeshShape mesh_shape(const TrainConfig& c, int world) {
-  MeshShape m;
-  m.pp = c.pp > 0 ? c.pp : c.strategy == "pipeline" && c.dp == 0 ? world : 1;
-  m.tp = c.tp > 0 ? c.tp : c.strategy == "tensor" && c.dp == 0 ? world : 1;
-  if (c.dp > 0) {
-    m.dp = c.dp;
-  } else {
-    STRATA_REQUIRE(world % (m.pp * m.tp) == 0, config, "--pp ", m.pp, " x --tp ", m.tp, " = ",
-                   m.pp * m.tp, " does not divide the ", world, " ranks");
-    m.dp = world / (m.pp * m.tp);
-  }
-  return m;
-}
-
-// What the strategy gets: the model, the optimizer and the parallel layout.
-EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world) {
-  EngineOptions o;
-  o.model = model;
-  o.init = c.init;
-  o.seed = c.seed;
-  o.loss = c.loss;
-  o.optimizer = c.optimizer;
-  o.model_parallel = model_parallel(c);
-  o.recompute = c.recompute;
-  o.data.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
-  o.data.overlap = c.overlap;
-  o.data.compression = parse_grad_compression(c.grad_compression);
-  set_mixed_precision(c, o.data);
-  if (o.model_parallel) {
-    ModelParallelOptions& m = o.mesh;
-    m.mesh = mesh_shape(c, world);
-    m.micro_batches = c.micro_batches > 0 ? c.micro_batches : 2 * static_cast<std::size_t>(m.mesh.pp);
-    m.schedule = parse_schedule(c.schedule);
-    m.cuts = c.stage_cuts;
-    m.balance = parse_balance(c.balance);
-    m.zero = c.zero;
-    m.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
-    set_mixed_precision(c, m);
-  }
-  return o;
-}
-
-// Fault injection for tests of failure handling: STRATA_FAULT=RANK:STEP makes
-// global rank RANK fail after STEP steps: a thread rank throws; with MPI (one
-// rank per process) the process kills itself with SIGKILL, as a lost node would.
-struct Fault {
-  int rank = -1;
-  std::size_t step = 0;
-  bool kill_process = false;
-  static Fault from_environment(bool kill_process) {
-    Fault f;
-    f.kill_process = kill_process;
-    if (const char* e = std::getenv("STRATA_FAULT")) {
-      const char* colon = std::strchr(e, ':');
-      STRATA_REQUIRE(colon != nullptr, config, "STRATA_FAULT='", e, "': expected RANK:STEP");
-      f.rank = std::atoi(e);
-      f.step = static_cast<std::size_t>(std::atoll(colon + 1));
-    }
-    return f;
-  }
-  void maybe_fail(int rank_now, std::size_t step_now) const {
-    if (rank_now != rank || step_now != step) return;
-    if (kill_process) {
-      std::fprintf(stderr, "strata-train: STRATA_FAULT: killing rank %d at step %zu\n", rank, step);
-      std::fflush(stderr);
-      ::raise(SIGKILL);
-    }
-    STRATA_THROW(runtime, "STRATA_FAULT: injected failure of rank ", rank, " at step ", step);
-  }
 };
 
 // Trains on one rank of `comm` (all ranks run this).
@@ -418,40 +213,10 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   std::cout << result << std::endl;
 }
 
-// --trace PATH, or PATH with -rankN before .json for each MPI process.
-std::string trace_path(const std::string& path, const comm::Communicator& world) {
-  if (world.size() == 1) return path;
-  const std::string suffix = "-rank" + std::to_string(world.rank());
-  const auto dot = path.rfind(".json");
-  return dot == std::string::npos ? path + suffix : path.substr(0, dot) + suffix + ".json";
-}
-
-// GNU OpenMP threads (Kokkos' and OpenBLAS's) spin while they wait for work,
-// which is fastest on a machine of one's own and ruinous on a busy one (a
-// 2-thread W2 run lost half its speed next to a compilation; a 4-process
-// test on 2 cores ran 100x slower). The policy is read when the OpenMP
-// runtime loads, before main: all strata-train can do is say so.
-void wait_policy_hint(const TrainConfig& c, const comm::Communicator& world) {
-#ifdef KOKKOS_ENABLE_OPENMP
-  if (c.quiet || world.rank() != 0 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = c.ranks * threads_per_rank(c) * local_processes();
-  double load = 0;
-  std::ifstream("/proc/loadavg") >> load;
-  if (threads <= cores && load < cores - 0.5) return;
-  std::cerr << "strata-train: note: " << threads << " OpenMP threads on " << cores
-            << " cores, load average " << fmt("%.1f", load)
-            << "; waiting OpenMP threads spin and slow each other down on a busy machine. "
-               "Start with OMP_WAIT_POLICY=PASSIVE to let them sleep (it must be set before "
-               "strata-train starts).\n";
-#else
-  (void)c;
-  (void)world;
-#endif
-}
-
 int train(const TrainConfig& c, comm::Communicator& world) {
   wait_policy_hint(c, world);
+  // --comm: the name asked for must fit the ranks started (auto always does).
+  comm::resolve_communicator(c.comm, c.ranks, world.size());
   const bool multi = c.ranks > 1 || world.size() > 1;
   STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
                  "--strategy local runs one rank, but ", c.ranks * world.size(),
@@ -464,7 +229,9 @@ int train(const TrainConfig& c, comm::Communicator& world) {
                  "--strategy ", c.strategy, " with --pp/--tp/--zero runs on thread ranks of one "
                  "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
                  " x ", world.size(), " processes");
-  if (model_parallel(c)) validate_mesh(mesh_shape(c, c.ranks * world.size()), c.ranks * world.size());
+  const ModelSpec model = model_spec(c);
+  if (model_parallel(c))
+    validate_mesh(engine_options(c, model, c.ranks * world.size()).mesh.mesh, c.ranks * world.size());
   // Without a mesh every rank is a data-parallel rank: --dp can only agree.
   STRATA_REQUIRE(model_parallel(c) || c.dp == 0 || c.dp == c.ranks * world.size(), config,
                  "--dp ", c.dp, " but ", c.ranks * world.size(), " rank(s) were started (without "
@@ -473,7 +240,6 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   // An unusable checkpoint directory fails now rather than after the first
   // stretch of training.
   if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
-  const ModelSpec model = model_spec(c);
   data::Split d = load_data(c, build_model<T>(model, c.seed));
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;

@@ -138,6 +138,10 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "auto | local | dp | pipeline | tensor | hybrid (auto: dp when there is more "
                  "than one rank, hybrid when --pp, --tp or --zero is given)")
       ->capture_default_str();
+  app.add_option("--comm", c.comm,
+                 "communicator: auto | self | threads | mpi | hierarchical | nccl (auto: mpi "
+                 "between processes, threads inside one; --version lists this build's)")
+      ->capture_default_str();
   app.add_option("--ranks", c.ranks,
                  "thread ranks per process (under mpirun/srun: per MPI process)")
       ->capture_default_str()

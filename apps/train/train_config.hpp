@@ -46,6 +46,7 @@ struct TrainConfig {
   std::string gemm = "auto";  // auto | vendor | portable
   // Parallelism.
   std::string strategy = "auto";  // auto | local | dp | pipeline | tensor | hybrid
+  std::string comm = "auto";      // auto | self | threads | mpi | hierarchical | nccl
   int ranks = 1;                  // thread ranks per process
   int threads = 0;                // Kokkos threads per rank (0: cores / ranks on this node)
   double bucket_mb = 25;          // gradient bucket size (0: one bucket)

@@ -1,4 +1,5 @@
 #include "backends/comm/mpi.hpp"
+#include "backends/comm/registry.hpp"
 
 #include "backends/comm/reduce.hpp"
 
@@ -593,6 +594,26 @@ std::unique_ptr<Communicator> MpiComm::do_split(int color, int key) {
   check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
   if (out == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiComm>(out, true, options_);
+}
+
+}  // namespace strata::comm
+
+namespace strata::comm {
+
+const ProcessBackend& mpi_backend() {
+  static const ProcessBackend backend{
+      "mpi",
+      true,
+      &mpi::launched_by_mpi,
+      &mpi::initialize,
+      &mpi::finalize,
+      &mpi::initialized,
+      []() -> std::unique_ptr<Communicator> { return std::make_unique<MpiComm>(MPI_COMM_WORLD, false); },
+      [](int code) {
+        if (mpi::initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+      },
+  };
+  return backend;
 }
 
 }  // namespace strata::comm

@@ -1,0 +1,43 @@
+// How strata-train's options become a run: the threads of each rank, the
+// data, the strategy's options and what a checkpoint must match. The
+// training loop (main.cpp) calls these once, before the first step.
+#pragma once
+
+#include "apps/train/train_config.hpp"
+#include "backends/comm/communicator.hpp"
+#include "backends/context.hpp"
+#include "data/dataset.hpp"
+#include "layers/sequential.hpp"
+#include "strategies/engine.hpp"
+
+#include <string>
+#include <vector>
+
+namespace strata::app {
+
+// Processes of this job on this node, from the launcher's environment.
+int local_processes();
+// --threads, or the node's cores shared by its processes and thread ranks.
+int threads_per_rank(const TrainConfig& c);
+// Kokkos host threads per thread rank (after Kokkos started).
+int ctx_threads_per_rank(const TrainConfig& c);
+// Whether Kokkos' own options set the threads.
+bool has_kokkos_threads_option(const std::vector<char*>& kokkos_args);
+// A note on stderr when waiting OpenMP threads would spin on a busy machine.
+void wait_policy_hint(const TrainConfig& c, const comm::Communicator& world);
+
+// The training and test sets, normalised, checked against the model's input
+// and output (`model`: the single-rank model, not built).
+data::Split load_data(const TrainConfig& c, const Sequential<float>& model);
+
+GemmBackend gemm_backend(const TrainConfig& c);
+// What the strategy gets: the model, the optimizer and the parallel layout
+// on `world` ranks.
+EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world);
+// The JSON a checkpoint must match to be resumed by this configuration.
+std::string checkpoint_config(const TrainConfig& c);
+
+// --trace PATH, or PATH with -rankN before .json for each MPI process.
+std::string trace_path(const std::string& path, const comm::Communicator& world);
+
+}  // namespace strata::app
