@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace strata {
 
@@ -146,5 +147,16 @@ void round_in_place(const ExecSpace& exec, Vector<float> x) {
 }
 // Runtime choice of L (fp32: nothing to do).
 void round_in_place(const ExecSpace& exec, Precision p, Vector<float> x);
+
+// Rounds the activations of a model computing in T to the storage precision
+// p, in place: for float models with a 16-bit p; nothing otherwise.
+template <class T>
+void round_activations(const ExecSpace& exec, Precision p, T* data, std::size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p != Precision::fp32) round_in_place(exec, p, Vector<float>(data, n));
+  } else {
+    (void)exec, (void)p, (void)data, (void)n;
+  }
+}
 
 }  // namespace strata

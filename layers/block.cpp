@@ -209,17 +209,6 @@ std::size_t Block<T>::workspace_bytes(std::size_t max_batch, std::size_t slots) 
 }
 
 namespace detail {
-// The activations between inner layers are rounded to the storage precision,
-// as Sequential rounds those between its layers.
-template <class T>
-void round_to(Context& ctx, Precision p, Matrix<T> m) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (p != Precision::fp32) round_in_place(ctx.exec, p, Vector<float>(m.data(), m.size()));
-  } else {
-    (void)ctx, (void)p, (void)m;
-  }
-}
-
 // y = a + b, elementwise over equal shapes (y may alias a or b).
 template <class T>
 void add(Context& ctx, ConstMatrix<T> a, ConstMatrix<T> b, Matrix<T> y) {
@@ -241,7 +230,8 @@ ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x,
     Matrix<T> out = reshape(outs[j], 0, batch, shapes_[j + 1].numel());
     layers_[j]->use_slot(this->slot_);
     layers_[j]->forward(ctx, in, out);
-    if (j + 1 < n) detail::round_to(ctx, storage_, out);  // the last output: the caller rounds y
+    // Between inner layers as Sequential between its own; the caller rounds y.
+    if (j + 1 < n) round_activations(ctx.exec, storage_, out.data(), out.size());
     in = out;
   }
   return in;
@@ -286,7 +276,7 @@ void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
     if (j > 0) dxj = reshape(bufs[j % 2], 0, batch, shapes_[j].numel());
     layers_[j]->use_slot(slot);
     layers_[j]->backward(ctx, g, dxj);
-    if (j > 0) detail::round_to(ctx, storage_, dxj);
+    if (j > 0) round_activations(ctx.exec, storage_, dxj.data(), dxj.size());
     g = dxj;
   }
   // The skip connection: its gradient is dy itself (the caller rounds dx).

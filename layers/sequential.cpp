@@ -246,18 +246,6 @@ void Sequential<T>::init(Init scheme, std::uint64_t seed) {
   Kokkos::deep_copy(params_, host);
 }
 
-namespace {
-// Rounds a float activation buffer to the storage precision, in place.
-template <class T>
-void round_storage_impl(Context& ctx, Precision p, Matrix<T> m) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (p != Precision::fp32) round_in_place(ctx.exec, p, Vector<float>(m.data(), m.size()));
-  } else {
-    (void)ctx, (void)p, (void)m;
-  }
-}
-}  // namespace
-
 template <class T>
 void Sequential<T>::set_storage(Precision p, bool emulated) {
   STRATA_REQUIRE(p == Precision::fp32 || (std::is_same_v<T, float>), config,
@@ -271,7 +259,7 @@ void Sequential<T>::set_storage(Precision p, bool emulated) {
 
 template <class T>
 void Sequential<T>::round_storage(Context& ctx, Matrix<T> m) const {
-  round_storage_impl(ctx, storage_, m);
+  round_activations(ctx.exec, storage_, m.data(), m.size());
 }
 
 template <class T>
@@ -396,21 +384,22 @@ std::string Sequential<T>::summary() const {
 }
 
 namespace {
-std::string human_bytes(double b) {
-  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+// v in the largest unit of `units` (each `base` times the one before) that
+// keeps it at least 1: "1.5 KiB", "2.51M".
+std::string human(double v, double base, const char* const (&units)[5], const char* scaled) {
   int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  while (v >= base && u < 4) v /= base, ++u;
   char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  std::snprintf(buf, sizeof buf, u ? scaled : "%.0f%s", v, units[u]);
   return buf;
 }
+std::string human_bytes(double b) {
+  static const char* const units[] = {" B", " KiB", " MiB", " GiB", " TiB"};
+  return human(b, 1024, units, "%.1f%s");
+}
 std::string human_count(double n) {
-  const char* unit[] = {"", "k", "M", "G", "T"};
-  int u = 0;
-  while (n >= 1000 && u < 4) n /= 1000, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.2f%s" : "%.0f%s", n, unit[u]);
-  return buf;
+  static const char* const units[] = {"", "k", "M", "G", "T"};
+  return human(n, 1000, units, "%.2f%s");
 }
 }  // namespace
 

@@ -127,7 +127,8 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("tbb", when="+tbb")
     depends_on("zlib-api")
     depends_on("cli11")  # strata-train and the examples
-    depends_on("nlohmann-json")
+    depends_on("nlohmann-json")  # checkpoint state, metrics
+    depends_on("tomlplusplus@3:")  # model files (header-only, compiled into the library)
     depends_on("googletest+gmock", type="test")
 
     # Installed CMake files must not name spack's compiler wrappers.
