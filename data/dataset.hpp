@@ -1,7 +1,9 @@
 // Data sets held in host memory, and the readers that fill them.
 //
-// A Dataset is n samples of `features` floats (row-major) with either a class
-// label per sample (classification) or a target row per sample (regression).
+// A Dataset is n samples of `features` floats (row-major) with either class
+// labels (classification: one per sample, or one per position of a sample,
+// e.g. per token) or a target row per sample (regression). Integer inputs
+// (token ids) travel as floats, exact below 2^24.
 // Readers throw strata::Error of kind `data` naming the file and the problem,
 // and kind `config` for a request that cannot be met (e.g. a model width that
 // does not match the data).
@@ -18,8 +20,10 @@ struct Dataset {
   std::string name;               // for messages: file name or "synthetic"
   std::size_t features = 0;       // width of one sample
   std::vector<float> x;           // (size(), features) row-major
-  // Classification: labels in [0, classes).
+  // Classification: labels in [0, classes), label_width per sample
+  // ((size(), label_width) row-major; > 1: per-position targets).
   std::size_t classes = 0;
+  std::size_t label_width = 1;
   std::vector<std::int32_t> labels;
   // Regression: (size(), target_width) row-major.
   std::size_t target_width = 0;

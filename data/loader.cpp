@@ -36,7 +36,7 @@ BatchLoader<T>::BatchLoader(const Dataset& data, std::size_t batch, bool shuffle
     s.x = MatrixBuffer<T>("strata::batch::x", rows, data.features);
     s.x_host = Kokkos::create_mirror_view(s.x);
     if (data.is_classification()) {
-      s.labels = LabelsBuffer("strata::batch::labels", rows);
+      s.labels = LabelsBuffer("strata::batch::labels", rows * data.label_width);
       s.labels_host = Kokkos::create_mirror_view(s.labels);
     } else {
       s.values = MatrixBuffer<T>("strata::batch::targets", rows, data.target_width);
@@ -111,7 +111,8 @@ void BatchLoader<T>::gather(Slot& slot, std::size_t index) {
     T* dst = slot.x_host.data() + r * f;
     for (std::size_t j = 0; j < f; ++j) dst[j] = static_cast<T>(src[j]);
     if (data_.is_classification()) {
-      slot.labels_host(r) = data_.labels[s];
+      const std::size_t w = data_.label_width;
+      for (std::size_t j = 0; j < w; ++j) slot.labels_host(r * w + j) = data_.labels[s * w + j];
     } else {
       const std::size_t w = data_.target_width;
       for (std::size_t j = 0; j < w; ++j)
@@ -153,8 +154,9 @@ bool BatchLoader<T>::next(Batch<T>& b) {
   b.x = x;
   b.targets = Targets<T>{};
   if (data_.is_classification()) {
-    auto l = Kokkos::subview(slot.labels, rr);
-    Kokkos::deep_copy(l, Kokkos::subview(slot.labels_host, rr));
+    const auto rl = Kokkos::make_pair(std::size_t(0), slot.rows * data_.label_width);
+    auto l = Kokkos::subview(slot.labels, rl);
+    Kokkos::deep_copy(l, Kokkos::subview(slot.labels_host, rl));
     b.targets.labels = l;
   } else {
     auto v = Kokkos::subview(slot.values, rr, Kokkos::ALL);

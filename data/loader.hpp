@@ -31,7 +31,7 @@ namespace strata::data {
 template <class T>
 struct Batch {
   ConstMatrix<T> x;    // (size, features)
-  Targets<T> targets;  // labels (size) or values (size, target width)
+  Targets<T> targets;  // labels (size x label width) or values (size, target width)
   std::size_t first_row = 0;  // position of row 0 in the global batch
   std::size_t size() const { return x.extent(0); }
 };

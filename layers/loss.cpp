@@ -22,15 +22,30 @@ void SoftmaxCrossEntropy<T>::check(std::size_t batch, std::size_t width,
   STRATA_REQUIRE(t.labels.data() != nullptr || batch == 0, config, name(),
                  ": needs integer class labels, but the targets are values of shape (",
                  t.values.extent(0), ", ", t.values.extent(1), ")");
-  STRATA_REQUIRE(t.labels.extent(0) == batch, config, name(), ": ", t.labels.extent(0),
-                 " labels for a model output of shape (", batch, ", ", width, ")");
+  const std::size_t n = t.labels.extent(0);
+  STRATA_REQUIRE(n == batch || (batch > 0 && n % batch == 0 && width % (n / batch) == 0), config,
+                 name(), ": ", n, " labels for a model output of shape (", batch, ", ", width,
+                 ") (one label per row, or per position: a multiple of the rows that divides "
+                 "the width)");
   STRATA_REQUIRE(width >= 1, config, name(), ": model output has width 0");
 }
+
+namespace {
+// The output as one row per label: (batch * P, width / P) for P labels per row.
+template <class M>
+M per_label(const M& m, std::size_t labels) {
+  return m.extent(0) == 0 || labels == m.extent(0)
+             ? m
+             : as_rows(m, m.extent(1) / (labels / m.extent(0)));
+}
+}  // namespace
 
 template <class T>
 double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
                                                 const Targets<T>& t, Matrix<T> dout, T scale) {
   check(out.extent(0), out.extent(1), t);
+  out = per_label(out, t.labels.extent(0));
+  if (dout.data() != nullptr) dout = per_label(dout, t.labels.extent(0));
   const int width = static_cast<int>(out.extent(1));
   const bool grad = dout.data() != nullptr;
   Labels labels = t.labels;
@@ -97,9 +112,13 @@ std::unique_ptr<Loss<T>> make_loss(LossKind kind) {
 
 template <class T>
 std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) {
+  STRATA_REQUIRE(labels.extent(0) == out.extent(0) ||
+                     (out.extent(0) > 0 && labels.extent(0) % out.extent(0) == 0 &&
+                      out.extent(1) % (labels.extent(0) / out.extent(0)) == 0),
+                 config, "count_correct: ", labels.extent(0), " labels for ", out.extent(0),
+                 " rows of width ", out.extent(1));
+  out = per_label(out, labels.extent(0));
   const int width = static_cast<int>(out.extent(1));
-  STRATA_REQUIRE(labels.extent(0) == out.extent(0), config, "count_correct: ", labels.extent(0),
-                 " labels for ", out.extent(0), " rows");
   std::size_t correct = 0;
   sum_range(ctx, "strata::count_correct", out.extent(0),
       KOKKOS_LAMBDA(const int i, std::size_t& acc) {

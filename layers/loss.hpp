@@ -3,7 +3,10 @@
 // output in one pass.
 //
 // out: (batch, width) model output, device memory.
-// Targets: labels (batch) for cross-entropy, values (batch, width) for MSE.
+// Targets: labels for cross-entropy, one per row (batch) or one per position
+// (batch x P: the output row holds P positions of width / P classes, e.g. a
+// language model's tokens; the loss of a sample is the sum over its
+// positions), values (batch, width) for MSE.
 // Return value: the SUM over the batch of the per-sample losses (the caller
 // divides by the global batch, so that data-parallel ranks can add sums).
 // dout: gradient of (scale * sum) with respect to out; scale is 1 / global batch
@@ -67,8 +70,8 @@ class MeanSquaredError final : public Loss<T> {
 template <class T>
 std::unique_ptr<Loss<T>> make_loss(LossKind kind);
 
-// Number of rows whose largest output is at the label's position (ties go to
-// the first index).
+// Number of labels (one per row, or per position as for the loss) whose
+// position holds the largest output (ties go to the first index).
 template <class T>
 std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels);
 

@@ -44,7 +44,7 @@ Evaluation evaluate(Context& ctx, Sequential<T>& model, Loss<T>& loss, const dat
   }
   model.set_training(true);
   e.loss = sum / static_cast<double>(e.samples);
-  e.accuracy = static_cast<double>(correct) / static_cast<double>(e.samples);
+  e.accuracy = static_cast<double>(correct) / static_cast<double>(e.samples * d.label_width);
   return e;
 }
 

@@ -218,10 +218,14 @@ template <class T>
 ConstMatrix<T> row_block(ConstMatrix<T> x, std::size_t first, std::size_t count) {
   return ConstMatrix<T>(x.data() + first * x.extent(1), count, x.extent(1));
 }
+// rows: of the whole batch (labels may be several per row: per position).
 template <class T>
-Targets<T> target_block(const Targets<T>& t, std::size_t first, std::size_t count) {
+Targets<T> target_block(const Targets<T>& t, std::size_t first, std::size_t count, std::size_t rows) {
   Targets<T> out;
-  if (t.labels.data() != nullptr) out.labels = Labels(t.labels.data() + first, count);
+  if (t.labels.data() != nullptr) {
+    const std::size_t per = rows > 0 ? t.labels.extent(0) / rows : 1;
+    out.labels = Labels(t.labels.data() + first * per, count * per);
+  }
   if (t.values.data() != nullptr) out.values = row_block(t.values, first, count);
   return out;
 }
@@ -256,7 +260,7 @@ void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
   peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
   if (last_stage()) {
     STRATA_SPAN("compute", "loss " + loss_->name());
-    loss_sum += loss_->forward_backward(ctx_, out, target_block(shard.targets, first, count),
+    loss_sum += loss_->forward_backward(ctx_, out, target_block(shard.targets, first, count, shard.size()),
                                         stage_->output_grad(slot), scale);
   } else {
     ctx_.exec.fence();
@@ -669,7 +673,7 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
   e.loss = mesh_->world().allreduce_value(counts ? sum : 0.0) / static_cast<double>(samples);
   e.accuracy = static_cast<double>(mesh_->world().allreduce_value(
                    static_cast<std::int64_t>(counts ? correct : 0))) /
-               static_cast<double>(samples);
+               static_cast<double>(samples * d.label_width);
   return e;
 }
 

@@ -31,6 +31,9 @@ struct DpConfig {
   // the MLP of widths, activation ReLU and dropout.
   std::string model;
   bool recompute = false;  // activation recomputation in every top-level block
+  // Labels per sample (> 1: one per position, e.g. per token, of a model
+  // whose output holds label_width positions of `classes` values).
+  std::size_t label_width = 1;
 };
 
 // A residual MLP as the equivalence tests train it (the features and
@@ -78,7 +81,32 @@ struct RunResult {
 
 
 inline data::Dataset dp_data(const DpConfig& c) {
-  return data::make_synthetic(c.samples, c.features, data::CsvTask::classification, c.classes, c.seed);
+  auto d = data::make_synthetic(c.samples, c.features, data::CsvTask::classification, c.classes, c.seed);
+  if (c.label_width > 1) {
+    d.label_width = c.label_width;
+    d.labels.resize(c.samples * c.label_width);
+    for (std::size_t i = 0; i < d.labels.size(); ++i)
+      d.labels[i] = static_cast<std::int32_t>(random::below(c.seed, 4242, i, c.classes));
+  }
+  return d;
+}
+
+// Three positions of 4 features per sample, a Linear and GELU per position,
+// then 3 x 5 outputs: one label of 5 classes per position.
+inline std::string per_position_model() {
+  return R"(
+input = [3, 4]
+[[layers]]
+type = "linear"
+out = 8
+[[layers]]
+type = "gelu"
+[[layers]]
+type = "layernorm"
+[[layers]]
+type = "linear"
+out = 5
+)";
 }
 
 // Single rank, global batches of c.batch * c.micro samples.

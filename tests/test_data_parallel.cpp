@@ -69,6 +69,17 @@ TEST_P(DataParallelThreads, ResidualModelFileMatchesSingleRank) {
   EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
 }
 
+// Per-position labels (one per token): the loss and its gradient per
+// position, shards of whole samples.
+TEST_P(DataParallelThreads, PerPositionLabelsMatchSingleRank) {
+  test::DpConfig c;
+  c.model = test::per_position_model();
+  c.classes = 5;
+  c.label_width = 3;
+  c.batch = 11;
+  EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelThreads, ::testing::Values(1, 2, 3, 4));
 
 TEST(DataParallelThreads3, RunsAreBitwiseIdentical) {

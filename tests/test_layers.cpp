@@ -310,9 +310,9 @@ struct LossCase {
 double loss_sum(Loss<double>& loss, const LossCase& c, const Vec& out, Vec* grad, double scale) {
   Context ctx;
   auto dout = test::to_device(out, c.batch, c.width);
-  LabelsBuffer labels("labels", c.batch);
+  LabelsBuffer labels("labels", c.labels.size());
   Kokkos::deep_copy(labels, Kokkos::View<const std::int32_t*, Kokkos::HostSpace,
-                                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>(c.labels.data(), c.batch));
+                                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>(c.labels.data(), c.labels.size()));
   auto values = test::to_device(c.values, c.batch, c.width);
   Targets<double> t;
   if (loss.kind() == LossKind::cross_entropy) t.labels = labels;
@@ -340,6 +340,37 @@ TEST(SoftmaxCrossEntropy, MatchesReferenceAndFiniteDifferences) {
     m[i] -= 1e-6;
     const double fd = 0.25 * (loss_sum(loss, c, p, nullptr, 1) - loss_sum(loss, c, m, nullptr, 1)) / 2e-6;
     ASSERT_NEAR(grad[i], fd, 1e-7) << i;
+  }
+}
+
+// One label per position: 2 samples of 3 positions x 5 classes are the 6
+// rows of the one-label case; the sample's loss sums its positions.
+TEST(SoftmaxCrossEntropy, PerPositionLabelsAreRowsOfTheirPositions) {
+  LossCase rows, c;
+  c.batch = 2;
+  c.width = 15;
+  SoftmaxCrossEntropy<double> loss;
+  Vec g_rows, g;
+  EXPECT_NEAR(loss_sum(loss, c, c.out, &g, 0.5), loss_sum(loss, rows, rows.out, &g_rows, 0.5), 1e-12);
+  EXPECT_EQ(g, g_rows);
+  Context ctx;
+  LabelsBuffer labels("labels", 6);
+  Kokkos::deep_copy(labels, test::to_device(std::vector<std::int32_t>(c.labels)));
+  std::size_t want = 0;  // the reference: argmax per row of 5
+  for (std::size_t r = 0; r < 6; ++r) {
+    std::size_t best = 0;
+    for (std::size_t j = 1; j < 5; ++j)
+      if (c.out[r * 5 + j] > c.out[r * 5 + best]) best = j;
+    want += best == static_cast<std::size_t>(c.labels[r]);
+  }
+  EXPECT_EQ(count_correct<double>(ctx, test::to_device(c.out, 2, 15), labels), want);
+  // Labels that do not divide the output: an error naming both shapes.
+  c.labels.resize(4);
+  try {
+    loss_sum(loss, c, c.out, nullptr, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("4 labels for a model output of shape (2, 15)"), std::string::npos) << e.message();
   }
 }
 

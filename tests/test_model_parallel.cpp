@@ -151,6 +151,17 @@ TEST(ResidualModel, RecomputationIsBitwiseTheSameWithLessActivationMemory) {
   EXPECT_EQ(mr.allocated_activation_bytes(), mr.activation_bytes(10, 3));
 }
 
+// Per-position labels cut into micro-batches with their samples.
+TEST(PerPositionLabels, PipelineMatchesSingleRank) {
+  DpConfig c;
+  c.model = test::per_position_model();
+  c.classes = 5;
+  c.label_width = 3;
+  auto o = mesh(1, 2, 1);
+  o.micro_batches = 3;
+  EXPECT_EQ(test::compare(on_threads(2, c, o), test::train_single(c), 1e-5), "");
+}
+
 TEST(PipelineSchedules, GPipeAnd1F1BAreBitwiseIdenticalAndDeterministic) {
   DpConfig c;
   c.steps = 8;
