@@ -4,7 +4,12 @@
 #include "layers/activation.hpp"
 #include "layers/mlp.hpp"
 
+// CUDA's and HIP's headers define __noinline__ as a macro, which toml++'s
+// __has_attribute(__noinline__) test cannot take: hidden while toml++ is read.
+#pragma push_macro("__noinline__")
+#undef __noinline__
 #include <toml++/toml.h>
+#pragma pop_macro("__noinline__")
 
 #include <fstream>
 #include <sstream>
