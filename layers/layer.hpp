@@ -78,8 +78,6 @@ class Layer {
   // `in`: the shape forward will see.
   virtual void set_input_shape(const Shape& in) { in_shape_ = in; }
   const Shape& input_shape() const { return in_shape_; }
-  // Output width (numel) for a rank-1 input of width `in`.
-  std::size_t out_features(std::size_t in) const { return output_shape(Shape{in}).numel(); }
   // Number of parameters (0 for parameter-free layers).
   virtual std::size_t num_params() const { return 0; }
   // The named tensors of the parameter slice, covering it exactly.

@@ -1,8 +1,8 @@
 #include "layers/model_spec.hpp"
 
-#include "backends/error.hpp"
-#include "layers/activation.hpp"
-#include "layers/mlp.hpp"
+// Host-only code (no Kokkos): in CUDA builds the host compiler compiles it
+// (CMakeLists.txt), since nvcc cannot parse toml++.
+#include "backends/host_error.hpp"
 
 // CUDA's and HIP's headers define __noinline__ as a macro, which toml++'s
 // __has_attribute(__noinline__) test cannot take: hidden while toml++ is read.
@@ -209,36 +209,6 @@ ModelSpec read_model_file(const std::string& path) {
   text << in.rdbuf();
   STRATA_REQUIRE(!in.bad(), config, "model file '", path, "' cannot be read");
   return parse_model(text.str(), path);
-}
-
-ModelSpec mlp_model(const MlpSpec& spec) {
-  STRATA_REQUIRE(spec.widths.size() >= 2, config,
-                 "an MLP needs at least an input and an output width");
-  ModelSpec m;
-  m.source = "--layers";
-  for (std::size_t i = 0; i < spec.widths.size(); ++i)
-    m.source += (i ? "," : " ") + std::to_string(spec.widths[i]);
-  m.input = Shape{spec.widths[0]};
-  auto layer = [&](const std::string& type) {
-    LayerSpec s;
-    s.type = type;
-    s.args = LayerArgs(m.source, type);
-    return s;
-  };
-  for (std::size_t i = 0; i + 1 < spec.widths.size(); ++i) {
-    LayerSpec linear = layer("linear");
-    linear.args.set("out", static_cast<std::int64_t>(spec.widths[i + 1]));
-    m.layers.push_back(linear);
-    if (i + 2 < spec.widths.size()) {
-      m.layers.push_back(layer(to_string(spec.activation)));
-      if (spec.dropout > 0) {
-        LayerSpec d = layer("dropout");
-        d.args.set("p", spec.dropout);
-        m.layers.push_back(d);
-      }
-    }
-  }
-  return m;
 }
 
 }  // namespace strata

@@ -86,6 +86,7 @@ struct ModelSpec {
   std::string name;
   Shape input;
   std::vector<LayerSpec> layers;
+  bool mlp = false;  // made by mlp_model (the --layers shorthand)
 };
 
 // Reads a model file; throws config naming the file (and line and key) for

@@ -373,16 +373,6 @@ void Sequential<T>::set_training(bool training) {
   for (auto& l : layers_) l->set_training(training);
 }
 
-template <class T>
-std::string Sequential<T>::summary() const {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    os << "  " << i << "  " << layers_[i]->name() << "  -> " << widths_[i + 1] << "  ("
-       << (offsets_[i + 1] - offsets_[i]) << " parameters)\n";
-  os << "  total parameters: " << num_params() << "\n";
-  return os.str();
-}
-
 namespace {
 // v in the largest unit of `units` (each `base` times the one before) that
 // keeps it at least 1: "1.5 KiB", "2.51M".

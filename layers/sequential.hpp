@@ -162,8 +162,6 @@ class Sequential {
   // The same figure from the sizes of the buffers allocated (after build()).
   std::size_t allocated_activation_bytes() const;
 
-  // One line per layer with output width and parameter count.
-  std::string summary() const;
   // The layer table of --describe: name, layer, output shape, parameters,
   // forward FLOPs and activation bytes per sample; then the totals.
   std::string describe() const;

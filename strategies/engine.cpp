@@ -41,7 +41,7 @@ std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
 
 // The single-rank model's table (names in single-rank layout whatever the engine).
 ModelTable model_table(const Sequential<T>& model, const ModelSpec& spec) {
-  return {model.parameters(), model.buffers(), spec.source.rfind("--layers", 0) == 0};
+  return {model.parameters(), model.buffers(), spec.mlp};
 }
 
 class DataParallelEngine final : public Engine {

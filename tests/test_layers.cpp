@@ -78,7 +78,7 @@ TEST(Linear, GradientsAccumulate) {
 TEST(Linear, WrongInputWidthNamesBothWidths) {
   Linear<float> l(784, 10);
   try {
-    l.out_features(100);
+    l.output_shape(Shape{100});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::config);
