@@ -122,7 +122,8 @@ LayerSpec parse_layer(const toml::node& node, const std::string& source) {
                      ": a name is a non-empty word without '.' (names are joined with '.')");
     } else if (key == "repeat") {
       const auto r = v.value<std::int64_t>();
-      STRATA_REQUIRE(v.is_integer() && r && *r > 0, config, at, ": expected a positive integer");
+      STRATA_REQUIRE(v.is_integer() && r && *r > 0 && *r <= kMaxRepeat, config, at,
+                     ": expected a positive integer up to ", kMaxRepeat);
       s.repeat = static_cast<std::size_t>(*r);
     } else if (key == "layers") {
       s.layers = parse_layers(v, source, at);
@@ -156,9 +157,50 @@ std::vector<LayerSpec> parse_layers(const toml::node& node, const std::string& s
   return layers;
 }
 
+// Model files are ASCII outside comments. toml++ 3.3 (Debian 12) classifies
+// some non-ASCII characters outside strings by reaching an "unreachable"
+// point (undefined behaviour; found by tests/fuzz/fuzz_model.cpp), so they
+// are refused before it reads the text. Layer names and types are words;
+// comments may hold anything.
+void check_ascii(const std::string& text, const std::string& source) {
+  std::size_t line = 1;
+  bool comment = false;
+  char quote = 0;        // inside a string opened by this quote
+  bool multi = false;    // a """ or ''' string
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      comment = false;
+      if (quote && !multi) quote = 0;  // a one-line string ends with its line (toml++ reports it)
+      continue;
+    }
+    if (comment) continue;
+    STRATA_REQUIRE(static_cast<unsigned char>(c) < 0x80, config, source, ":", line,
+                   ": a character that is not ASCII (byte 0x", std::hex,
+                   static_cast<int>(static_cast<unsigned char>(c)), std::dec,
+                   ") outside a comment: model files are ASCII except in comments");
+    if (quote) {
+      if (c == '\\' && quote == '"') {
+        if (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // the escaped character
+      } else if (c == quote && (!multi || text.compare(i, 3, std::string(3, quote)) == 0)) {
+        if (multi) i += 2;
+        quote = 0;
+      }
+    } else if (c == '#') {
+      comment = true;
+    } else if (c == '"' || c == '\'') {
+      multi = text.compare(i, 3, std::string(3, c)) == 0;
+      if (multi) i += 2;
+      quote = c;
+    }
+  }
+}
+
 }  // namespace
 
 ModelSpec parse_model(const std::string& text, const std::string& source) {
+  check_ascii(text, source);
   toml::table root;
   try {
     root = toml::parse(text, source);

@@ -18,7 +18,8 @@
 //   layers = [ { type = "layernorm" }, { type = "linear", out = 256 }, { type = "relu" } ]
 //   recompute = true               # optional: recompute the inside in backward
 //
-// Names: a layer's parameter names start with its `name`, or its position
+// Model files are ASCII outside comments (toml++ 3.3 mishandles some other
+// characters there). Names: a layer's parameter names start with its `name`, or its position
 // when it has none (PyTorch's nn.Sequential); a repeated layer named N is
 // N.0, N.1, ... (an nn.ModuleList). Every option is checked: an unknown key,
 // a wrong type or a bad value is a config error naming the file, the line
@@ -72,6 +73,11 @@ class LayerArgs {
   std::map<std::string, std::size_t> lines_;
   std::map<std::string, bool> used_;
 };
+
+// Bounds that keep a description buildable: repetitions of one entry, and
+// layers in all (inner layers of blocks included).
+inline constexpr std::int64_t kMaxRepeat = 100000;
+inline constexpr std::size_t kMaxLayers = 1000000;
 
 struct LayerSpec {
   std::string type;

@@ -47,6 +47,8 @@ void expand(const std::vector<LayerSpec>& specs, Shape& shape, LayerBuild& build
 
 template <class T>
 LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build) {
+  STRATA_REQUIRE(++build.layers <= kMaxLayers, config, s.args.where(), ": the model has more than ",
+                 kMaxLayers, " layers (repeats multiply)");
   LayerArgs args = s.args;
   LayerPtr<T> layer;
   if (s.type == "residual" || s.type == "block") {

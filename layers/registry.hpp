@@ -21,6 +21,7 @@ namespace strata {
 struct LayerBuild {
   std::uint64_t seed = 0;     // the run's seed
   std::size_t dropouts = 0;   // Dropout layers made so far: the k-th draws with seed + k
+  std::size_t layers = 0;     // layers made so far (at most kMaxLayers)
 };
 
 template <class T>

@@ -337,7 +337,16 @@ TEST(ModelFile, ErrorsNameTheFileTheLineAndTheKey) {
       {"input = [2, 4]\n[[layers]]\ntype = \"linear\"\nout = 3\n[[layers]]\ntype = \"layernorm\"\n"
        "[[layers]]\ntype = \"linear\"\nout = 3\n[[layers]]\ntype = \"linear\"\nout = 3\nbias = 1\n",
        {"m.toml:13", "key 'bias'", "true or false"}},
+      {"input = [4]\n# a comment may say anything: \xc3\xa9\n[[layers]]\ntype = \"relu\xc2\xad\"\n",
+       {"m.toml:4", "not ASCII (byte 0xc2) outside a comment"}},
+      {"input = [4]\n[[layers]]\ntype = \"relu\"\n\xef\xbb\xbf\n", {"m.toml:4", "not ASCII (byte 0xef)"}},
   };
+  // Non-ASCII in comments is fine.
+  EXPECT_EQ(build_model<float>(parse_model("# \xc3\xa9t\xc3\xa9\ninput = [4] # \xe2\x80\x94\n[[layers]]\n"
+                                           "type = \"relu\" # 'quoted' \"text\"\n",
+                                           "m.toml"), 1)
+                .num_layers(),
+            1u);
   for (const auto& c : cases) {
     const std::string e = config_error([&] { build_model<float>(parse_model(c.text, "m.toml"), 1); });
     EXPECT_FALSE(e.empty()) << c.text;
