@@ -55,12 +55,14 @@ Split split_tail(Dataset all, double fraction) {
   t.name = all.name + " (test split)";
   t.features = all.features;
   t.classes = all.classes;
+  t.label_width = all.label_width;
   t.target_width = all.target_width;
   t.x.assign(all.x.begin() + static_cast<std::ptrdiff_t>(n_train * all.features), all.x.end());
   all.x.resize(n_train * all.features);
   if (all.is_classification()) {
-    t.labels.assign(all.labels.begin() + static_cast<std::ptrdiff_t>(n_train), all.labels.end());
-    all.labels.resize(n_train);
+    const std::size_t w = all.label_width;
+    t.labels.assign(all.labels.begin() + static_cast<std::ptrdiff_t>(n_train * w), all.labels.end());
+    all.labels.resize(n_train * w);
   } else {
     const std::size_t w = all.target_width;
     t.targets.assign(all.targets.begin() + static_cast<std::ptrdiff_t>(n_train * w),

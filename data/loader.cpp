@@ -28,6 +28,10 @@ BatchLoader<T>::BatchLoader(const Dataset& data, std::size_t batch, bool shuffle
   STRATA_REQUIRE(ranks >= 1 && rank >= 0 && rank < ranks, config, "loader: rank ", rank,
                  " of ", ranks);
   STRATA_REQUIRE(data.size() > 0, data, data.name, ": the data set has no samples");
+  STRATA_REQUIRE(!data.is_classification() ||
+                     (data.label_width > 0 && data.labels.size() == data.size() * data.label_width),
+                 data, data.name, ": ", data.labels.size(), " labels for ", data.size(),
+                 " samples of ", data.label_width, " label(s) each");
   STRATA_REQUIRE(!drop_last || data.size() >= batch, config, "batch size ", batch,
                  " is larger than the ", data.size(), " samples of ", data.name);
   // The largest shard this rank can get.

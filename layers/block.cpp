@@ -17,6 +17,10 @@ Block<T>::Block(std::vector<LayerPtr<T>> layers, bool residual, std::vector<std:
                  names_.size(), " names for ", layers_.size(), " layers");
   if (names_.empty())
     for (std::size_t j = 0; j < layers_.size(); ++j) names_.push_back(std::to_string(j));
+  for (std::size_t j = 0; j < names_.size(); ++j)
+    for (std::size_t k = 0; k < j; ++k)
+      STRATA_REQUIRE(names_[j] != names_[k], config, name(), ": inner layers ", k, " and ", j,
+                     " are both named '", names_[j], "'; parameter names must be unique");
   for (const auto& l : layers_) offsets_.push_back(offsets_.back() + l->num_params());
 }
 
@@ -230,8 +234,8 @@ ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x,
     Matrix<T> out = reshape(outs[j], 0, batch, shapes_[j + 1].numel());
     layers_[j]->use_slot(this->slot_);
     layers_[j]->forward(ctx, in, out);
-    // Between inner layers as Sequential between its own; the caller rounds y.
-    if (j + 1 < n) round_activations(ctx.exec, storage_, out.data(), out.size());
+    // As Sequential rounds its layers' outputs (the caller rounds y as well).
+    round_activations(ctx.exec, storage_, out.data(), out.size());
     in = out;
   }
   return in;

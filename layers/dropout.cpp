@@ -5,6 +5,8 @@
 #include "backends/random.hpp"
 #include "layers/registry.hpp"
 
+#include <cmath>
+
 namespace strata {
 
 template <class T>
@@ -19,6 +21,14 @@ LayerPtr<T> Dropout<T>::from_args(LayerArgs& args, const Shape&, LayerBuild& bui
   const double p = args.number("p", 0.5);
   STRATA_REQUIRE(p >= 0.0 && p < 1.0, config, args.at("p"), ": a probability in [0, 1), got ", p);
   return std::make_unique<Dropout<T>>(p, build.seed + build.dropouts++);
+}
+
+template <class T>
+void Dropout<T>::write_buffer(std::size_t, const std::vector<double>& v) {
+  const double c = v.at(0);
+  STRATA_REQUIRE(c >= 0 && c <= 9007199254740992.0 && c == std::floor(c), config, name(),
+                 ": pass counter ", c, " is not a whole number in [0, 2^53]");
+  calls_ = static_cast<std::uint64_t>(c);
 }
 
 template <class T>

@@ -13,6 +13,8 @@ template <class T>
 Linear<T>::Linear(std::size_t in, std::size_t out, bool bias) : in_(in), out_(out), bias_(bias) {
   STRATA_REQUIRE(in > 0 && out > 0, config, "Linear(", in, ", ", out,
                  "): widths must be positive");
+  STRATA_REQUIRE(in <= Shape::max_numel / out, config, "Linear(", in, ", ", out,
+                 "): more than ", Shape::max_numel, " weights");
 }
 
 template <class T>

@@ -165,9 +165,12 @@ std::vector<LayerSpec> parse_layers(const toml::node& node, const std::string& s
 void check_ascii(const std::string& text, const std::string& source) {
   std::size_t line = 1;
   bool comment = false;
-  char quote = 0;        // inside a string opened by this quote
-  bool multi = false;    // a """ or ''' string
-  for (std::size_t i = 0; i < text.size(); ++i) {
+  char quote = 0;      // inside a string opened by this quote
+  bool multi = false;  // a """ or ''' string
+  auto at = [&](std::size_t i, char q, std::size_t n) { return text.compare(i, n, std::string(n, q)) == 0; };
+  // A UTF-8 byte-order mark may open the file (toml++ skips it).
+  const std::size_t start = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  for (std::size_t i = start; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
       ++line;
@@ -182,15 +185,20 @@ void check_ascii(const std::string& text, const std::string& source) {
                    ") outside a comment: model files are ASCII except in comments");
     if (quote) {
       if (c == '\\' && quote == '"') {
-        if (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // the escaped character
-      } else if (c == quote && (!multi || text.compare(i, 3, std::string(3, quote)) == 0)) {
-        if (multi) i += 2;
+        // An escape: the next character is part of it (checked on the next
+        // turn unless it is a quote or a backslash, which are ASCII).
+        if (i + 1 < text.size() && (text[i + 1] == '"' || text[i + 1] == '\\')) ++i;
+      } else if (c == quote && (!multi || at(i, quote, 3))) {
+        if (multi) {
+          i += 2;  // a closing """ may be preceded by up to two quotes of the content
+          for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == quote; ++k) ++i;
+        }
         quote = 0;
       }
     } else if (c == '#') {
       comment = true;
     } else if (c == '"' || c == '\'') {
-      multi = text.compare(i, 3, std::string(3, c)) == 0;
+      multi = at(i, c, 3);
       if (multi) i += 2;
       quote = c;
     }

@@ -45,8 +45,9 @@ void expand(const std::vector<LayerSpec>& specs, Shape& shape, LayerBuild& build
             std::vector<LayerPtr<T>>& layers, std::vector<std::string>& names,
             bool positional_names);
 
+// top: a top-level layer of the model (not inside a block).
 template <class T>
-LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build) {
+LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build, bool top) {
   STRATA_REQUIRE(++build.layers <= kMaxLayers, config, s.args.where(), ": the model has more than ",
                  kMaxLayers, " layers (repeats multiply)");
   LayerArgs args = s.args;
@@ -57,6 +58,8 @@ LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build) {
     Shape shape = in;
     expand<T>(s.layers, shape, build, inner, names, true);
     const bool recompute = args.flag("recompute", false);
+    STRATA_REQUIRE(!recompute || top, config, args.at("recompute"),
+                   ": only a top-level block recomputes (it recomputes the blocks inside it)");
     args.finish();
     layer = std::make_unique<Block<T>>(std::move(inner), s.type == "residual", std::move(names));
     layer->set_recompute(recompute);
@@ -79,7 +82,7 @@ void expand(const std::vector<LayerSpec>& specs, Shape& shape, LayerBuild& build
     for (std::size_t r = 0; r < s.repeat; ++r) {
       LayerPtr<T> layer;
       try {
-        layer = build_one<T>(s, shape, build);
+        layer = build_one<T>(s, shape, build, !positional_names);
         shape = layer->output_shape(shape);
       } catch (const Error& e) {
         // Errors that do not say where (a layer's own checks) get the place.
@@ -114,7 +117,11 @@ template <class T>
 Sequential<T> build_model(const ModelSpec& spec, std::uint64_t seed) {
   ModelLayers<T> m = build_layers<T>(spec, seed);
   Sequential<T> model(m.input);
-  for (std::size_t i = 0; i < m.layers.size(); ++i) model.add(std::move(m.layers[i]), m.names[i]);
+  try {
+    for (std::size_t i = 0; i < m.layers.size(); ++i) model.add(std::move(m.layers[i]), m.names[i]);
+  } catch (const Error& e) {
+    STRATA_THROW(config, spec.source, ": ", e.message());
+  }
   return model;
 }
 

@@ -58,7 +58,11 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
   layer->set_input_shape(shapes_.back());
   layer->set_storage(storage_);
   detail::check_param_table(where, layer->param_table(), layer->num_params());
-  names_.push_back(name.empty() ? std::to_string(first_index_ + layers_.size()) : std::move(name));
+  if (name.empty()) name = std::to_string(first_index_ + layers_.size());
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    STRATA_REQUIRE(names_[i] != name, config, where, ": the name '", name, "' is taken by layer ",
+                   first_index_ + i, " (", layers_[i]->name(), "); parameter names must be unique");
+  names_.push_back(std::move(name));
   shapes_.push_back(out);
   widths_.push_back(out.numel());
   offsets_.push_back(offsets_.back() + layer->num_params());

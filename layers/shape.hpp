@@ -14,6 +14,7 @@ namespace strata {
 class Shape {
  public:
   static constexpr std::size_t max_rank = 4;
+  static constexpr std::size_t max_numel = std::size_t(1) << 40;  // per sample
 
   Shape() = default;
   Shape(std::initializer_list<std::size_t> dims);

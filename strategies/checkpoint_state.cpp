@@ -43,13 +43,25 @@ void reorder_by_name(const std::string& file, const nlohmann::json& stored,
     std::size_t offset = 0;
     std::vector<std::size_t> dims;
   };
+  for (const auto* v : {&s.opt0, &s.opt1})
+    STRATA_REQUIRE(v->empty() || v->size() == s.params.size(), data, "checkpoint '", file,
+                   "': optimizer state of ", v->size(), " values for ", s.params.size(), " parameters");
   std::map<std::string, Piece> have;
   std::size_t at = 0;
   for (const auto& t : stored) {
     Piece p{at, t.at(1).get<std::vector<std::size_t>>()};
     std::size_t n = 1;
-    for (std::size_t d : p.dims) n *= d;
-    have[t.at(0).get<std::string>()] = p;
+    for (std::size_t d : p.dims) {
+      STRATA_REQUIRE(d > 0 && n <= s.params.size() / d, data, "checkpoint '", file,
+                     "': tensor ", t.at(0).dump(), " has a shape beyond the values it holds");
+      n *= d;
+    }
+    const std::string name = t.at(0).get<std::string>();
+    STRATA_REQUIRE(have.count(name) == 0, data, "checkpoint '", file, "': tensor '", name,
+                   "' is listed twice");
+    STRATA_REQUIRE(at + n <= s.params.size(), data, "checkpoint '", file, "': tensor '", name,
+                   "' lies beyond the ", s.params.size(), " values it holds");
+    have[name] = p;
     at += n;
   }
   STRATA_REQUIRE(at == s.params.size(), data, "checkpoint '", file, "': its parameter table covers ",

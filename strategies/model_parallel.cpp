@@ -224,6 +224,8 @@ Targets<T> target_block(const Targets<T>& t, std::size_t first, std::size_t coun
   Targets<T> out;
   if (t.labels.data() != nullptr) {
     const std::size_t per = rows > 0 ? t.labels.extent(0) / rows : 1;
+    STRATA_REQUIRE(rows == 0 || t.labels.extent(0) == rows * per, config, "model parallel: ",
+                   t.labels.extent(0), " labels for a shard of ", rows, " rows");
     out.labels = Labels(t.labels.data() + first * per, count * per);
   }
   if (t.values.data() != nullptr) out.values = row_block(t.values, first, count);
@@ -550,8 +552,11 @@ std::map<std::string, std::vector<double>> ModelParallel<T>::full_buffers(
   const auto mine = stage_->read_buffers();
   std::size_t at = 0;
   for (const auto& b : model_buffers) {
-    if (const auto it = mine.find(b.name); it != mine.end())
+    if (const auto it = mine.find(b.name); it != mine.end()) {
+      STRATA_REQUIRE(it->second.size() == b.size, config, "buffer '", b.name, "' has ",
+                     it->second.size(), " values on this stage, the model's ", b.size);
       std::copy(it->second.begin(), it->second.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
+    }
     at += b.size;
   }
   if (total > 0)
@@ -559,6 +564,9 @@ std::map<std::string, std::vector<double>> ModelParallel<T>::full_buffers(
   std::map<std::string, std::vector<double>> all;
   at = 0;
   for (const auto& b : model_buffers) {
+    for (std::size_t k = 0; k < b.size; ++k)
+      STRATA_REQUIRE(flat[at + k] != -std::numeric_limits<double>::infinity(), runtime,
+                     "model parallel: no stage holds buffer '", b.name, "'");
     all[b.name].assign(flat.begin() + static_cast<std::ptrdiff_t>(at),
                        flat.begin() + static_cast<std::ptrdiff_t>(at + b.size));
     at += b.size;

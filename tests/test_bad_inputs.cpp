@@ -249,7 +249,7 @@ const std::vector<Entry>& catalogue() {
        }},
       {"unknown communicator", 2, {"--comm: unknown communicator 'carrier-pigeon'"},
        [](Workspace&) { return "--comm carrier-pigeon"; }},
-      {"a communicator this build lacks", 2, {"--comm nccl: this build has no nccl communicator"},
+      {"a communicator this build lacks", 2, {"--comm nccl: Strata's programs do not run on NCCL yet"},
        [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --comm nccl"; }},
       {"a communicator that does not fit the ranks", 2, {"--comm self runs one rank, not 2 thread rank(s)"},
        [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --comm self --ranks 2"; }},

@@ -144,6 +144,13 @@ TEST(ResidualModel, RecomputationIsBitwiseTheSameWithLessActivationMemory) {
       EXPECT_LE(with[p].activations, without[p].activations) << "stage " << p;
     EXPECT_LT(with[0].activations, without[0].activations) << to_string(schedule);
   }
+  // With real bf16 activation storage (the blocks round their insides).
+  DataParallelOptions bf16;
+  bf16.precision = Precision::bf16;
+  comm::SelfComm self;
+  Context ctx;
+  EXPECT_EQ(test::compare(test::train_dp(ctx, self, r, bf16), test::train_dp(ctx, self, c, bf16), 0.0), "")
+      << "bf16 storage";
   auto m = build_model<float>(test::model_of(c), 1), mr = build_model<float>(test::model_of(c), 1);
   mr.set_recompute(true);
   EXPECT_LT(mr.activation_bytes(10, 3), m.activation_bytes(10, 3));

@@ -337,11 +337,23 @@ TEST(ModelFile, ErrorsNameTheFileTheLineAndTheKey) {
       {"input = [2, 4]\n[[layers]]\ntype = \"linear\"\nout = 3\n[[layers]]\ntype = \"layernorm\"\n"
        "[[layers]]\ntype = \"linear\"\nout = 3\n[[layers]]\ntype = \"linear\"\nout = 3\nbias = 1\n",
        {"m.toml:13", "key 'bias'", "true or false"}},
+      {"input = [4]\n[[layers]]\nname = \"fc\"\ntype = \"linear\"\nout = 4\n[[layers]]\nname = \"fc\"\n"
+       "type = \"linear\"\nout = 4\n",
+       {"m.toml", "layer 1 (Linear(4, 4))", "the name 'fc' is taken by layer 0"}},
+      {"input = [4]\n[[layers]]\nname = \"1\"\ntype = \"relu\"\n[[layers]]\ntype = \"relu\"\n",
+       {"the name '1' is taken by layer 0"}},
+      {"input = [4]\n[[layers]]\ntype = \"residual\"\nlayers = [\n  { type = \"residual\", recompute = true, "
+       "layers = [ { type = \"relu\" } ] },\n]\n",
+       {"m.toml:5", "key 'recompute'", "only a top-level block recomputes"}},
       {"input = [4]\n# a comment may say anything: \xc3\xa9\n[[layers]]\ntype = \"relu\xc2\xad\"\n",
        {"m.toml:4", "not ASCII (byte 0xc2) outside a comment"}},
       {"input = [4]\n[[layers]]\ntype = \"relu\"\n\xef\xbb\xbf\n", {"m.toml:4", "not ASCII (byte 0xef)"}},
   };
-  // Non-ASCII in comments is fine.
+  // Non-ASCII in comments is fine, a byte-order mark may open the file, and
+  // a multi-line string may end in quotes of its own.
+  EXPECT_EQ(parse_model("\xef\xbb\xbfinput = [4]\nname = \"\"\"a \"\"\"\"\" # \xc3\xa9\n[[layers]]\ntype = \"relu\"\n", "m.toml")
+                .name,
+            "a \"\"");
   EXPECT_EQ(build_model<float>(parse_model("# \xc3\xa9t\xc3\xa9\ninput = [4] # \xe2\x80\x94\n[[layers]]\n"
                                            "type = \"relu\" # 'quoted' \"text\"\n",
                                            "m.toml"), 1)

@@ -6,30 +6,33 @@
 namespace strata::comm {
 
 std::vector<CommInfo> communicators() {
+  const std::string no_mpi = mpi_backend().compiled ? "" : "this build has no MPI";
   return {
-      {"self", "one rank, no communication", true},
-      {"threads", "ranks as threads of one process (--ranks N)", true},
-      {"mpi", "one rank per process (mpirun, srun)", mpi_backend().compiled},
-      {"hierarchical", "thread ranks inside MPI processes", mpi_backend().compiled},
-      {"nccl", "GPUs, device buffers (Strata::nccl; not used by strata-train yet)", false},
+      {"self", "one rank, no communication", ""},
+      {"threads", "ranks as threads of one process (--ranks N)", ""},
+      {"mpi", "one rank per process (mpirun, srun)", no_mpi},
+      {"hierarchical", "thread ranks inside MPI processes", no_mpi},
+      {"nccl", "GPUs, device buffers (library Strata::nccl)",
+       "Strata's programs do not run on NCCL yet (the library's Strata::nccl does)"},
   };
 }
 
 std::string compiled_communicators() {
   std::string s;
   for (const auto& c : communicators())
-    if (c.compiled) s += (s.empty() ? "" : ", ") + c.name;
+    if (c.unavailable.empty()) s += (s.empty() ? "" : ", ") + c.name;
   return s;
 }
 
 std::string resolve_communicator(const std::string& requested, int thread_ranks, int processes) {
-  bool known = requested == "auto", compiled = true;
+  bool known = requested == "auto";
+  std::string unavailable;
   for (const auto& c : communicators())
-    if (c.name == requested) known = true, compiled = c.compiled;
+    if (c.name == requested) known = true, unavailable = c.unavailable;
   STRATA_REQUIRE(known, config, "--comm: unknown communicator '", requested,
                  "' (expected auto, self, threads, mpi, hierarchical or nccl)");
-  STRATA_REQUIRE(compiled, config, "--comm ", requested, ": this build has no ", requested,
-                 " communicator (it has ", compiled_communicators(), ")");
+  STRATA_REQUIRE(unavailable.empty(), config, "--comm ", requested, ": ", unavailable,
+                 " (available: ", compiled_communicators(), ")");
   const std::string chosen = requested != "auto" ? requested
                              : processes > 1 && thread_ranks > 1 ? "hierarchical"
                              : processes > 1                     ? "mpi"

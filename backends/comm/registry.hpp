@@ -36,12 +36,12 @@ const ProcessBackend& mpi_backend();
 struct CommInfo {
   std::string name;
   std::string description;
-  bool compiled;  // part of this build
+  std::string unavailable;  // why a run cannot use it here; empty: it can
 };
 
-// Every communicator name, with whether this build has it.
+// Every communicator name, with whether a run can use it.
 std::vector<CommInfo> communicators();
-// "self, threads, mpi, hierarchical" (the compiled ones).
+// "self, threads, mpi, hierarchical" (those a run can use).
 std::string compiled_communicators();
 
 // The communicator a run uses: `requested` (auto or a name) for
