@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/random.hpp"
+#include "layers/named_tables.hpp"
 
 #include <algorithm>
 #include <type_traits>
@@ -57,26 +58,15 @@ void Block<T>::set_input_shape(const Shape& in) {
 }
 
 template <class T>
-template <class Info, class Table>
-std::vector<Info> Block<T>::joined(Table table) const {
-  std::vector<Info> all;
-  for (std::size_t j = 0; j < layers_.size(); ++j)
-    for (Info p : table(*layers_[j])) {
-      p.name = names_[j] + "." + p.name;
-      if constexpr (std::is_same_v<Info, ParamInfo>) p.offset += offsets_[j];
-      all.push_back(std::move(p));
-    }
-  return all;
-}
-
-template <class T>
 std::vector<ParamInfo> Block<T>::param_table() const {
-  return joined<ParamInfo>([](const Layer<T>& l) { return l.param_table(); });
+  return detail::joined_tables<ParamInfo>(layers_, names_, offsets_,
+                                          [](const Layer<T>& l) { return l.param_table(); });
 }
 
 template <class T>
 std::vector<BufferInfo> Block<T>::buffer_table() const {
-  return joined<BufferInfo>([](const Layer<T>& l) { return l.buffer_table(); });
+  return detail::joined_tables<BufferInfo>(layers_, names_, offsets_,
+                                           [](const Layer<T>& l) { return l.buffer_table(); });
 }
 
 template <class T>

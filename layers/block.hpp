@@ -76,9 +76,7 @@ class Block : public Layer<T> {
   static std::uint64_t inner_index(std::uint64_t layer_index, std::size_t j);
 
  private:
-  // Which inner layer owns entry k of a table made of every inner table.
-  template <class Info, class Table>
-  std::vector<Info> joined(Table table) const;
+  // Which inner layer owns entry k of the joined buffer table.
   std::pair<std::size_t, std::size_t> buffer_owner(std::size_t k) const;
   // Elements of the inner outputs and of the widest inner input (per row).
   std::size_t inner_outputs() const;

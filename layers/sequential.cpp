@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
+#include "layers/named_tables.hpp"
 
 #include <algorithm>
 #include <array>
@@ -72,25 +73,14 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
 
 template <class T>
 std::vector<ParamInfo> Sequential<T>::parameters() const {
-  std::vector<ParamInfo> all;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    for (ParamInfo p : layers_[i]->param_table()) {
-      p.name = names_[i] + "." + p.name;
-      p.offset += offsets_[i];
-      all.push_back(std::move(p));
-    }
-  return all;
+  return detail::joined_tables<ParamInfo>(layers_, names_, offsets_,
+                                          [](const Layer<T>& l) { return l.param_table(); });
 }
 
 template <class T>
 std::vector<BufferInfo> Sequential<T>::buffers() const {
-  std::vector<BufferInfo> all;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    for (BufferInfo b : layers_[i]->buffer_table()) {
-      b.name = names_[i] + "." + b.name;
-      all.push_back(std::move(b));
-    }
-  return all;
+  return detail::joined_tables<BufferInfo>(layers_, names_, offsets_,
+                                           [](const Layer<T>& l) { return l.buffer_table(); });
 }
 
 template <class T>
