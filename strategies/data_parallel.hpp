@@ -7,10 +7,9 @@
 // the global batch, uneven shards included), and every rank applies the same
 // optimizer step to identical gradients.
 //
-// Buckets: the flat gradient buffer is cut into contiguous buckets of about
-// bucket_bytes, in the order backward produces them (last layer first). A
-// bucket's allreduce starts, asynchronously, as soon as backward has written
-// its last gradient, while backward goes on; the optimizer waits for all.
+// Gradients are summed by GradientSync (strategies/gradient_sync.hpp):
+// buckets whose allreduce starts during backward, optional 16-bit
+// compression; the optimizer waits for all.
 // Gradient accumulation: with several micro-batches per step, the backward
 // passes of all but the last accumulate locally without communication.
 #pragma once
@@ -22,6 +21,7 @@
 #include "layers/loss_scaler.hpp"
 #include "layers/optimizer.hpp"
 #include "layers/sequential.hpp"
+#include "strategies/gradient_sync.hpp"
 #include "strategies/mixed_precision.hpp"
 
 #include <memory>
@@ -31,22 +31,14 @@
 
 namespace strata {
 
-// Gradient compression for the allreduce: buckets converted to 16 bits.
-enum class GradCompression { none, bf16, fp16 };
-GradCompression parse_grad_compression(const std::string& name);  // throws config
-const char* to_string(GradCompression c);
-
-// Precision, clipping and loss scaling: MixedPrecisionOptions.
-struct DataParallelOptions : MixedPrecisionOptions {
-  std::size_t bucket_bytes = std::size_t(25) << 20;  // 0: a single bucket
-  bool overlap = true;  // start buckets during backward (else after it)
-  GradCompression compression = GradCompression::none;
-};
+// Precision, clipping and loss scaling: MixedPrecisionOptions; buckets,
+// overlap and compression: GradSyncOptions.
+struct DataParallelOptions : MixedPrecisionOptions, GradSyncOptions {};
 
 // Where the time of the last step went (seconds, this rank).
 struct StepTiming {
-  double compute_s = 0;        // forward + backward (including launching buckets)
-  double exposed_comm_s = 0;   // waiting for gradient buckets after backward
+  double compute_s = 0;        // forward + backward (including launching buckets in it)
+  double exposed_comm_s = 0;   // launching the rest and waiting for the buckets after backward
   double optimizer_s = 0;
 };
 
@@ -68,7 +60,7 @@ class DataParallel {
   }
 
   // Buckets as [first, last) ranges of the flat gradient buffer, in launch order.
-  const std::vector<std::pair<std::size_t, std::size_t>>& buckets() const { return buckets_; }
+  const std::vector<std::pair<std::size_t, std::size_t>>& buckets() const { return sync_->buckets(); }
   const StepTiming& last_timing() const { return timing_; }
   const StepInfo& last_info() const { return info_; }
   comm::Communicator& communicator() { return comm_; }
@@ -83,27 +75,16 @@ class DataParallel {
   DynamicLossScaler* scaler() { return mixed_->scaler(); }
 
  private:
-  void launch(std::size_t b);
-  void finish();
-
   Context& ctx_;
   comm::Communicator& comm_;
   Sequential<T>& model_;
   Loss<T>& loss_;
   Optimizer<T>& optimizer_;
   DataParallelOptions options_;
-  std::vector<std::pair<std::size_t, std::size_t>> buckets_;
-  std::vector<comm::Handle> handles_;
-  std::size_t launched_ = 0;
-  // Host copies of the buckets when the gradients are device memory and the
-  // communicator needs host memory.
-  bool staged_ = false;
-  std::vector<std::vector<T>> staging_;
+  std::unique_ptr<GradientSync<T>> sync_;
   StepTiming timing_;
   StepInfo info_;
   std::unique_ptr<MixedPrecision<T>> mixed_;   // master weights, loss scaling, fused step
-  Kokkos::View<std::uint16_t*, MemSpace> comp_;  // compressed buckets
-  std::vector<std::vector<std::uint16_t>> staging16_;
 };
 
 }  // namespace strata

@@ -39,6 +39,12 @@ std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
   return s;
 }
 
+std::string describe_grad_sync(const GradSyncOptions& o) {
+  return o.compression == GradCompression::none
+             ? std::string()
+             : std::string(", gradients communicated in ") + to_string(o.compression);
+}
+
 // The single-rank model's table (names in single-rank layout whatever the engine).
 ModelTable model_table(const Sequential<T>& model, const ModelSpec& spec) {
   return {model.parameters(), model.buffers(), spec.mlp};
@@ -66,10 +72,7 @@ class DataParallelEngine final : public Engine {
     std::string s = comm_.size() == 1 ? "local (one rank)"
                                       : "data parallel over " + std::to_string(comm_.size()) + " ranks";
     const auto& o = strategy_->options();
-    s += describe_mixed_precision(o);
-    if (o.compression != GradCompression::none)
-      s += std::string(", gradients communicated in ") + to_string(o.compression);
-    return s;
+    return s + describe_mixed_precision(o) + describe_grad_sync(o);
   }
   std::size_t num_params() const override { return model_.num_params(); }
   int data_rank() const override { return comm_.rank(); }
@@ -141,6 +144,7 @@ class ModelParallelEngine final : public Engine {
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
     if (options_.zero) s += ", ZeRO-1";
     s += describe_mixed_precision(options_);
+    if (options_.mesh.dp > 1) s += describe_grad_sync(options_);
     return s + "; memory per rank: " + mp_->memory().str();
   }
   std::size_t num_params() const override { return mp_->full_num_params(); }

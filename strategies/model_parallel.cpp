@@ -109,6 +109,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   validate_mesh(options.mesh, world.size());
   validate(optimizer);
   validate<T>(options, "model parallel");
+  validate(static_cast<const GradSyncOptions&>(options), options.zero == 1);
   STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
   STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
                  ": only ZeRO stage 1 (optimizer state sharding) is available");
@@ -149,6 +150,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   const std::size_t n = stage_->num_params();
   const std::size_t padded = (n + pad - 1) / pad * pad;
   memory_.params = memory_.grads = padded * sizeof(T);
+  if (options.compression != GradCompression::none && dp > 1) memory_.grads += n * 2;  // 16-bit buckets
   const std::size_t updated = options.zero == 1 ? padded / dp : n;
   memory_.optimizer = state_elements(optimizer, updated) * sizeof(T);
   memory_.master = mixed ? updated * sizeof(T) : 0;
@@ -171,18 +173,13 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
 
   stage_->build(max_micro_, slots_, pad);
   stage_->init(init, seed);
-  // Data-parallel gradient sums in place in shared memory where the
-  // communicator has some (MPI ranks on one node).
-  if (options.zero == 0 && shape.dp > 1 &&
-      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
-    const std::size_t n = stage_->padded_grads().extent(0);
-    if (void* shared = mesh_->dp().allocate_shared(n * sizeof(T)))
-      stage_->use_grad_storage(Vector<T>(static_cast<T*>(shared), n));
-  }
+  // Gradient sums over the data-parallel group (buckets during the last
+  // backward; with ZeRO-1 a reduce-scatter onto this rank's block).
+  sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_->dp(), *stage_, options, options.zero == 1);
   optimizer_ = std::make_unique<Optimizer<T>>(optimizer, updated);
   // ZeRO-1: this rank's block of the padded buffers (the whole stage when dp is 1).
-  const std::size_t first = options.zero == 1 ? updated * static_cast<std::size_t>(mesh_->dp_rank()) : 0;
-  updated_ = {first, first + updated};
+  updated_ = sync_->owned();
+  const std::size_t first = updated_.first;
   if (optimizer.no_decay_bias_norm)
     optimizer_->set_no_decay(no_decay_ranges(stage_->parameters(), first, updated));
   mixed_ = std::make_unique<MixedPrecision<T>>(
@@ -271,7 +268,7 @@ void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
 }
 
 template <class T>
-void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
+void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool last) {
   const std::size_t slot = m % slots_;
   const int p = mesh_->pp_rank();
   const int tag = static_cast<int>(2 * m + 1);
@@ -289,7 +286,9 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count) {
   }
   Matrix<T> dx;
   if (!first_stage()) dx = rows(dx_, count, stage_->in_features());
-  stage_->backward(ctx_, dy, dx, slot);
+  // The last backward of the step launches the gradient buckets it completes.
+  if (last) stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) { sync_->layer_done(k); });
+  else stage_->backward(ctx_, dy, dx, slot);
   if (!first_stage()) {
     ctx_.exec.fence();
     mesh_->pp().send(dx, p - 1, tag);
@@ -331,15 +330,11 @@ double ModelParallel<T>::unique_sumsq() {
 template <class T>
 void ModelParallel<T>::synchronize_and_update() {
   comm::Communicator& dp = mesh_->dp();
-  Vector<T> grads = stage_->padded_grads(), params = stage_->padded_params();
-  Vector<T> my_grads = Kokkos::subview(grads, updated_);
-  if (dp.size() > 1) {
-    ctx_.exec.fence();
-    // ZeRO-1: each rank reduces, updates and owns one block of the padded
-    // flat buffers, then everyone gathers the updated parameters.
-    if (options_.zero == 0) dp.allreduce(stage_->grads());
-    else dp.reduce_scatter(grads, my_grads);
-  }
+  Vector<T> params = stage_->padded_params();
+  Vector<T> my_grads = Kokkos::subview(stage_->padded_grads(), updated_);
+  // ZeRO-1: each rank has the sum of one block of the padded flat buffers,
+  // updates it, then everyone gathers the updated parameters.
+  sync_->finish();
   // Clipping and the skip decision of loss scaling need the norm of the
   // whole model's gradients: every rank adds its share, and all agree.
   std::optional<double> sumsq;
@@ -366,6 +361,7 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   timing_ = Timing();
   stage_->zero_grad(ctx_);
   stage_->set_training(true);
+  sync_->begin(info_);
   in_flight_ = peak_in_flight_ = 0;
   double loss_sum = 0;
   auto micro = [&](std::size_t m) { return data::BatchLoader<T>::shard(B, static_cast<int>(m), static_cast<int>(M)); };
@@ -373,7 +369,7 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     const auto [first, count] = micro(m);
     forward_micro(shard, m, first, count, scale, loss_sum);
   };
-  auto Bk = [&](std::size_t m) { backward_micro(m, micro(m).second); };
+  auto Bk = [&](std::size_t m) { backward_micro(m, micro(m).second, m + 1 == M); };
   if (options_.schedule == Schedule::gpipe) {
     for (std::size_t m = 0; m < M; ++m) F(m);
     for (std::size_t m = 0; m < M; ++m) Bk(m);

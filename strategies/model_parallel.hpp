@@ -34,6 +34,7 @@
 #include "layers/optimizer.hpp"
 #include "strategies/local.hpp"
 #include "strategies/mesh.hpp"
+#include "strategies/gradient_sync.hpp"
 #include "strategies/mixed_precision.hpp"
 #include "strategies/tensor_parallel.hpp"
 
@@ -53,8 +54,10 @@ Balance parse_balance(const std::string& name);  // throws config
 const char* to_string(Balance balance);
 
 // Precision, clipping and loss scaling: MixedPrecisionOptions (with ZeRO-1
-// the fp32 master weights are sharded with the optimizer state).
-struct ModelParallelOptions : MixedPrecisionOptions {
+// the fp32 master weights are sharded with the optimizer state); gradient
+// buckets, overlap and compression over the data-parallel group:
+// GradSyncOptions (with ZeRO-1: one reduce-scatter, uncompressed).
+struct ModelParallelOptions : MixedPrecisionOptions, GradSyncOptions {
   MeshShape mesh;
   std::size_t micro_batches = 1;
   Schedule schedule = Schedule::one_f_one_b;
@@ -172,7 +175,7 @@ class ModelParallel {
  private:
   void forward_micro(const data::Batch<T>& shard, std::size_t m, std::size_t first,
                      std::size_t count, T scale, double& loss_sum);
-  void backward_micro(std::size_t m, std::size_t count);
+  void backward_micro(std::size_t m, std::size_t count, bool last);
   void synchronize_and_update();
   void count_gradients();
   // This rank's share of the sum of squares of the gradients, each gradient
@@ -196,6 +199,7 @@ class ModelParallel {
   std::unique_ptr<Loss<T>> loss_;
   std::unique_ptr<Optimizer<T>> optimizer_;
   std::unique_ptr<MixedPrecision<T>> mixed_;  // master weights, loss scaling, fused step
+  std::unique_ptr<GradientSync<T>> sync_;     // sums over the data-parallel group
   std::pair<std::size_t, std::size_t> updated_;  // what this rank's optimizer updates (padded stage layout)
   // Ranges of the stage's gradients this rank counts in the global norm.
   std::vector<std::pair<std::size_t, std::size_t>> counted_;

@@ -76,7 +76,7 @@ struct RunResult {
   std::vector<double> losses;
   std::vector<float> params;
   std::vector<bool> applied;   // DataParallel: whether each step was applied
-  std::size_t comm_bytes = 0;  // DataParallel: allreduce payload of the last step
+  std::size_t comm_bytes = 0;  // gradient-sum payload of this rank in the last step
 };
 
 
@@ -220,6 +220,7 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
     while (s < c.steps && loader.next(b)) {
       if (s++ < first) continue;
       r.losses.push_back(mp.step(b, loader.global_size()));
+      r.comm_bytes = mp.last_info().comm_bytes;
       peak = std::max(peak, mp.peak_in_flight());
     }
   }

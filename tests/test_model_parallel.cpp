@@ -275,6 +275,41 @@ TEST(Mesh, PipelineOfTensorParallelStagesWithZeroMatchesSingleRank) {
   EXPECT_EQ(test::compare(on_threads(4, c, z), test::train_single(c), 1e-5), "");
 }
 
+// The mesh sums a stage's gradients over its data-parallel group with the
+// same component as data parallelism (strategies/gradient_sync.hpp): bucket
+// sizes and overlap with the last backward do not change a bit; bf16 or fp16
+// buckets stay as close to uncompressed training as they do for data
+// parallelism (the bounds of CompressedGradientsStayCloseToUncompressed in
+// test_data_parallel.cpp), with half the payload.
+TEST(Mesh, GradientBucketsOverlapAndCompressionAsInDataParallelism) {
+  DpConfig c;
+  auto o = mesh(2, 2, 1);
+  o.micro_batches = 3;
+  o.bucket_bytes = 64;  // 16 floats: stages of 208 and 163 parameters make 13 and 11 buckets
+  const auto tiny = on_threads(4, c, o);
+  for (std::size_t bytes : {std::size_t(0), std::size_t(25) << 20}) {
+    auto b = o;
+    b.bucket_bytes = bytes;
+    EXPECT_EQ(on_threads(4, c, b).params, tiny.params) << bytes << " bytes";
+  }
+  auto late = o;
+  late.overlap = false;
+  EXPECT_EQ(on_threads(4, c, late).params, tiny.params);
+  const auto single = test::train_single(c);
+  EXPECT_EQ(test::compare(tiny, single, 1e-5), "");
+  for (GradCompression g : {GradCompression::bf16, GradCompression::fp16}) {
+    auto z = o;
+    z.compression = g;
+    const auto r = on_threads(4, c, z);
+    const auto [dl, dp] = test::deviation_of_largest(r, single);
+    std::printf("mesh dp2 x pp2, compression %s: loss deviation %.2e, parameter deviation %.2e\n",
+                to_string(g), dl, dp);
+    EXPECT_LT(dl, 2e-3) << to_string(g);
+    EXPECT_LT(dp, 5e-3) << to_string(g);
+    EXPECT_EQ(r.comm_bytes * 2, tiny.comm_bytes) << to_string(g);
+  }
+}
+
 TEST(Mesh, GroupsFollowTheDocumentedLayout) {
   run_ranks(4, 1, [&](Context&, comm::Communicator& world) {
     Mesh m(world, {2, 1, 2});

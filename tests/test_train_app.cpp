@@ -561,7 +561,7 @@ TEST_F(TrainApp, MixedPrecisionOptions) {
            {"--grad-compression int8", "--grad-compression"},
            {"--clip-grad-norm -1", "--clip-grad-norm"},
            {"--loss-scale static", "--loss-scale"},
-           {"--grad-compression bf16 --strategy pipeline --ranks 2", "--strategy pipeline"}}) {
+           {"--grad-compression bf16 --zero 1 --ranks 2", "--zero 1"}}) {
     auto bad = train("--dataset synthetic --layers 10,32,3 --steps 1 " + args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.output;
     EXPECT_OUTPUT_HAS(bad, text);

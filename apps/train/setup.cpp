@@ -191,9 +191,11 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   o.optimizer = c.optimizer;
   o.model_parallel = model_parallel(c);
   o.recompute = c.recompute;
-  o.data.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
-  o.data.overlap = c.overlap;
-  o.data.compression = parse_grad_compression(c.grad_compression);
+  GradSyncOptions sync;
+  sync.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
+  sync.overlap = c.overlap;
+  sync.compression = parse_grad_compression(c.grad_compression);
+  static_cast<GradSyncOptions&>(o.data) = sync;
   set_mixed_precision(c, o.data);
   if (o.model_parallel) {
     ModelParallelOptions& m = o.mesh;
@@ -204,6 +206,7 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
     m.balance = parse_balance(c.balance);
     m.zero = c.zero;
     m.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
+    static_cast<GradSyncOptions&>(m) = sync;
     set_mixed_precision(c, m);
   }
   return o;

@@ -5,6 +5,7 @@
 #include "backends/error.hpp"
 #include "backends/runtime.hpp"
 #include "layers/mlp.hpp"
+#include "strategies/gradient_sync.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -150,13 +151,14 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "Kokkos threads per rank (default: the cores of this node / ranks on it)")
       ->check(whole_number(1, 4096));
   app.add_option("--bucket-mb", c.bucket_mb,
-                 "data parallel: gradient bucket size in MiB (0: one bucket)")
+                 "gradient bucket size in MiB for the sums over data-parallel ranks, of every "
+                 "strategy (0: one bucket)")
       ->capture_default_str()
       ->check(number_in(0.0, 1e6));
   // A plain bool flag: CLI11 converts a value given to it (--no-overlap=x)
   // with a ParseError; a callback flag's std::stoll threw std::invalid_argument.
   app.add_flag("--no-overlap", no_overlap,
-               "data parallel: communicate after backward instead of during it");
+               "sum gradients over data-parallel ranks after backward instead of during it");
   app.add_option("--accumulate", c.accumulate,
                  "micro-batches of --batch-size per optimizer step (gradient accumulation)")
       ->capture_default_str()
@@ -202,7 +204,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "refuse to start when a rank needs more MiB for parameters, gradients, "
                  "optimizer state and activations (runs the mesh engine, as --pp/--tp/--zero "
-                 "do; with --strategy dp a data-parallel-only mesh, without gradient buckets)")
+                 "do; with --strategy dp a data-parallel-only mesh)")
       ->check(CLI::Range(0.0, 1e12));
   app.add_option("--checkpoint-dir", c.checkpoint_dir,
                  "write checkpoints here (atomically; a 'latest' file names the newest)");
@@ -298,9 +300,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "--loss-scale dynamic)");
   STRATA_REQUIRE(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), config,
                  "--clip-grad-norm must be finite and >= 0, got ", c.clip_grad_norm);
-  STRATA_REQUIRE(!(c.grad_compression != "none" && model_parallel(c)), config,
-                 "--grad-compression runs with --strategy local or dp; --strategy ", c.strategy,
-                 " (or --pp/--tp/--zero/--memory-budget-mb) does not support it yet");
+  {
+    GradSyncOptions sync;
+    sync.compression = parse_grad_compression(c.grad_compression);
+    validate(sync, c.zero == 1);
+  }
   // Validates the optimizer settings now rather than after loading data.
   validate(c.optimizer);
   return c;

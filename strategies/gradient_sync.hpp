@@ -1,0 +1,99 @@
+// Gradient synchronisation over a data-parallel group: the one component
+// that sums a model's gradients over the ranks that hold replicas of it, used
+// by data parallelism (strategies/data_parallel.hpp) and by every stage and
+// tensor shard of the model-parallel mesh (strategies/model_parallel.hpp).
+//
+//   GradientSync<float> sync(ctx, group, model, options);   // after model.build()
+//   sync.begin(info);                          // each step, before backward
+//   model.backward(ctx, [&](std::size_t k) { sync.layer_done(k); });  // last backward
+//   sync.finish();                             // every gradient summed (or this rank's block)
+//
+// Buckets: the flat gradient buffer is cut into contiguous buckets of about
+// bucket_bytes, in the order backward produces them (last layer first). With
+// overlap, a bucket's allreduce starts, asynchronously, as soon as backward
+// has written its last gradient (layer_done), while backward goes on;
+// finish() launches what is left and waits for all.
+// Compression: buckets travel in bf16 or fp16 (rounded to nearest even) and
+// are summed in float, then widened back.
+// Sharding (ZeRO-1): instead of an allreduce, one reduce-scatter after
+// backward leaves on each rank the sum of its block of the padded buffer
+// (Sequential::build with pad_multiple = group size); the optimizer updates
+// that block and the caller gathers the parameters.
+// Memory: where the group's communicator has shared memory (MPI ranks on one
+// node), the gradient buffer moves into it and buckets reduce in place.
+#pragma once
+
+#include "backends/comm/communicator.hpp"
+#include "backends/context.hpp"
+#include "layers/sequential.hpp"
+#include "strategies/mixed_precision.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+// Gradient compression for the allreduce: buckets converted to 16 bits.
+enum class GradCompression { none, bf16, fp16 };
+GradCompression parse_grad_compression(const std::string& name);  // throws config
+const char* to_string(GradCompression c);
+
+struct GradSyncOptions {
+  std::size_t bucket_bytes = std::size_t(25) << 20;  // 0: a single bucket
+  bool overlap = true;  // start buckets during backward (else after it)
+  GradCompression compression = GradCompression::none;
+};
+
+// Throws config for an impossible combination (compression with sharding:
+// the reduce-scatter is not compressed); the constructor checks it too.
+void validate(const GradSyncOptions& options, bool shard);
+
+template <class T>
+class GradientSync {
+ public:
+  // group: the ranks holding replicas of `model` (built). shard: ZeRO-1 (the
+  // model's padded buffer divides evenly over the group).
+  GradientSync(Context& ctx, comm::Communicator& group, Sequential<T>& model,
+               const GradSyncOptions& options, bool shard = false);
+
+  // A new step: nothing launched yet; info.comm_bytes will count the payload.
+  void begin(StepInfo& info);
+  // Backward hook: layer k's gradients and those of every later layer are
+  // written (Sequential::backward's after_layer): launches the buckets they
+  // complete (with overlap; not when sharding).
+  void layer_done(std::size_t k);
+  // Launches the rest and waits: the model's gradients hold the group's sum
+  // (sharding: this rank's block of the padded buffer does).
+  void finish();
+
+  // Buckets as [first, last) ranges of the flat gradient buffer, in launch order.
+  const std::vector<std::pair<std::size_t, std::size_t>>& buckets() const { return buckets_; }
+  // This rank's block of the padded buffer (the whole buffer without sharding).
+  std::pair<std::size_t, std::size_t> owned() const { return owned_; }
+  const GradSyncOptions& options() const { return options_; }
+  bool sharded() const { return shard_; }
+
+ private:
+  void launch(std::size_t b);
+
+  Context& ctx_;
+  comm::Communicator& group_;
+  Sequential<T>& model_;
+  GradSyncOptions options_;
+  bool shard_ = false;
+  std::pair<std::size_t, std::size_t> owned_;
+  std::vector<std::pair<std::size_t, std::size_t>> buckets_;
+  std::vector<comm::Handle> handles_;
+  std::size_t launched_ = 0;
+  StepInfo* info_ = nullptr;
+  // Host copies of the buckets when the gradients are device memory and the
+  // communicator needs host memory.
+  bool staged_ = false;
+  std::vector<std::vector<T>> staging_;
+  Kokkos::View<std::uint16_t*, MemSpace> comp_;  // compressed buckets
+  std::vector<std::vector<std::uint16_t>> staging16_;
+};
+
+}  // namespace strata
