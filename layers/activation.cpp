@@ -100,9 +100,7 @@ std::string Activation<T>::name() const {
 }
 
 template <class T>
-void Activation<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  x_[this->slot_] = x;
-  y_[this->slot_] = y;
+void Activation<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) {
   switch (kind_) {
     case ActivationKind::relu: detail::apply_forward<detail::Relu>(ctx, x, y); break;
     case ActivationKind::gelu: detail::apply_forward<detail::Gelu>(ctx, x, y); break;
@@ -112,13 +110,13 @@ void Activation<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 }
 
 template <class T>
-void Activation<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
+void Activation<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   if (dx.data() == nullptr) return;
-  const auto y = y_[this->slot_];
+  const auto y = saved.y;
   switch (kind_) {
     case ActivationKind::relu: detail::apply_backward<detail::Relu>(ctx, y, dy, dx); break;
     case ActivationKind::gelu:
-      detail::apply_backward<detail::Gelu>(ctx, x_[this->slot_], dy, dx);
+      detail::apply_backward<detail::Gelu>(ctx, saved.x, dy, dx);
       break;
     case ActivationKind::tanh: detail::apply_backward<detail::Tanh>(ctx, y, dy, dx); break;
     case ActivationKind::sigmoid: detail::apply_backward<detail::Sigmoid>(ctx, y, dy, dx); break;

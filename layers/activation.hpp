@@ -31,22 +31,15 @@ class Activation final : public Layer<T> {
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override { return in; }
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_input() const override { return kind_ == ActivationKind::gelu; }
   bool backward_reads_output() const override { return kind_ != ActivationKind::gelu; }
 
   ActivationKind kind() const { return kind_; }
-  void set_slots(std::size_t n) override {
-    Layer<T>::set_slots(n);
-    x_.resize(n);
-    y_.resize(n);
-  }
 
  private:
   ActivationKind kind_;
-  // Input and output of the last forward, per slot.
-  std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1), y_ = x_;
 };
 
 template <class T>

@@ -127,13 +127,6 @@ void Block<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
 }
 
 template <class T>
-void Block<T>::set_slots(std::size_t n) {
-  Layer<T>::set_slots(n);
-  x_slot_.assign(n, ConstMatrix<T>());
-  for (auto& l : layers_) l->set_slots(n);
-}
-
-template <class T>
 std::size_t Block<T>::inner_outputs() const {
   std::size_t n = 0;
   for (std::size_t j = 0; j < layers_.size(); ++j) n += shapes_[j + 1].numel();
@@ -148,29 +141,32 @@ std::size_t Block<T>::widest_inner_input() const {
 }
 
 template <class T>
+std::size_t Block<T>::inner_size(std::size_t batch) const {
+  std::size_t n = batch * inner_outputs();
+  for (const auto& l : layers_) n += l->saved_size(batch);
+  return n;
+}
+
+template <class T>
+std::size_t Block<T>::saved_size(std::size_t batch) const {
+  return recompute_ ? 0 : inner_size(batch);
+}
+
+template <class T>
 std::size_t Block<T>::arena_bytes(std::size_t max_batch) const {
-  return recompute_ ? max_batch * (inner_outputs() + 2 * widest_inner_input()) * sizeof(T) : 0;
+  return recompute_ ? (inner_size(max_batch) + 2 * max_batch * widest_inner_input()) * sizeof(T) : 0;
 }
 
 template <class T>
 void Block<T>::reserve(std::size_t batch, std::size_t) {
-  const std::size_t n = layers_.size();
   max_batch_ = batch;
-  row_offset_.assign(this->slots_, 0);
-  acts_.assign(this->slots_, std::vector<Vector<T>>(n));
-  owned_.clear();
-  if (!recompute_) {  // the arena comes later (use_arena)
-    for (std::size_t s = 0; s < this->slots_; ++s)
-      for (std::size_t j = 0; j < n; ++j) {
-        owned_.emplace_back("strata::Block::activation", batch * shapes_[j + 1].numel());
-        acts_[s][j] = owned_.back();
-      }
-    owned_.emplace_back("strata::Block::grad_a", batch * widest_inner_input());
-    grad_a_ = owned_.back();
-    owned_.emplace_back("strata::Block::grad_b", batch * widest_inner_input());
-    grad_b_ = owned_.back();
+  if (!recompute_) {  // else in the arena (use_arena)
+    const std::size_t g = batch * widest_inner_input();
+    grads_owner_ = VectorBuffer<T>("strata::Block::input_grads", 2 * g);
+    grad_a_ = Vector<T>(grads_owner_.data(), g);
+    grad_b_ = Vector<T>(grads_owner_.data() + g, g);
   }
-  for (std::size_t j = 0; j < n; ++j) layers_[j]->reserve(batch, shapes_[j].numel());
+  for (std::size_t j = 0; j < layers_.size(); ++j) layers_[j]->reserve(batch, shapes_[j].numel());
 }
 
 template <class T>
@@ -179,27 +175,19 @@ void Block<T>::use_arena(Vector<T> arena) {
   STRATA_REQUIRE(arena.extent(0) * sizeof(T) >= arena_bytes(max_batch_), config, name(),
                  ": recomputation arena of ", arena.extent(0) * sizeof(T), " bytes for ",
                  arena_bytes(max_batch_));
-  // Every slot computes in the same buffers: backward recomputes them first.
-  std::size_t at = 0;
-  auto take = [&](std::size_t count) {
-    Vector<T> v(arena.data() + at, count);
-    at += count;
-    return v;
-  };
-  std::vector<Vector<T>> outs;
-  for (std::size_t j = 0; j < layers_.size(); ++j) outs.push_back(take(max_batch_ * shapes_[j + 1].numel()));
-  for (auto& slot : acts_) slot = outs;
-  grad_a_ = take(max_batch_ * widest_inner_input());
-  grad_b_ = take(max_batch_ * widest_inner_input());
+  // Every micro-batch computes in the same place: backward recomputes it first.
+  const std::size_t inner = inner_size(max_batch_), g = max_batch_ * widest_inner_input();
+  arena_ = Vector<T>(arena.data(), inner);
+  grad_a_ = Vector<T>(arena.data() + inner, g);
+  grad_b_ = Vector<T>(arena.data() + inner + g, g);
 }
 
 template <class T>
-std::size_t Block<T>::workspace_bytes(std::size_t max_batch, std::size_t slots) const {
+std::size_t Block<T>::workspace_bytes(std::size_t max_batch) const {
   std::size_t inner = 0;
-  for (const auto& l : layers_) inner += l->workspace_bytes(max_batch, slots);
+  for (const auto& l : layers_) inner += l->workspace_bytes(max_batch);
   if (recompute_) return inner;  // the rest is the model's shared arena (arena_bytes)
-  return (slots * max_batch * inner_outputs() + 2 * max_batch * widest_inner_input()) * sizeof(T) +
-         inner;
+  return 2 * max_batch * widest_inner_input() * sizeof(T) + inner;
 }
 
 namespace detail {
@@ -216,14 +204,30 @@ void add(Context& ctx, ConstMatrix<T> a, ConstMatrix<T> b, Matrix<T> y) {
 }  // namespace detail
 
 template <class T>
-ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x,
-                                       const std::vector<Vector<T>>& outs) {
+ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x, Saved<T>& saved,
+                                       Vector<T> memory) {
   const std::size_t batch = x.extent(0), n = layers_.size();
+  STRATA_REQUIRE(batch <= max_batch_ && memory.extent(0) >= inner_size(batch), runtime, name(),
+                 ": a micro-batch of ", batch, " samples needs ", inner_size(batch),
+                 " saved values, has ", memory.extent(0),
+                 recompute_ ? " (recomputation arena: Sequential::build gives it)" : "");
+  saved.inner.resize(n);
+  std::size_t at = 0;
+  auto take = [&](std::size_t count) {
+    Vector<T> v(memory.data() + at, count);
+    at += count;
+    return v;
+  };
   ConstMatrix<T> in = x;
   for (std::size_t j = 0; j < n; ++j) {
-    Matrix<T> out = reshape(outs[j], 0, batch, shapes_[j + 1].numel());
-    layers_[j]->use_slot(this->slot_);
-    layers_[j]->forward(ctx, in, out);
+    Matrix<T> out = reshape(take(batch * shapes_[j + 1].numel()), 0, batch, shapes_[j + 1].numel());
+    Saved<T>& s = saved.inner[j];
+    s.x = in;
+    s.y = out;
+    s.row_offset = saved.row_offset;
+    s.training = saved.training;
+    s.scratch = take(layers_[j]->saved_size(batch));
+    layers_[j]->forward(ctx, in, out, s);
     // As Sequential rounds its layers' outputs (the caller rounds y as well).
     round_activations(ctx.exec, storage_, out.data(), out.size());
     in = out;
@@ -232,16 +236,8 @@ ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x,
 }
 
 template <class T>
-void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  const std::size_t batch = x.extent(0), slot = this->slot_;
-  STRATA_REQUIRE(batch <= max_batch_ && slot < this->slots_, runtime, name(), ": batch of ",
-                 batch, " rows in slot ", slot, " beyond the reserved ", max_batch_, " rows x ",
-                 this->slots_, " slots");
-  STRATA_REQUIRE(acts_[slot].front().data() != nullptr, config, name(),
-                 ": recomputation without an arena (Sequential::build gives it)");
-  row_offset_[slot] = next_row_offset_;
-  x_slot_[slot] = x;
-  ConstMatrix<T> f = inner_forward(ctx, x, acts_[slot]);
+void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
+  ConstMatrix<T> f = inner_forward(ctx, x, saved, recompute_ ? arena_ : saved.scratch);
   if (residual_) {
     detail::add<T>(ctx, x, f, y);
   } else {
@@ -254,33 +250,22 @@ void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 }
 
 template <class T>
-void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  const std::size_t batch = dy.extent(0), n = layers_.size(), slot = this->slot_;
-  if (recompute_) {
-    // The inside again, as the slot's forward computed it (its input is
-    // still the caller's; Dropout draws by the row offset of that forward).
-    for (auto& l : layers_) l->set_row_offset(row_offset_[slot]);
-    inner_forward(ctx, x_slot_[slot], acts_[slot]);
-    for (auto& l : layers_) l->set_row_offset(next_row_offset_);
-  }
+void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  const std::size_t batch = dy.extent(0), n = layers_.size();
+  // The inside again, as the micro-batch's forward computed it: its input is
+  // still the caller's, and its row offset and Dropout passes are in `saved`.
+  if (recompute_) inner_forward(ctx, saved.x, saved, arena_);
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   ConstMatrix<T> g = dy;
   for (std::size_t j = n; j-- > 0;) {
     Matrix<T> dxj = dx;  // the block's input gradient: empty unless asked for
     if (j > 0) dxj = reshape(bufs[j % 2], 0, batch, shapes_[j].numel());
-    layers_[j]->use_slot(slot);
-    layers_[j]->backward(ctx, g, dxj);
+    layers_[j]->backward(ctx, g, dxj, saved.inner[j]);
     if (j > 0) round_activations(ctx.exec, storage_, dxj.data(), dxj.size());
     g = dxj;
   }
   // The skip connection: its gradient is dy itself (the caller rounds dx).
   if (residual_ && dx.data() != nullptr) detail::add<T>(ctx, dx, dy, dx);
-}
-
-template <class T>
-void Block<T>::set_row_offset(std::size_t offset) {
-  next_row_offset_ = offset;
-  for (auto& l : layers_) l->set_row_offset(offset);
 }
 
 template <class T>

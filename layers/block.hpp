@@ -3,10 +3,11 @@
 //   Block(f1, ..., fn)      y = fn(... f1(x))            a nested sequence
 //   Residual(f1, ..., fn)   y = x + fn(... f1(x))        output shape = input shape
 //
-// A block owns its inner layers' activations (one buffer per inner output
-// and micro-batch slot, in T, rounded to the storage precision as Sequential
-// rounds its own: the memory of a block is not reduced by 16-bit storage)
-// and two input-gradient buffers. Parameters are one slice of the model's
+// A block keeps its inner layers' activations and their saved values in the
+// scratch of its own per-micro-batch context (Saved::scratch, in T, rounded
+// to the storage precision as Sequential rounds its own outputs: the memory
+// of a block is not reduced by 16-bit storage), their Saved records in
+// Saved::inner, and owns two input-gradient buffers. Parameters are one slice of the model's
 // flat buffers, cut into the inner layers' slices in order; parameter and
 // buffer names are the inner layers' prefixed with their position in the
 // block ("1.weight") or the name given. Pipeline stages cut between the
@@ -17,11 +18,11 @@
 //
 // Recomputation (set_recompute): forward runs the inner layers in a scratch
 // arena shared with every other recomputing block of the model and keeps
-// nothing but its input (the caller's); backward runs the inner forward
-// again (same inputs, same Dropout masks: the row offset of the slot's
-// forward is restored) and then the inner backward. Results are bitwise
-// those without recomputation; inner activations cost one arena instead of
-// one set per block and micro-batch slot, for one more inner forward.
+// nothing but its input (Saved::x, the caller's); backward runs the inner
+// forward again (same input, same row offset and pass: the same Dropout
+// masks) and then the inner backward. Results are bitwise those without
+// recomputation; inner activations cost one arena instead of one set per
+// block and micro-batch in flight, for one more inner forward.
 #pragma once
 
 #include "layers/layer.hpp"
@@ -51,17 +52,16 @@ class Block : public Layer<T> {
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
   void reserve(std::size_t batch, std::size_t in) override;
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  std::size_t saved_size(std::size_t batch) const override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_input() const override {
     return recompute_ || layers_.front()->backward_reads_input();
   }
   bool backward_reads_output() const override { return false; }
-  void set_row_offset(std::size_t offset) override;
   void begin_pass() override;
-  void set_slots(std::size_t n) override;
   void set_training(bool training) override;
-  std::size_t workspace_bytes(std::size_t max_batch, std::size_t slots) const override;
+  std::size_t workspace_bytes(std::size_t max_batch) const override;
   void set_recompute(bool on) override { recompute_ = on; }
   std::size_t arena_bytes(std::size_t max_batch) const override;
   void use_arena(Vector<T> arena) override;
@@ -81,9 +81,13 @@ class Block : public Layer<T> {
   // Elements of the inner outputs and of the widest inner input (per row).
   std::size_t inner_outputs() const;
   std::size_t widest_inner_input() const;
-  // Runs the inner forward of slot on x into the buffers `outs` (one per
-  // inner layer); returns the last output.
-  ConstMatrix<T> inner_forward(Context& ctx, ConstMatrix<T> x, const std::vector<Vector<T>>& outs);
+  // Values the inner outputs and the inner layers' saved values take for a
+  // micro-batch of `batch` samples.
+  std::size_t inner_size(std::size_t batch) const;
+  // Runs the inner forward on x, filling saved.inner, with the inner outputs
+  // and saved values laid out in `memory` (inner_size(batch) values);
+  // returns the last output.
+  ConstMatrix<T> inner_forward(Context& ctx, ConstMatrix<T> x, Saved<T>& saved, Vector<T> memory);
 
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::string> names_;
@@ -93,12 +97,9 @@ class Block : public Layer<T> {
   Precision storage_ = Precision::fp32;
   std::size_t max_batch_ = 0;
   bool recompute_ = false;
-  std::vector<std::vector<Vector<T>>> acts_;  // acts_[slot][j]: output of inner layer j
+  Vector<T> arena_;                           // recomputation: the model's shared arena
   Vector<T> grad_a_, grad_b_;                 // input gradients of inner layers 1..n-1
-  std::vector<VectorBuffer<T>> owned_;        // what acts_ and grads view (no recomputation)
-  std::vector<std::size_t> row_offset_;       // per slot: the row offset of its forward
-  std::vector<ConstMatrix<T>> x_slot_ = std::vector<ConstMatrix<T>>(1);  // per slot: its input
-  std::size_t next_row_offset_ = 0;
+  VectorBuffer<T> grads_owner_;               // what grad_a_ and grad_b_ view (no recomputation)
 };
 
 }  // namespace strata

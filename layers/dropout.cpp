@@ -56,31 +56,27 @@ void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::si
 }  // namespace detail
 
 template <class T>
-void Dropout<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  Saved& s = saved_[this->slot_];
-  s.training = this->training_ && p_ > 0.0;
-  s.call = calls_;
-  s.row_offset = row_offset_;
-  if (!s.training) {
+void Dropout<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& s) {
+  s.counter = calls_;  // backward draws the masks of this pass
+  if (!s.training || p_ == 0.0) {
     Kokkos::deep_copy(ctx.exec, y, x);
     return;
   }
   const std::size_t total = col_total_ ? col_total_ : x.extent(1);
   detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(), x.extent(0),
-                        x.extent(1), row_offset_, col_first_, total, seed_, calls_, p_);
+                        x.extent(1), s.row_offset, col_first_, total, seed_, calls_, p_);
 }
 
 template <class T>
-void Dropout<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
+void Dropout<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& s) {
   if (dx.data() == nullptr) return;
-  const Saved& s = saved_[this->slot_];
-  if (!s.training) {
+  if (!s.training || p_ == 0.0) {
     if (dx.data() != dy.data()) Kokkos::deep_copy(ctx.exec, dx, dy);
     return;
   }
   const std::size_t total = col_total_ ? col_total_ : dy.extent(1);
   detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(), dy.extent(0),
-                        dy.extent(1), s.row_offset, col_first_, total, seed_, s.call, p_);
+                        dy.extent(1), s.row_offset, col_first_, total, seed_, s.counter, p_);
 }
 
 template class Dropout<float>;

@@ -1,7 +1,7 @@
 // Dropout with a counter-based mask: element (row r, column j) of training
 // pass c keeps its value with probability 1 - p, scaled by 1 / (1 - p). The
 // random number is indexed by the element's position in the global batch
-// (set_row_offset; with tensor parallelism the layer sees a block of columns
+// (the micro-batch's Saved::row_offset; with tensor parallelism the layer sees a block of columns
 // of a wider activation, set_columns), so data-parallel shards, pipeline
 // micro-batches and tensor-parallel shards drop what single-rank training
 // would. The mask is a pure function of (seed, c, global index), identical on
@@ -27,18 +27,13 @@ class Dropout final : public Layer<T> {
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override { return in; }
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_input() const override { return false; }  // the mask is recomputed
   bool backward_reads_output() const override { return false; }
 
-  void set_row_offset(std::size_t offset) override { row_offset_ = offset; }
   void begin_pass() override {
     if (this->training_ && p_ > 0.0) ++calls_;
-  }
-  void set_slots(std::size_t n) override {
-    Layer<T>::set_slots(n);
-    saved_.resize(n);
   }
   // This layer's input is columns [first, first + width of x) of an
   // activation `total` columns wide (tensor parallelism).
@@ -61,15 +56,7 @@ class Dropout final : public Layer<T> {
   double p_;
   std::uint64_t seed_;
   std::uint64_t calls_ = 0;
-  std::size_t row_offset_ = 0;
   std::size_t col_first_ = 0, col_total_ = 0;  // 0: the input's own width
-  // What backward needs of the forward in each slot.
-  struct Saved {
-    bool training = false;
-    std::uint64_t call = 0;
-    std::size_t row_offset = 0;
-  };
-  std::vector<Saved> saved_ = std::vector<Saved>(1);
 };
 
 }  // namespace strata

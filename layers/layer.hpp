@@ -1,5 +1,6 @@
-// The layer interface: forward keeps what backward needs, backward
-// accumulates parameter gradients and returns the input gradient.
+// The layer interface: forward keeps what backward needs in a per-micro-batch
+// context the caller owns (layers/saved.hpp), backward accumulates parameter
+// gradients and returns the input gradient.
 //
 // Shapes: every layer declares the per-sample shape it produces from a
 // per-sample input shape (layers/shape.hpp); the model checks the chain when
@@ -15,6 +16,7 @@
 #include "backends/context.hpp"
 #include "backends/kokkos.hpp"
 #include "backends/precision.hpp"
+#include "layers/saved.hpp"
 #include "layers/shape.hpp"
 
 #include <cstdint>
@@ -106,49 +108,38 @@ class Layer {
   // `layer_index` makes each layer's random stream distinct.
   virtual void init(HostVector<T> /*params*/, Init /*scheme*/, std::uint64_t /*seed*/,
                     std::uint64_t /*layer_index*/) const {}
-  // Workspace the layer needs for a batch of `batch` rows (allocated once).
+  // Workspace the layer needs for a batch of `batch` rows (allocated once,
+  // shared by every micro-batch: scratch that backward does not read).
   virtual void reserve(std::size_t /*batch*/, std::size_t /*in*/) {}
-
-  // y = f(x). x must stay alive and unchanged until backward.
-  virtual void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) = 0;
+  // What a micro-batch's forward keeps for its backward beyond its input and
+  // output (layers/saved.hpp): saved_size(batch) values of Saved::scratch
+  // for a micro-batch of `batch` samples (0: none). Proportional to batch.
+  virtual std::size_t saved_size(std::size_t /*batch*/) const { return 0; }
+  // y = f(x), keeping in `saved` what backward needs (the caller has set its
+  // x, y, row_offset, training and scratch).
+  virtual void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) = 0;
   // Accumulates parameter gradients from dy and, unless dx is empty (first
-  // layer), writes dx. dx may alias dy only where a layer says so.
-  virtual void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) = 0;
-  // Whether backward reads the x / the y of its forward. Sequential keeps in
-  // 16-bit storage only the activations some backward reads (set_storage);
-  // a layer that says false must not read that view in backward.
+  // layer), writes dx; `saved` is the one the micro-batch's forward filled
+  // (a recomputing block fills its inner records again). dx may alias dy
+  // only where a layer says so.
+  virtual void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) = 0;
+  // Whether backward reads saved.x / saved.y. Sequential keeps in 16-bit
+  // storage only the activations some backward reads (set_storage); a layer
+  // that says false must not read that view in backward.
   virtual bool backward_reads_input() const { return true; }
   virtual bool backward_reads_output() const { return true; }
-
-  // Position of the batch's first row in the global batch (data parallelism
-  // gives each rank a shard): layers that draw per-sample random numbers
-  // (Dropout) index them globally, so that a shard sees exactly what
-  // single-rank training of the whole batch would.
-  virtual void set_row_offset(std::size_t /*offset*/) {}
-
   // A new training pass (one per optimizer step; the micro-batches of a
   // pipeline step belong to the same pass): Dropout draws new masks here, so
   // that splitting a batch into micro-batches draws what the whole batch would.
   virtual void begin_pass() {}
-
-  // Micro-batches in flight (pipeline schedules): what backward needs of a
-  // forward is kept per slot. set_slots(n) once before reserve(); use_slot(s)
-  // before the forward and the backward of the micro-batch in slot s.
-  virtual void set_slots(std::size_t n) { slots_ = n; }
-  void use_slot(std::size_t s) { slot_ = s; }
-  std::size_t slots() const { return slots_; }
-  // Bytes of workspace reserve(max_batch, .) allocates with `slots` slots for
-  // backward (beyond the activations Sequential holds): memory accounting.
-  virtual std::size_t workspace_bytes(std::size_t /*max_batch*/, std::size_t /*slots*/) const {
-    return 0;
-  }
-
+  // Bytes of workspace reserve(max_batch, .) allocates (memory accounting;
+  // the per-micro-batch scratch is saved_size's, counted by the caller).
+  virtual std::size_t workspace_bytes(std::size_t /*max_batch*/) const { return 0; }
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 
  protected:
   bool training_ = true;
-  std::size_t slots_ = 1, slot_ = 0;
   Shape in_shape_;
 };
 

@@ -54,29 +54,15 @@ void LayerNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t
 }
 
 template <class T>
-void LayerNorm<T>::reserve(std::size_t batch, std::size_t in) {
-  max_batch_ = batch * (in / features_);  // rows: samples x positions
-  const std::size_t n = max_batch_ * this->slots_;
-  if (mean_.extent(0) < n) {
-    mean_ = VectorBuffer<T>("strata::LayerNorm::mean", n);
-    rstd_ = VectorBuffer<T>("strata::LayerNorm::rstd", n);
-  }
-}
-
-template <class T>
-void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
   x = as_rows(x, features_);
   y = as_rows(y, features_);
-  x_[this->slot_] = x;
   const std::size_t batch = x.extent(0);
-  STRATA_REQUIRE(batch <= max_batch_ && this->slot_ < this->slots_, runtime, name(), ": batch of ",
-                 batch, " rows in slot ", this->slot_, " exceeds the reserved ", max_batch_,
-                 " rows x ", this->slots_, " slots");
-  const auto part = Kokkos::make_pair(this->slot_ * max_batch_, (this->slot_ + 1) * max_batch_);
+  STRATA_REQUIRE(saved.scratch.extent(0) >= 2 * batch, runtime, name(), ": ",
+                 saved.scratch.extent(0), " saved values for a micro-batch of ", batch, " rows");
   const int n = static_cast<int>(features_);
   const T eps = static_cast<T>(eps_);
-  Vector<T> mean = Kokkos::subview(Vector<T>(mean_), part),
-            rstd = Kokkos::subview(Vector<T>(rstd_), part);
+  Vector<T> mean(saved.scratch.data(), batch), rstd(saved.scratch.data() + batch, batch);
   auto gamma = gamma_, beta = beta_;
   for_range(ctx, "strata::LayerNorm::forward", batch,
                        KOKKOS_LAMBDA(const int i) {
@@ -95,15 +81,14 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
 }
 
 template <class T>
-void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  auto x = x_[this->slot_];
+void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  const auto x = as_rows(saved.x, features_);
   dy = as_rows(dy, features_);
   if (dx.data() != nullptr) dx = as_rows(dx, features_);
   const int batch = static_cast<int>(dy.extent(0));
   const int n = static_cast<int>(features_);
-  const auto part = Kokkos::make_pair(this->slot_ * max_batch_, (this->slot_ + 1) * max_batch_);
-  ConstVector<T> mean = Kokkos::subview(Vector<T>(mean_), part),
-                 rstd = Kokkos::subview(Vector<T>(rstd_), part), gamma = gamma_;
+  ConstVector<T> mean(saved.scratch.data(), dy.extent(0)),
+      rstd(saved.scratch.data() + dy.extent(0), dy.extent(0)), gamma = gamma_;
   auto dgamma = dgamma_, dbeta = dbeta_;
   // Parameter gradients: one thread per feature, rows summed in order.
   for_range(ctx, "strata::LayerNorm::param_grad", n,

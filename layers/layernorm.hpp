@@ -29,27 +29,19 @@ class LayerNorm final : public Layer<T> {
   void bind(Vector<T> params, Vector<T> grads) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
-  void reserve(std::size_t batch, std::size_t in) override;
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }  // mean, rstd and x
-  void set_slots(std::size_t n) override {
-    Layer<T>::set_slots(n);
-    x_.resize(n);
-  }
-  std::size_t workspace_bytes(std::size_t max_batch, std::size_t slots) const override {
-    // mean and rstd per row (samples x positions)
-    const std::size_t rows = this->in_shape_.rank() ? this->in_shape_.numel() / features_ : 1;
-    return 2 * max_batch * rows * slots * sizeof(T);
-  }
+  // Kept: mean and rstd per row (samples x positions).
+  std::size_t saved_size(std::size_t batch) const override { return 2 * batch * rows_per_sample(); }
 
  private:
   std::size_t features_;
   double eps_;
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
-  std::size_t max_batch_ = 0;
-  VectorBuffer<T> mean_, rstd_;  // (slots * max batch): slot s at s * max batch
-  std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1);  // input, per slot
+  std::size_t rows_per_sample() const {
+    return this->in_shape_.rank() ? this->in_shape_.numel() / features_ : 1;
+  }
 };
 
 }  // namespace strata

@@ -89,12 +89,11 @@ void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
 }
 
 template <class T>
-void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) {
   if (x.extent(1) != in_) {  // several positions per sample
     x = as_rows(x, in_);
     y = as_rows(y, out_);
   }
-  x_[this->slot_] = x;
   ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
   if (bias_) detail::add_bias<T>(ctx, y, b_);
 }
@@ -129,13 +128,15 @@ template void accumulate_bias_grad<double>(Context&, ConstMatrix<double>, Vector
 }  // namespace detail
 
 template <class T>
-void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  if (dy.extent(1) != out_) {
+void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  ConstMatrix<T> x = saved.x;
+  if (dy.extent(1) != out_) {  // several positions per sample
     dy = as_rows(dy, out_);
+    x = as_rows(x, in_);
     if (dx.data() != nullptr) dx = as_rows(dx, in_);
   }
   // dW(out, in) += dy^T (out, batch) x (batch, in)
-  ctx.blas.gemm(Op::T, Op::N, T(1), dy, x_[this->slot_], T(1), dweight_);
+  ctx.blas.gemm(Op::T, Op::N, T(1), dy, x, T(1), dweight_);
   if (bias_) detail::accumulate_bias_grad<T>(ctx, dy, db_);
   if (dx.data() != nullptr) ctx.blas.gemm(Op::N, Op::N, T(1), dy, ConstMatrix<T>(weight_), T(0), dx);
 }

@@ -31,13 +31,9 @@ class Linear final : public Layer<T> {
   void bind(Vector<T> params, Vector<T> grads) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
-  void set_slots(std::size_t n) override {
-    Layer<T>::set_slots(n);
-    x_.resize(n);
-  }
 
   std::size_t in() const { return in_; }
   std::size_t out() const { return out_; }
@@ -50,7 +46,6 @@ class Linear final : public Layer<T> {
   bool bias_;
   Matrix<T> weight_, dweight_;  // (out, in)
   Vector<T> b_, db_;            // (out)
-  std::vector<ConstMatrix<T>> x_ = std::vector<ConstMatrix<T>>(1);  // input, per slot
 };
 
 namespace detail {

@@ -132,9 +132,9 @@ std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t s
   std::size_t outputs = 0, widest = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];
   for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
-  std::size_t workspace = 0, arena = 0;
+  std::size_t workspace = slots * saved_per_slot(max_batch) * sizeof(T), arena = 0;
   for (const auto& l : layers_) {
-    workspace += l->workspace_bytes(max_batch, slots);
+    workspace += l->workspace_bytes(max_batch);
     arena = std::max(arena, l->arena_bytes(max_batch));
   }
   // Loss gradients per slot and the input-gradient ping-pong buffers.
@@ -153,8 +153,8 @@ std::size_t Sequential<T>::allocated_activation_bytes() const {
   for (const auto& d : dout_) n += d.span() * sizeof(T);
   for (const auto& a : acts_) n += a.span() * sizeof(T);
   if (storage16()) n += store_.allocated_bytes();
-  for (const auto& l : layers_) n += l->workspace_bytes(max_batch_, slots_);
-  return n + arena_.span() * sizeof(T);
+  for (const auto& l : layers_) n += l->workspace_bytes(max_batch_);
+  return n + (saved_memory_.span() + arena_.span()) * sizeof(T);
 }
 
 template <class T>
@@ -176,10 +176,16 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
   dout_.clear();
   for (std::size_t s = 0; s < slots; ++s) dout_.emplace_back("strata::dout", max_batch * widths_.back());
   allocate_activations();
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->set_slots(slots);
-    layers_[i]->reserve(max_batch, widths_[i]);
-  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->reserve(max_batch, widths_[i]);
+  // Per micro-batch in flight and layer: a Saved record and its scratch.
+  saved_.assign(slots * layers_.size(), Saved<T>());
+  saved_memory_ = VectorBuffer<T>("strata::saved", slots * saved_per_slot(max_batch));
+  for (std::size_t s = 0, at = 0; s < slots; ++s)
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const std::size_t n = layers_[i]->saved_size(max_batch);
+      saved_[s * layers_.size() + i].scratch = Vector<T>(saved_memory_.data() + at, n);
+      at += n;
+    }
   // One arena for every recomputing layer (they compute in it in turn).
   std::size_t arena = 0;
   for (const auto& l : layers_) arena = std::max(arena, l->arena_bytes(max_batch));
@@ -272,13 +278,17 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
     if (new_pass) layers_[i]->begin_pass();
-    layers_[i]->use_slot(slot);
     Matrix<T> out = real16 ? store_.output(i, batch)
                            : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
       STRATA_SPAN("compute", "forward " + layers_[i]->name());
       ScopedFloatInputs inputs(ctx.blas, gemm_inputs(i));
-      layers_[i]->forward(ctx, in, out);
+      Saved<T>& s = saved_[slot * L + i];
+      s.x = in;
+      s.y = out;
+      s.row_offset = row_offset_;
+      s.training = training_;
+      layers_[i]->forward(ctx, in, out, s);
       if (real16) store_.store(ctx, slot, i, batch, training_);
       else round_storage(ctx, out);
       if (trace::enabled()) ctx.exec.fence();  // spans time the kernels, not their launch
@@ -322,7 +332,6 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
   for (std::size_t k = layers_.size(); k-- > 0;) {
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
-    layers_[k]->use_slot(slot);
     {
       STRATA_SPAN("compute", "backward " + layers_[k]->name());
       if (real16) {  // the views the layer saved in forward hold its activations again
@@ -330,7 +339,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
         if (layers_[k]->backward_reads_output()) store_.restore(ctx, slot, k);
       }
       ScopedFloatInputs inputs(ctx.blas, gemm_inputs(k));
-      layers_[k]->backward(ctx, dy, dx);
+      layers_[k]->backward(ctx, dy, dx, saved_[slot * layers_.size() + k]);
       // Also the model input's gradient (a pipeline stage sends it on, and
       // single-rank training rounds it as the gradient between two layers).
       if (dx.data() != nullptr) round_storage(ctx, dx);
@@ -352,7 +361,14 @@ void Sequential<T>::zero_grad(Context& ctx) {
 
 template <class T>
 void Sequential<T>::set_row_offset(std::size_t offset) {
-  for (auto& l : layers_) l->set_row_offset(offset);
+  row_offset_ = offset;
+}
+
+template <class T>
+std::size_t Sequential<T>::saved_per_slot(std::size_t max_batch) const {
+  std::size_t n = 0;
+  for (const auto& l : layers_) n += l->saved_size(max_batch);
+  return n;
 }
 
 template <class T>
@@ -390,14 +406,16 @@ std::string human_count(double n) {
 template <class T>
 std::string Sequential<T>::describe() const {
   // Columns: name, layer, output shape, parameters, forward FLOPs and
-  // activation bytes per sample: the output plus the layer's own workspace
-  // (blocks: their inner outputs and gradient buffers).
+  // activation bytes per sample: the output plus what the layer saves for
+  // backward and its workspace (blocks: their inner outputs and gradient
+  // buffers).
   std::vector<std::array<std::string, 6>> rows{
       {"name", "layer", "output", "params", "FLOPs/sample", "act/sample"}};
   double flops = 0, acts = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const double f = layers_[i]->flops();
-    const double a = static_cast<double>(widths_[i + 1] * sizeof(T) + layers_[i]->workspace_bytes(1, 1));
+    const double a = static_cast<double>((widths_[i + 1] + layers_[i]->saved_size(1)) * sizeof(T) +
+                                         layers_[i]->workspace_bytes(1));
     flops += f;
     acts += a;
     rows.push_back({names_[i], layers_[i]->name(), shapes_[i + 1].str(),

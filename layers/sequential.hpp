@@ -42,7 +42,8 @@ class Sequential {
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
   // the activation buffers for batches of up to max_batch rows, for `slots`
-  // micro-batches in flight (pipeline schedules; see Layer::set_slots). The
+  // micro-batches in flight (pipeline schedules: one Saved record per layer
+  // and slot, layers/saved.hpp). The
   // flat buffers are padded with zeros to a multiple of pad_multiple elements
   // (sharded optimizers split them evenly); num_params() excludes the padding.
   void build(std::size_t max_batch, std::size_t slots = 1, std::size_t pad_multiple = 1);
@@ -108,7 +109,11 @@ class Sequential {
     return i == 0 || !weights_rounded_ ? Precision::fp32 : storage_;
   }
   void set_training(bool training);
-  void set_row_offset(std::size_t offset);  // see Layer::set_row_offset
+  // Position of the next forward's first row in the global batch (data
+  // parallelism gives each rank a shard): layers that draw per-sample random
+  // numbers (Dropout) index them globally (Saved::row_offset), so that a
+  // shard sees exactly what single-rank training of the whole batch would.
+  void set_row_offset(std::size_t offset);
   // Activation recomputation for every top-level block (Layer::set_recompute;
   // before build()): their inner activations share one arena.
   void set_recompute(bool on);
@@ -156,8 +161,8 @@ class Sequential {
   // Bytes of activation storage build(max_batch, slots) allocates with the
   // storage set now: layer outputs (fp32, emulated: every output in float;
   // 16-bit: the kept outputs in 16 bits and two float scratch buffers) and
-  // loss gradients per slot, input-gradient ping-pong buffers, layer
-  // workspaces and the recomputation arena. Known before build() (memory budgets are checked first).
+  // loss gradients per slot, input-gradient ping-pong buffers, what layers
+  // save for backward per slot, layer workspaces and the recomputation arena. Known before build() (memory budgets are checked first).
   std::size_t activation_bytes(std::size_t max_batch, std::size_t slots) const;
   // The same figure from the sizes of the buffers allocated (after build()).
   std::size_t allocated_activation_bytes() const;
@@ -178,6 +183,7 @@ class Sequential {
   void bind_layers();
   void allocate_activations();
   std::vector<bool> kept_outputs() const;
+  std::size_t saved_per_slot(std::size_t max_batch) const;  // Layer::saved_size of all
 
   std::vector<LayerPtr<T>> layers_;
   std::vector<std::string> names_;    // parameter-name prefix of layer i
@@ -186,6 +192,7 @@ class Sequential {
   std::vector<std::size_t> offsets_;  // offsets_[i]: first parameter of layer i
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;
+  std::size_t row_offset_ = 0;
   std::vector<std::size_t> batch_;  // rows of the last forward, per slot
   void round_storage(Context& ctx, Matrix<T> m) const;
   bool built_ = false, training_ = true;
@@ -198,6 +205,8 @@ class Sequential {
   ActivationStore<T> store_;           // 16-bit storage
   VectorBuffer<T> grad_a_, grad_b_;    // ping-pong input gradients (flat)
   VectorBuffer<T> arena_;              // shared by recomputing layers (Layer::arena_bytes)
+  std::vector<Saved<T>> saved_;        // saved_[s * L + i]: layer i's context in slot s
+  VectorBuffer<T> saved_memory_;       // their scratch (Layer::saved_size)
   std::vector<VectorBuffer<T>> dout_;  // per slot: gradient of the model output (flat)
 };
 

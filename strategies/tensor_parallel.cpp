@@ -99,15 +99,13 @@ Shape ColumnParallelLinear<T>::output_shape(const Shape& in) const {
 }
 
 template <class T>
-void ColumnParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  this->local_.use_slot(this->slot_);
-  this->local_.forward(ctx, x, y);
+void ColumnParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
+  this->local_.forward(ctx, x, y, saved);
 }
 
 template <class T>
-void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
-  this->local_.use_slot(this->slot_);
-  this->local_.backward(ctx, dy, dx);
+void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  this->local_.backward(ctx, dy, dx, saved);
   // dx = sum over ranks of dy_shard W_shard.
   if (dx.data() != nullptr && this->tp_.size() > 1) allreduce_after(ctx, this->tp_, dx);
 }
@@ -137,18 +135,16 @@ void RowParallelLinear<T>::bind(Vector<T> params, Vector<T> grads) {
 }
 
 template <class T>
-void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
-  this->local_.use_slot(this->slot_);
-  this->local_.forward(ctx, x, y);  // this rank's part of x W^T
+void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
+  this->local_.forward(ctx, x, y, saved);  // this rank's part of x W^T
   if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, y);
   detail::add_bias<T>(ctx, y, b_);
 }
 
 template <class T>
-void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) {
+void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   detail::accumulate_bias_grad<T>(ctx, dy, db_);
-  this->local_.use_slot(this->slot_);
-  this->local_.backward(ctx, dy, dx);  // dx is this rank's shard of the input gradient
+  this->local_.backward(ctx, dy, dx, saved);  // dx is this rank's shard of the input gradient
 }
 
 // ----------------------------------------------------------------- the model

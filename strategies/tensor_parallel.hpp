@@ -63,10 +63,7 @@ class TensorParallelLinear : public ShardedLayer<T> {
   std::size_t full_num_params() const override { return out_ * in_ + out_; }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
-  void set_slots(std::size_t n) override {
-    Layer<T>::set_slots(n);
-    local_.set_slots(n);
-  }
+  std::size_t saved_size(std::size_t batch) const override { return local_.saved_size(batch); }
   bool backward_reads_output() const override { return false; }
   void extract(const T* full, T* shard) const override;
   void assemble(const T* blocks, T* full) const override;
@@ -96,8 +93,8 @@ class ColumnParallelLinear final : public TensorParallelLinear<T, ColumnParallel
   std::size_t num_params() const override { return this->local_.num_params(); }
   std::vector<ParamInfo> param_table() const override { return this->local_.param_table(); }
   void bind(Vector<T> params, Vector<T> grads) override { this->local_.bind(params, grads); }
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
 
   std::size_t first_feature() const { return local_out_ * static_cast<std::size_t>(this->tp_.rank()); }
   // Rows [r * out/tp, (r+1) * out/tp) of W, then those entries of b.
@@ -124,8 +121,8 @@ class RowParallelLinear final : public TensorParallelLinear<T, RowParallelLinear
             {"bias", Shape{this->out_}, this->out_ * local_in_, ParamGroup::no_decay}};
   }
   void bind(Vector<T> params, Vector<T> grads) override;
-  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   std::size_t replicated_tail() const override { return this->out_; }
 
   // Columns [r * in/tp, (r+1) * in/tp) of W, then all of b.

@@ -18,6 +18,23 @@ namespace test {
 
 using Vec = std::vector<double>;
 
+// The per-micro-batch context of one forward and backward of a standalone
+// layer (layers/saved.hpp), with the scratch the layer asks for; training:
+// the layer's mode unless given.
+template <class T>
+struct OneMicroBatch {
+  VectorBuffer<T> memory;
+  Saved<T> saved;
+  OneMicroBatch(const Layer<T>& layer, ConstMatrix<T> x, Matrix<T> y, std::size_t row_offset = 0)
+      : memory("saved", layer.saved_size(x.extent(0))) {
+    saved.x = x;
+    saved.y = y;
+    saved.row_offset = row_offset;
+    saved.training = layer.training();
+    saved.scratch = memory;
+  }
+};
+
 // A standalone layer with its own parameter and gradient buffers.
 struct Bound {
   LayerPtr<double> layer;
@@ -48,8 +65,9 @@ struct Bound {
   Vec forward(const Vec& x) {
     auto dx = test::to_device(x, batch, in);
     MatrixBuffer<double> y("y", batch, out);
+    OneMicroBatch<double> m(*layer, dx, y);
     layer->begin_pass();
-    layer->forward(ctx, dx, y);
+    layer->forward(ctx, dx, y, m.saved);
     Kokkos::fence();
     return test::to_host(y);
   }
@@ -59,9 +77,10 @@ struct Bound {
     Kokkos::deep_copy(grads, 0.0);
     auto dxin = test::to_device(x, batch, in);
     MatrixBuffer<double> y("y", batch, out), dx("dx", batch, in);
+    OneMicroBatch<double> m(*layer, dxin, y);
     layer->begin_pass();
-    layer->forward(ctx, dxin, y);
-    layer->backward(ctx, test::to_device(dy, batch, out), dx);
+    layer->forward(ctx, dxin, y, m.saved);
+    layer->backward(ctx, test::to_device(dy, batch, out), dx, m.saved);
     Kokkos::fence();
     return test::to_host(dx);
   }

@@ -69,8 +69,9 @@ TEST(Linear, GradientsAccumulate) {
   // A second backward without zeroing doubles every parameter gradient.
   auto xd = test::to_device(x, 4, 3);
   MatrixBuffer<double> y("y", 4, 2), dx("dx", 4, 3);
-  b.layer->forward(b.ctx, xd, y);
-  b.layer->backward(b.ctx, test::to_device(dy, 4, 2), dx);
+  test::OneMicroBatch<double> m(*b.layer, xd, y);
+  b.layer->forward(b.ctx, xd, y, m.saved);
+  b.layer->backward(b.ctx, test::to_device(dy, 4, 2), dx, m.saved);
   const Vec twice = test::to_host(b.grads);
   for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-12);
 }
@@ -200,9 +201,10 @@ TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = -12.0f + 24.0f * float(i) / float(x.size());
   MatrixBuffer<float> y("y", rows, cols), dx("dx", rows, cols);
   auto xd = test::to_device(x, rows, cols);
+  test::OneMicroBatch<float> m(*layer, xd, y);
   layer->begin_pass();
-  layer->forward(ctx, xd, y);
-  layer->backward(ctx, test::to_device(dy, rows, cols), dx);
+  layer->forward(ctx, xd, y, m.saved);
+  layer->backward(ctx, test::to_device(dy, rows, cols), dx, m.saved);
   ctx.exec.fence();
   const auto yh = test::to_host(y), dxh = test::to_host(dx);
   const double h = 1e-5;
@@ -700,11 +702,11 @@ class GemmInputsProbe final : public Layer<float> {
  public:
   std::string name() const override { return "Probe"; }
   Shape output_shape(const Shape& in) const override { return in; }
-  void forward(Context& ctx, ConstMatrix<float> x, Matrix<float> y) override {
+  void forward(Context& ctx, ConstMatrix<float> x, Matrix<float> y, Saved<float>&) override {
     seen.push_back(ctx.blas.float_inputs());
     Kokkos::deep_copy(ctx.exec, y, x);
   }
-  void backward(Context& ctx, ConstMatrix<float> dy, Matrix<float> dx) override {
+  void backward(Context& ctx, ConstMatrix<float> dy, Matrix<float> dx, Saved<float>&) override {
     seen.push_back(ctx.blas.float_inputs());
     if (dx.data() != nullptr) Kokkos::deep_copy(ctx.exec, dx, dy);
   }

@@ -197,11 +197,14 @@ void register_linear(const Workload& w) {
             auto x = matrix(ctx, "x", b, in, 1), y = matrix(ctx, "y", b, out, 2);
             auto dy = matrix(ctx, "dy", b, out, 3), dx = matrix(ctx, "dx", b, in, 4);
             Matrix<T> dx_or_none = first ? Matrix<T>() : Matrix<T>(dx);
-            layer.forward(ctx, x, y);
+            Saved<T> saved;
+            saved.x = x;
+            saved.y = y;
+            layer.forward(ctx, x, y, saved);
             if (backward)
-              timed(state, ctx, [&] { layer.backward(ctx, dy, dx_or_none); });
+              timed(state, ctx, [&] { layer.backward(ctx, dy, dx_or_none, saved); });
             else
-              timed(state, ctx, [&] { layer.forward(ctx, x, y); });
+              timed(state, ctx, [&] { layer.forward(ctx, x, y, saved); });
             set_flops(state, (backward ? (first ? 2.0 : 4.0) : 2.0) * b * in * out);
           });
     }
@@ -234,11 +237,16 @@ void register_elementwise(const Workload& w) {
             p.bind(*layer);
             auto x = matrix(ctx, "x", b, h, 1), y = matrix(ctx, "y", b, h, 2);
             auto dy = matrix(ctx, "dy", b, h, 3), dx = matrix(ctx, "dx", b, h, 4);
-            layer->forward(ctx, x, y);
+            VectorBuffer<T> scratch("saved", layer->saved_size(b));
+            Saved<T> saved;
+            saved.x = x;
+            saved.y = y;
+            saved.scratch = scratch;
+            layer->forward(ctx, x, y, saved);
             if (backward)
-              timed(state, ctx, [&] { layer->backward(ctx, dy, dx); });
+              timed(state, ctx, [&] { layer->backward(ctx, dy, dx, saved); });
             else
-              timed(state, ctx, [&] { layer->forward(ctx, x, y); });
+              timed(state, ctx, [&] { layer->forward(ctx, x, y, saved); });
             set_bytes(state, (backward ? k.bwd_bytes : k.fwd_bytes) * b * h * sizeof(T));
           });
 }
