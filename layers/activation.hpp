@@ -33,6 +33,7 @@ class Activation final : public Layer<T> {
   Shape output_shape(const Shape& in) const override { return in; }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  TensorSplit tensor_split() const override { return TensorSplit::elementwise; }
   bool backward_reads_input() const override { return kind_ == ActivationKind::gelu; }
   bool backward_reads_output() const override { return kind_ != ActivationKind::gelu; }
 

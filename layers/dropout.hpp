@@ -2,7 +2,7 @@
 // pass c keeps its value with probability 1 - p, scaled by 1 / (1 - p). The
 // random number is indexed by the element's position in the global batch
 // (the micro-batch's Saved::row_offset; with tensor parallelism the layer sees a block of columns
-// of a wider activation, set_columns), so data-parallel shards, pipeline
+// of a wider activation, set_column_shard), so data-parallel shards, pipeline
 // micro-batches and tensor-parallel shards drop what single-rank training
 // would. The mask is a pure function of (seed, c, global index), identical on
 // every backend, and recomputed in backward instead of stored. A pass begins
@@ -35,9 +35,8 @@ class Dropout final : public Layer<T> {
   void begin_pass() override {
     if (this->training_ && p_ > 0.0) ++calls_;
   }
-  // This layer's input is columns [first, first + width of x) of an
-  // activation `total` columns wide (tensor parallelism).
-  void set_columns(std::size_t first, std::size_t total) {
+  TensorSplit tensor_split() const override { return TensorSplit::elementwise; }
+  void set_column_shard(std::size_t first, std::size_t total) override {
     col_first_ = first;
     col_total_ = total;
   }

@@ -62,6 +62,13 @@ struct BufferInfo {
   std::size_t size = 0;
 };
 
+// How tensor parallelism (strategies/tensor_parallel.hpp) may split a layer.
+enum class TensorSplit {
+  none,         // stays whole, replicated on every tensor rank
+  elementwise,  // acts on each value alone: runs unchanged on a column shard
+  linear,       // Linear(in, out) with a bias: column- then row-parallel in a pair
+};
+
 // Host memory, for initialisation.
 template <class T>
 using HostVector = Kokkos::View<T*, Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged>;
@@ -135,6 +142,11 @@ class Layer {
   // Bytes of workspace reserve(max_batch, .) allocates (memory accounting;
   // the per-micro-batch scratch is saved_size's, counted by the caller).
   virtual std::size_t workspace_bytes(std::size_t /*max_batch*/) const { return 0; }
+  // Tensor parallelism: how the layer splits, and (elementwise layers) that
+  // it sees columns [first, first + its width) of an activation `total`
+  // wide: a layer that indexes values by position (Dropout's masks) uses it.
+  virtual TensorSplit tensor_split() const { return TensorSplit::none; }
+  virtual void set_column_shard(std::size_t /*first*/, std::size_t /*total*/) {}
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 

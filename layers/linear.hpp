@@ -34,6 +34,9 @@ class Linear final : public Layer<T> {
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
+  TensorSplit tensor_split() const override {
+    return bias_ ? TensorSplit::linear : TensorSplit::none;
+  }
 
   std::size_t in() const { return in_; }
   std::size_t out() const { return out_; }

@@ -1,8 +1,6 @@
 #include "strategies/tensor_parallel.hpp"
 
 #include "backends/error.hpp"
-#include "layers/activation.hpp"
-#include "layers/dropout.hpp"
 
 namespace strata {
 
@@ -158,13 +156,12 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
   // Input shape of every layer.
   std::vector<Shape> shapes{model.input};
   for (const auto& l : layers) shapes.push_back(l->output_shape(shapes.back()));
+  // What the layers declare (Layer::tensor_split).
   auto pairable = [&](std::size_t i) {
-    const auto* l = dynamic_cast<const Linear<T>*>(layers[i].get());
-    return l != nullptr && l->has_bias() && shapes[i].rank() == 1;
+    return layers[i]->tensor_split() == TensorSplit::linear && shapes[i].rank() == 1;
   };
   auto elementwise = [&](std::size_t i) {
-    return dynamic_cast<const Activation<T>*>(layers[i].get()) != nullptr ||
-           dynamic_cast<const Dropout<T>*>(layers[i].get()) != nullptr;
+    return layers[i]->tensor_split() == TensorSplit::elementwise;
   };
   if (tp.size() > 1)
     for (std::size_t i = 0; i < n; ++i) {
@@ -185,8 +182,8 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
   for (auto& layer : layers) {
     if (auto* c = dynamic_cast<const ColumnParallelLinear<T>*>(layer.get())) column = c;
     if (dynamic_cast<const RowParallelLinear<T>*>(layer.get())) column = nullptr;
-    if (auto* d = dynamic_cast<Dropout<T>*>(layer.get()); d && column)
-      d->set_columns(column->first_feature(), shape.numel() * static_cast<std::size_t>(tp.size()));
+    if (column && layer->tensor_split() == TensorSplit::elementwise)
+      layer->set_column_shard(column->first_feature(), shape.numel() * static_cast<std::size_t>(tp.size()));
     shape = layer->output_shape(shape);
     m.cut_ok.push_back(column == nullptr);
     m.flops.push_back(layer->num_params() > 0 ? static_cast<double>(layer->num_params())

@@ -137,10 +137,11 @@ class RowParallelLinear final : public TensorParallelLinear<T, RowParallelLinear
   Vector<T> b_, db_;  // the replicated bias (the local Linear has none)
 };
 
-// A model's top-level layers with tensor parallelism over tp: Linear layers
-// (with a bias, on rank-1 inputs) separated only by elementwise layers
-// (activations, Dropout) are paired, column- then row-parallel; every other
-// layer (an unpaired Linear, LayerNorm, blocks) stays whole and replicated.
+// A model's top-level layers with tensor parallelism over tp, as the layers
+// declare (Layer::tensor_split): Linear layers (with a bias, on rank-1
+// inputs) separated only by elementwise layers (activations, Dropout) are
+// paired, column- then row-parallel; every other layer (an unpaired Linear,
+// LayerNorm, blocks) stays whole and replicated.
 // For an MLP that is every Linear in pairs, the last one whole when their
 // number is odd. Dropout after a column-parallel layer masks its shard as the
 // whole layer would. With tp of size 1: the layers as they are. Throws
