@@ -477,6 +477,19 @@ TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {
   expect_close(losses(read_metrics("c.jsonl")), b, 1e-5);
 }
 
+// Options that change nothing for the model or optimizer at hand say so.
+TEST_F(TrainApp, OptionsThatChangeNothingSaySo) {
+  auto r = train("--dataset synthetic --layers 10,8,3 --steps 1 --recompute --no-decay-bias-norm");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_OUTPUT_HAS(r, "note: --recompute: --layers 10,8,3 has no blocks");
+  EXPECT_OUTPUT_HAS(r, "note: --no-decay-bias-norm changes nothing without --weight-decay");
+  auto quiet = train("--dataset synthetic --steps 1 --recompute --weight-decay 0.1 "
+                     "--no-decay-bias-norm --model " + std::string(STRATA_SOURCE_DIR) +
+                     "/models/residual-mlp.toml");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("note: --"), std::string::npos) << quiet.output;
+}
+
 TEST_F(TrainApp, HelpAndVersion) {
   auto h = train("--help");
   EXPECT_EQ(h.exit_code, 0);

@@ -86,6 +86,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     progress.line(rep.prefix + "resumed from " + resume_file + " at step " +
                   std::to_string(start.step) + " (epoch " + std::to_string(start.epoch + 1) + ")");
   progress.line(rep.prefix + "strategy: " + engine->describe());
+  for (const std::string& note : option_notes(c, model)) progress.line(rep.prefix + "note: " + note);
   progress.line(rep.prefix + "model: " + std::to_string(engine->num_params()) + " parameters, " +
                 std::to_string(d.train.size()) + " training samples (" + d.train.name +
                 "), global batch " + std::to_string(batch) +

@@ -181,6 +181,18 @@ std::string checkpoint_config(const TrainConfig& c) {
   return j.dump();
 }
 
+std::vector<std::string> option_notes(const TrainConfig& c, const ModelSpec& model) {
+  std::vector<std::string> notes;
+  bool blocks = false;
+  for (const auto& l : model.layers) blocks |= !l.layers.empty();
+  if (c.recompute && !blocks)
+    notes.push_back("--recompute: " + model.source + " has no blocks (\"residual\" or \"block\" "
+                    "layers), so nothing is recomputed");
+  if (c.optimizer.no_decay_bias_norm && c.optimizer.weight_decay == 0)
+    notes.push_back("--no-decay-bias-norm changes nothing without --weight-decay");
+  return notes;
+}
+
 // What the strategy gets: the model, the optimizer and the parallel layout.
 EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world) {
   EngineOptions o;

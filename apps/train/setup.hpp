@@ -34,6 +34,9 @@ GemmBackend gemm_backend(const TrainConfig& c);
 // What the strategy gets: the model, the optimizer and the parallel layout
 // on `world` ranks.
 EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world);
+// Notes on options that change nothing for this model and optimizer
+// (--recompute without blocks, --no-decay-bias-norm without weight decay).
+std::vector<std::string> option_notes(const TrainConfig& c, const ModelSpec& model);
 // The JSON a checkpoint must match to be resumed by this configuration.
 std::string checkpoint_config(const TrainConfig& c);
 
