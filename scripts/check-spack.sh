@@ -148,7 +148,6 @@ spec_ok rocm "strata+rocm amdgpu_target=gfx90a" \
 spec_fails cuda-rocm "strata+cuda cuda_arch=90 +rocm amdgpu_target=gfx90a" "+cuda or +rocm, not both"
 spec_fails cuda-noarch "strata+cuda" "+cuda needs a GPU architecture"
 spec_fails nccl-nocuda "strata+nccl" "+nccl requires +cuda"
-spec_fails rccl "strata+rocm amdgpu_target=gfx90a +rccl" "Strata has no RCCL communicator yet"
 spec_fails two-hosts "strata+openmp+threads" "one parallel host backend"
 
 echo "$passed passed, $failed failed"

@@ -25,7 +25,7 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   validate<T>(options, "data parallel");
   // Rank 0's parameters for everyone.
   comm_.broadcast(model_.params(), 0);
-  sync_ = std::make_unique<GradientSync<T>>(ctx, comm, model_, options);
+  sync_ = std::make_unique<GradientSync<T>>(ctx, comm, model_, options, false, options.loss_scaling);
   // With a 16-bit precision the model's parameters become the working
   // weights (rounded to 16 bits); the optimizer updates fp32 master weights.
   mixed_ = std::make_unique<MixedPrecision<T>>(ctx, options, model_.params());

@@ -81,6 +81,7 @@ class DataParallelEngine final : public Engine {
     return strategy_->step(micro, global);
   }
   std::string first_nonfinite() override { return model_.first_nonfinite(ctx_); }
+  const StepInfo& last_info() const override { return strategy_->last_info(); }
   bool collective() const override { return false; }
   Evaluation evaluate(const data::Dataset& d, std::size_t batch) override {
     return strata::evaluate(ctx_, model_, *loss_, d, batch);
@@ -157,6 +158,7 @@ class ModelParallelEngine final : public Engine {
     return "stage " + std::to_string(mp_->mesh().pp_rank()) + ": " +
            mp_->stage().first_nonfinite(ctx_);
   }
+  const StepInfo& last_info() const override { return mp_->last_info(); }
   bool collective() const override { return true; }
   Evaluation evaluate(const data::Dataset& d, std::size_t) override { return mp_->evaluate(d); }
   // Sharded: every rank writes the values it alone holds, rank 0 the

@@ -61,8 +61,11 @@ class Engine {
   // One optimizer step over this rank's micro-batches; global: samples of
   // the step over every rank. Returns the mean loss, the same on every rank.
   virtual double step(const std::vector<data::Batch<float>>& micro, std::size_t global) = 0;
-  // After a non-finite loss: where the first non-finite values are.
+  // After a non-finite loss or a skipped step: where the first non-finite
+  // values are.
   virtual std::string first_nonfinite() = 0;
+  // What the last step did: applied or skipped (loss scaling), the scale.
+  virtual const StepInfo& last_info() const = 0;
   // Collective engines: every rank calls evaluate(); else only rank 0.
   virtual bool collective() const = 0;
   virtual Evaluation evaluate(const data::Dataset& d, std::size_t batch) = 0;

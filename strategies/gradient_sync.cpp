@@ -19,10 +19,14 @@ const char* to_string(GradCompression c) {
   return "?";
 }
 
-void validate(const GradSyncOptions& options, bool shard) {
+void validate(const GradSyncOptions& options, bool shard, bool loss_scaled) {
   STRATA_REQUIRE(!(shard && options.compression != GradCompression::none), config,
                  "--grad-compression ", to_string(options.compression),
                  " with --zero 1: the sharded reduce-scatter is not compressed");
+  STRATA_REQUIRE(options.compression != GradCompression::fp16 || loss_scaled, config,
+                 "--grad-compression fp16 without loss scaling: gradients below fp16's smallest "
+                 "value (6e-8) would arrive as zeros; scale the loss (--precision fp16, or "
+                 "--loss-scale dynamic) or use --grad-compression bf16 (fp32's range)");
 }
 
 namespace {
@@ -31,10 +35,10 @@ constexpr bool kHostGrads = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpa
 
 template <class T>
 GradientSync<T>::GradientSync(Context& ctx, comm::Communicator& group, Sequential<T>& model,
-                              const GradSyncOptions& options, bool shard)
+                              const GradSyncOptions& options, bool shard, bool loss_scaled)
     : ctx_(ctx), group_(group), model_(model), options_(options), shard_(shard) {
   STRATA_REQUIRE(model.built(), config, "gradient sync: build the model first");
-  validate(options, shard);
+  validate(options, shard, loss_scaled);
   const std::size_t padded = model.padded_grads().extent(0);
   const auto ranks = static_cast<std::size_t>(group.size());
   STRATA_REQUIRE(!shard || padded % ranks == 0, config, "gradient sync: ", padded,

@@ -46,9 +46,11 @@ struct GradSyncOptions {
   GradCompression compression = GradCompression::none;
 };
 
-// Throws config for an impossible combination (compression with sharding:
-// the reduce-scatter is not compressed); the constructor checks it too.
-void validate(const GradSyncOptions& options, bool shard);
+// Throws config for an impossible or harmful combination: compression with
+// sharding (the reduce-scatter is not compressed), fp16 compression without
+// loss scaling (gradients below fp16's smallest value, 6e-8, would arrive as
+// zeros; loss scaling lifts them into its range, as for fp16 training).
+void validate(const GradSyncOptions& options, bool shard, bool loss_scaled);
 
 template <class T>
 class GradientSync {
@@ -56,7 +58,7 @@ class GradientSync {
   // group: the ranks holding replicas of `model` (built). shard: ZeRO-1 (the
   // model's padded buffer divides evenly over the group).
   GradientSync(Context& ctx, comm::Communicator& group, Sequential<T>& model,
-               const GradSyncOptions& options, bool shard = false);
+               const GradSyncOptions& options, bool shard, bool loss_scaled);
 
   // A new step: nothing launched yet; info.comm_bytes will count the payload.
   void begin(StepInfo& info);

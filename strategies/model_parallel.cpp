@@ -109,7 +109,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   validate_mesh(options.mesh, world.size());
   validate(optimizer);
   validate<T>(options, "model parallel");
-  validate(static_cast<const GradSyncOptions&>(options), options.zero == 1);
+  validate(static_cast<const GradSyncOptions&>(options), options.zero == 1, options.loss_scaling);
   STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
   STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
                  ": only ZeRO stage 1 (optimizer state sharding) is available");
@@ -175,7 +175,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   stage_->init(init, seed);
   // Gradient sums over the data-parallel group (buckets during the last
   // backward; with ZeRO-1 a reduce-scatter onto this rank's block).
-  sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_->dp(), *stage_, options, options.zero == 1);
+  sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_->dp(), *stage_, options, options.zero == 1,
+                                            options.loss_scaling);
   optimizer_ = std::make_unique<Optimizer<T>>(optimizer, updated);
   // ZeRO-1: this rank's block of the padded buffers (the whole stage when dp is 1).
   updated_ = sync_->owned();

@@ -112,10 +112,12 @@ TEST(DataParallelThreads4, LastBatchSmallerThanTheRankCount) {
 }
 
 // Gradient compression: buckets travel in 16 bits and are summed in float
-// (rounded once). Against uncompressed single-rank training over 20 Adam
-// steps the losses stay within 0.2% and the parameters within 0.5% of the
-// largest parameter (measured on 2-4 ranks: bf16 at most 2.5e-4 and 6.7e-4,
-// fp16 2.2e-5 and 4.8e-5; printed); the allreduce payload is half.
+// (rounded once); fp16 buckets carry loss-scaled gradients (scale 1024; fp16
+// without loss scaling is refused: small gradients would vanish). Against
+// uncompressed single-rank training over 20 Adam steps the losses stay
+// within 0.2% and the parameters within 0.5% of the largest parameter
+// (measured on 2-4 ranks: bf16 at most 2.5e-4 and 6.7e-4, fp16 2.2e-5 and
+// 4.8e-5; printed); the allreduce payload is half.
 TEST_P(DataParallelThreads, CompressedGradientsStayCloseToUncompressed) {
   test::DpConfig c;
   const auto single = test::train_single(c);
@@ -125,6 +127,11 @@ TEST_P(DataParallelThreads, CompressedGradientsStayCloseToUncompressed) {
   for (GradCompression g : {GradCompression::bf16, GradCompression::fp16}) {
     DataParallelOptions o = plain;
     o.compression = g;
+    // A scale that lifts the gradients (about 1e-3 here) well into fp16
+    // without overflowing their sums: no step is skipped, so the runs differ
+    // by compression alone (the default 2^16 skips the first steps).
+    o.loss_scaling = g == GradCompression::fp16;
+    o.scaler.init_scale = 1024;
     const auto r = dp_on_threads(GetParam(), c, o);
     const auto [dl, dp] = test::deviation_of_largest(r, single);
     std::printf("compression %s on %d ranks: loss deviation %.2e, parameter deviation %.2e\n",
@@ -137,9 +144,11 @@ TEST_P(DataParallelThreads, CompressedGradientsStayCloseToUncompressed) {
 
 // Mixed-precision training (16-bit activation storage and working weights,
 // fp32 master weights) against fp32 single-rank training: 20 Adam steps of
-// the small MLP stay within 5% in loss and parameters (measured: bf16 4.6e-3
-// in loss, 2.8e-2 in parameters; fp16 with dynamic loss scaling 2.8e-4 and
-// 2.4e-4; printed). Clipping by a large norm changes nothing.
+// the small MLP. Measured (the same on 1-4 ranks; printed): bf16 4.59e-3 in
+// loss and 2.75e-2 in parameters (relative to the largest), fp16 with
+// dynamic loss scaling 2.77e-4 and 2.43e-4. The bounds are twice that: other
+// BLAS kernels and summation orders round differently, but not by more than
+// the 16-bit rounding itself. Clipping by a large norm changes nothing.
 TEST_P(DataParallelThreads, MixedPrecisionTrainingStaysCloseToFp32) {
   test::DpConfig c;
   const auto single = test::train_single(c);
@@ -152,8 +161,9 @@ TEST_P(DataParallelThreads, MixedPrecisionTrainingStaysCloseToFp32) {
     const auto [dl, dp] = test::deviation_of_largest(r, single);
     std::printf("%s on %d ranks: loss deviation %.2e, parameter deviation %.2e\n", to_string(p),
                 GetParam(), dl, dp);
-    EXPECT_LT(dl, 0.05) << to_string(p);
-    EXPECT_LT(dp, 0.05) << to_string(p);
+    const bool bf = p == Precision::bf16;
+    EXPECT_LT(dl, bf ? 9.2e-3 : 5.6e-4) << to_string(p);
+    EXPECT_LT(dp, bf ? 5.5e-2 : 4.9e-4) << to_string(p);
     EXPECT_GT(dl, 0.0) << "16-bit storage must change the numbers";
   }
 }

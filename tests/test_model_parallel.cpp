@@ -300,6 +300,8 @@ TEST(Mesh, GradientBucketsOverlapAndCompressionAsInDataParallelism) {
   for (GradCompression g : {GradCompression::bf16, GradCompression::fp16}) {
     auto z = o;
     z.compression = g;
+    z.loss_scaling = g == GradCompression::fp16;
+    z.scaler.init_scale = 1024;  // as in test_data_parallel.cpp: no step skipped
     const auto r = on_threads(4, c, z);
     const auto [dl, dp] = test::deviation_of_largest(r, single);
     std::printf("mesh dp2 x pp2, compression %s: loss deviation %.2e, parameter deviation %.2e\n",

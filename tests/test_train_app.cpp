@@ -334,7 +334,8 @@ TEST_F(TrainApp, ImpossibleMeshesAreRefusedBeforeTraining) {
       {"--strategy pipeline --ranks 2 --stage-cuts 9", "cut points must increase"},
       {"--strategy hybrid --ranks 4 --pp 2 --tp 2 --stage-cuts 1", "split by tensor parallelism"},
       {"--strategy local --pp 2", "--strategy local contradicts"},
-      {"--strategy tensor --ranks 2 --accumulate 2", "--accumulate is for --strategy dp"},
+      {"--strategy tensor --ranks 2 --accumulate 2", "--accumulate K adds K batches to a step and is for --strategy dp"},
+      {"--strategy pipeline --ranks 2 --batch-size 4 --micro-batches 8", "--micro-batches 8 splits each batch of --batch-size 4"},
       {"--schedule zigzag", "unknown pipeline schedule 'zigzag'"},
       {"--stage-cuts 2,x", "--stage-cuts '2,x': 'x' is not a positive integer"},
   };
@@ -477,6 +478,23 @@ TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {
   expect_close(losses(read_metrics("c.jsonl")), b, 1e-5);
 }
 
+// fp16 with dynamic loss scaling: when the gradients overflow even at the
+// scale's floor (regression targets of 1e8: the loss gradient is far beyond
+// fp16's 65504 while the loss itself is finite), every step is skipped; the
+// run stops after --max-skipped-steps of them in a row, naming the scale and
+// where the gradients overflow, with exit code 4.
+TEST_F(TrainApp, LossScalingGivesUpAfterTooManySkippedSteps) {
+  std::string csv;
+  for (int i = 0; i < 64; ++i)
+    csv += std::to_string(i % 7) + "," + std::to_string(i % 5) + ",1,100000000\n";
+  auto r = train("--dataset csv:" + write("big.csv", csv) + " --loss mse --layers 3,4,1 "
+                 "--precision fp16 --batch-size 16 --steps 200 --max-skipped-steps 30 --no-eval");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_OUTPUT_HAS(r, "loss scaling skipped 30 steps in a row");
+  EXPECT_OUTPUT_HAS(r, "with the loss scale at 1");
+  EXPECT_OUTPUT_HAS(r, "the first non-finite values are in");
+}
+
 // Options that change nothing for the model or optimizer at hand say so.
 TEST_F(TrainApp, OptionsThatChangeNothingSaySo) {
   auto r = train("--dataset synthetic --layers 10,8,3 --steps 1 --recompute --no-decay-bias-norm");
@@ -537,7 +555,9 @@ TEST_F(TrainApp, FashionMnistShortRun) {
   double acc = -1;
   for (auto& j : read_metrics("m.jsonl"))
     if (j.contains("test_accuracy")) acc = j["test_accuracy"];
-  EXPECT_GT(acc, 0.5) << "30 Adam steps should beat chance (0.1) by far";
+  // Measured: 0.7831 with the default seed; 0.764-0.783 over seeds 1-5 and 42.
+  // The bound is the lowest of those minus 0.025, for other BLAS kernels.
+  EXPECT_GT(acc, 0.74) << "30 Adam steps of the default MLP";
 }
 
 // bf16 training (16-bit activations and working weights, fp32 master
@@ -574,7 +594,8 @@ TEST_F(TrainApp, MixedPrecisionOptions) {
            {"--grad-compression int8", "--grad-compression"},
            {"--clip-grad-norm -1", "--clip-grad-norm"},
            {"--loss-scale static", "--loss-scale"},
-           {"--grad-compression bf16 --zero 1 --ranks 2", "--zero 1"}}) {
+           {"--grad-compression bf16 --zero 1 --ranks 2", "--zero 1"},
+           {"--grad-compression fp16 --ranks 2", "fp16 without loss scaling"}}) {
     auto bad = train("--dataset synthetic --layers 10,32,3 --steps 1 " + args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.output;
     EXPECT_OUTPUT_HAS(bad, text);

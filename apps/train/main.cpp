@@ -101,6 +101,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
                   std::to_string(step) + ", where this run ends (raise --steps or --epochs); "
                   "evaluating the restored model");
   double timed_s = 0, last_loss = 0;
+  std::size_t skipped_in_a_row = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
   const bool saves = !c.checkpoint_dir.empty();
@@ -131,6 +132,19 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
                      " (epoch ", epoch + 1, ")",
                      origin.empty() ? std::string() : "; the first non-finite values are in " + origin,
                      "; try a smaller --lr");
+      }
+      // Loss scaling skips steps whose gradients overflow; at the scale's
+      // floor that can go on forever with a finite loss.
+      skipped_in_a_row = engine->last_info().applied ? 0 : skipped_in_a_row + 1;
+      if (skipped_in_a_row >= c.max_skipped_steps) {
+        const std::string origin = engine->first_nonfinite();
+        STRATA_THROW(runtime, "loss scaling skipped ", skipped_in_a_row,
+                     " steps in a row for non-finite gradients, the last at step ", step,
+                     " (epoch ", epoch + 1, ") with the loss scale at ",
+                     engine->last_info().loss_scale,
+                     origin.empty() ? std::string() : "; the first non-finite values are in " + origin,
+                     "; the gradients overflow even at that scale: try a smaller --lr, --precision "
+                     "bf16, or --clip-grad-norm");
       }
       fault.maybe_fail(comm.rank(), step);
       // Where the next step starts.

@@ -27,7 +27,7 @@ std::string fmt(const char* f, double v) {
 void set_mixed_precision(const TrainConfig& c, MixedPrecisionOptions& o) {
   o.precision = c.precision;
   o.clip_grad_norm = c.clip_grad_norm;
-  o.loss_scaling = c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
+  o.loss_scaling = loss_scaling(c);
   o.scaler.growth_interval = c.loss_scale_growth_interval;
 }
 

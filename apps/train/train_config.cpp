@@ -45,6 +45,10 @@ bool model_parallel(const TrainConfig& c) {
          c.micro_batches > 0;
 }
 
+bool loss_scaling(const TrainConfig& c) {
+  return c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
+}
+
 ModelSpec model_spec(const TrainConfig& c) {
   if (!c.model_file.empty()) return read_model_file(c.model_file);
   return mlp_model({c.layers, c.activation, c.dropout, c.seed});
@@ -160,7 +164,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_flag("--no-overlap", no_overlap,
                "sum gradients over data-parallel ranks after backward instead of during it");
   app.add_option("--accumulate", c.accumulate,
-                 "micro-batches of --batch-size per optimizer step (gradient accumulation)")
+                 "gradient accumulation: each optimizer step sums the gradients of K batches of "
+                 "--batch-size samples (a step sees K x --batch-size samples; --strategy dp "
+                 "and local)")
       ->capture_default_str()
       ->check(whole_number(1, 1 << 20));
   std::string precision = "fp32";
@@ -182,6 +188,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                      "dynamic loss scaling: finite steps in a row before the scale doubles")
           ->capture_default_str()
           ->check(whole_number(1, 1000000000));
+  app.add_option("--max-skipped-steps", c.max_skipped_steps,
+                 "dynamic loss scaling: stop (exit 4) after this many steps in a row skipped "
+                 "for overflowing gradients")
+      ->capture_default_str()
+      ->check(whole_number(1, 1000000000));
   app.add_flag("--verbose-ranks", c.verbose_ranks, "every rank prints, not only rank 0");
   app.add_option("--dp", c.dp, "mesh: data-parallel ranks (default: the ranks left over)")
       ->check(CLI::Range(1, 1 << 20));
@@ -191,7 +202,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--tp", c.tp, "mesh: tensor-parallel ranks (--strategy tensor: default every rank)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--micro-batches", c.micro_batches,
-                 "pipeline: micro-batches per step (default: 2 x stages)")
+                 "pipeline: split each batch of --batch-size samples into M micro-batches (a "
+                 "step sees --batch-size samples, not M times more; default: 2 x stages)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--schedule", c.schedule, "pipeline: gpipe | 1f1b")->capture_default_str();
   std::string cuts;
@@ -274,8 +286,13 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   STRATA_REQUIRE(!(c.strategy == "tensor" && c.pp > 1), config,
                  "--strategy tensor contradicts --pp (use --strategy hybrid)");
   STRATA_REQUIRE(!(model_parallel(c) && c.accumulate > 1), config,
-                 "--accumulate is for --strategy dp; pipelines split the batch with "
-                 "--micro-batches instead");
+                 "--accumulate K adds K batches to a step and is for --strategy dp; pipelines "
+                 "split one batch with --micro-batches M instead (a step then sees --batch-size "
+                 "samples)");
+  STRATA_REQUIRE(c.micro_batches <= c.batch_size, config, "--micro-batches ", c.micro_batches,
+                 " splits each batch of --batch-size ", c.batch_size,
+                 " samples: there would be empty micro-batches (give at most ", c.batch_size,
+                 ", or a larger --batch-size)");
   STRATA_REQUIRE(c.gemm == "auto" || c.gemm == "vendor" || c.gemm == "portable", config,
                  "--gemm: unknown value '", c.gemm, "' (expected auto, vendor or portable)");
   STRATA_REQUIRE(c.data_dir.empty() || c.dataset == "fashion-mnist", config,
@@ -293,9 +310,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   STRATA_REQUIRE(c.loss_scale == "auto" || c.loss_scale == "dynamic" || c.loss_scale == "none",
                  config, "--loss-scale: unknown value '", c.loss_scale,
                  "' (expected auto, dynamic or none)");
-  const bool scaling =
-      c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
-  STRATA_REQUIRE(growth_option->count() == 0 || scaling, config,
+  STRATA_REQUIRE(growth_option->count() == 0 || loss_scaling(c), config,
                  "--loss-scale-growth-interval needs dynamic loss scaling (--precision fp16 or "
                  "--loss-scale dynamic)");
   STRATA_REQUIRE(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), config,
@@ -303,7 +318,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   {
     GradSyncOptions sync;
     sync.compression = parse_grad_compression(c.grad_compression);
-    validate(sync, c.zero == 1);
+    validate(sync, c.zero == 1, loss_scaling(c));
   }
   // Validates the optimizer settings now rather than after loading data.
   validate(c.optimizer);

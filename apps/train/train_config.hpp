@@ -58,6 +58,7 @@ struct TrainConfig {
   double clip_grad_norm = 0;              // > 0: clip by global L2 norm
   std::string loss_scale = "auto";        // auto (dynamic for fp16) | dynamic | none
   std::int64_t loss_scale_growth_interval = 2000;  // good steps before the scale grows
+  std::size_t max_skipped_steps = 100;  // loss scaling: skipped steps in a row before giving up
   bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
   // Model parallelism (0: derived from the strategy and the world size).
   int dp = 0, pp = 0, tp = 0;
@@ -78,6 +79,8 @@ struct TrainConfig {
 // Whether the configuration needs the model-parallel engine (pipeline,
 // tensor parallelism, ZeRO-1 or a memory budget) rather than DataParallel.
 bool model_parallel(const TrainConfig& c);
+// Whether the loss is scaled dynamically (--loss-scale dynamic, or auto with fp16).
+bool loss_scaling(const TrainConfig& c);
 
 // The model to train: the file of --model, or the MLP of --layers,
 // --activation and --dropout. Throws config for a bad model file.

@@ -24,13 +24,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void check_mpi(int code, const char* what) {
+// Throws for an MPI error code, naming the call and the caller's file and
+// line (STRATA_CHECK_MPI is a macro so that the error says where the call is).
+void check_mpi_at(int code, const char* what, const char* file, int line) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(code, text, &len);
-  STRATA_THROW(runtime, "MPI: ", what, " failed: ", std::string(text, len));
+  throw Error(ErrorKind::runtime, std::string("MPI: ") + what + " failed: " + std::string(text, len),
+              file, line);
 }
+#define STRATA_CHECK_MPI(code, what) check_mpi_at((code), (what), __FILE__, __LINE__)
 
 MPI_Datatype mpi_type(DataType t) {
   switch (t) {
@@ -161,7 +165,7 @@ void initialize(int& argc, char**& argv) {
     MPI_Query_thread(&g_thread_level);
     return;
   }
-  check_mpi(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &g_thread_level), "MPI_Init_thread");
+  STRATA_CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &g_thread_level), "MPI_Init_thread");
   g_initialized_here = true;
   // Errors come back as codes (turned into strata::Error), not aborts.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -205,7 +209,7 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned, const CommOptions& options)
   // host memory and the library can take it.
   cuda_aware_ = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible &&
                 mpi::cuda_aware();
-  if (options_.check) check_mpi(MPI_Comm_dup(comm_, &check_comm_), "MPI_Comm_dup");
+  if (options_.check) STRATA_CHECK_MPI(MPI_Comm_dup(comm_, &check_comm_), "MPI_Comm_dup");
 }
 
 MpiComm::~MpiComm() {
@@ -235,7 +239,7 @@ void MpiComm::complete(MPI_Request& request, const char* what, std::uint64_t seq
   // sleeps of up to 200 microseconds so a waiting rank leaves the core to
   // the computation.
   for (;;) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    STRATA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -343,32 +347,32 @@ void* MpiComm::allocate_shared(std::size_t bytes) {
   if (const char* e = std::getenv("STRATA_MPI_SHM"); e && std::string(e) == "0") return nullptr;
   if (!shm_setup_) {  // collective, once: the node and cross-node groups
     shm_setup_ = true;
-    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_),
+    STRATA_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_),
               "MPI_Comm_split_type");
     MPI_Comm_rank(node_comm_, &node_rank_);
     MPI_Comm_size(node_comm_, &node_size_);
     int sizes[2] = {node_size_, -node_size_};
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
     // Every node must hold the same number of ranks (slices line up), and
     // sharing only pays with at least two ranks on a node.
     shm_ok_ = sizes[0] == -sizes[1] && node_size_ > 1;
     nodes_ = size_ / node_size_;
     if (shm_ok_ && nodes_ > 1)
-      check_mpi(MPI_Comm_split(comm_, node_rank_, rank_, &cross_comm_), "MPI_Comm_split");
+      STRATA_CHECK_MPI(MPI_Comm_split(comm_, node_rank_, rank_, &cross_comm_), "MPI_Comm_split");
   }
   if (!shm_ok_) return nullptr;
   Window w;
   w.bytes = bytes;
   void* mine = nullptr;
   const auto aligned = static_cast<MPI_Aint>((bytes + 63) / 64 * 64);
-  check_mpi(MPI_Win_allocate_shared(aligned, 1, MPI_INFO_NULL, node_comm_, &mine, &w.win),
+  STRATA_CHECK_MPI(MPI_Win_allocate_shared(aligned, 1, MPI_INFO_NULL, node_comm_, &mine, &w.win),
             "MPI_Win_allocate_shared");
   MPI_Win_lock_all(MPI_MODE_NOCHECK, w.win);
   for (int k = 0; k < node_size_; ++k) {
     MPI_Aint size = 0;
     int unit = 0;
     void* base = nullptr;
-    check_mpi(MPI_Win_shared_query(w.win, k, &size, &unit, &base), "MPI_Win_shared_query");
+    STRATA_CHECK_MPI(MPI_Win_shared_query(w.win, k, &size, &unit, &base), "MPI_Win_shared_query");
     w.base.push_back(static_cast<unsigned char*>(base));
   }
   windows_.push_back(std::move(w));
@@ -401,7 +405,7 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
   for (std::size_t k = 0; k < L; ++k) srcs[k] = w.base[k] + offset;
   Watched watch("allreduce (shared memory)", seq, rank_, size_, options_.timeout_s);
   MPI_Win_sync(w.win);
-  check_mpi(MPI_Barrier(node_comm_), "MPI_Barrier");  // every input is written
+  STRATA_CHECK_MPI(MPI_Barrier(node_comm_), "MPI_Barrier");  // every input is written
   MPI_Win_sync(w.win);
   const ReduceOp local = op == ReduceOp::average ? ReduceOp::sum : op;
   unsigned char* slice = static_cast<unsigned char*>(buf) + begin * elem;
@@ -418,7 +422,7 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
     }
   } else {
     detail::reduce(type, local, buf, srcs.data(), static_cast<int>(L), begin, end);
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, slice, mpi_count(end - begin, "allreduce"),
+    STRATA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, slice, mpi_count(end - begin, "allreduce"),
                             mpi_type(type), mpi_op(local), cross_comm_),
               "MPI_Allreduce (across nodes)");
     if (op == ReduceOp::average) detail::finish_average(type, slice, end - begin, size_);
@@ -427,7 +431,7 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
         std::memcpy(w.base[k] + offset + begin * elem, slice, (end - begin) * elem);
   }
   MPI_Win_sync(w.win);
-  check_mpi(MPI_Barrier(node_comm_), "MPI_Barrier");  // every output is written
+  STRATA_CHECK_MPI(MPI_Barrier(node_comm_), "MPI_Barrier");  // every output is written
   MPI_Win_sync(w.win);
 }
 
@@ -438,7 +442,7 @@ void MpiComm::reduce_16bit(const void* blocks, void* mine, std::size_t block, Da
   work16_.resize(block * size_);
   {
     Watched watch("allreduce (16-bit all-to-all)", seq, rank_, size_, options_.timeout_s);
-    check_mpi(MPI_Alltoall(blocks, mpi_count(block, "alltoall"), MPI_UINT16_T, work16_.data(),
+    STRATA_CHECK_MPI(MPI_Alltoall(blocks, mpi_count(block, "alltoall"), MPI_UINT16_T, work16_.data(),
                            mpi_count(block, "alltoall"), MPI_UINT16_T, comm_),
               "MPI_Alltoall");
   }
@@ -459,7 +463,7 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
     reduce_16bit(pad16_.data(), mine16_.data(), block, type, op, seq);
     {
       Watched watch("allreduce (16-bit allgather)", seq, rank_, size_, options_.timeout_s);
-      check_mpi(MPI_Allgather(mine16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T,
+      STRATA_CHECK_MPI(MPI_Allgather(mine16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T,
                               pad16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T, comm_),
                 "MPI_Allgather");
     }
@@ -474,7 +478,7 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
   }
   {
     Watched watch("allreduce", seq, rank_, size_, options_.timeout_s);
-    check_mpi(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
+    STRATA_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
                             mpi_count(count, "allreduce"), mpi_type(type), mpi_op(op), comm_),
               "MPI_Allreduce");
   }
@@ -494,7 +498,7 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
       static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);
   {
     Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
-    check_mpi(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send,
+    STRATA_CHECK_MPI(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send,
                                        in_place ? const_cast<void*>(send) : recv,
                                        mpi_count(count, "reduce_scatter"), mpi_type(type),
                                        mpi_op(op), comm_),
@@ -512,7 +516,7 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
       static_cast<char*>(recv) + rank_ * count * size_of(type) == static_cast<const char*>(send);
   const int n = mpi_count(count, "allgather");
   Watched watch("allgather", seq, rank_, size_, options_.timeout_s);
-  check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
+  STRATA_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
                           mpi_type(type), comm_),
             "MPI_Allgather");
 }
@@ -521,7 +525,7 @@ void MpiComm::do_broadcast(void* buf, std::size_t count, DataType type, int root
   const std::uint64_t seq = seq_++;
   check("broadcast", seq, count, type, 0, root);
   Watched watch("broadcast", seq, rank_, size_, options_.timeout_s);
-  check_mpi(MPI_Bcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_),
+  STRATA_CHECK_MPI(MPI_Bcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_),
             "MPI_Bcast");
 }
 
@@ -532,7 +536,7 @@ void MpiComm::reap_sends(bool wait) {
       complete(front.request, "send", 0);
     } else {
       int done = 0;
-      check_mpi(MPI_Test(&front.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      STRATA_CHECK_MPI(MPI_Test(&front.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (!done) return;
     }
     pending_sends_.pop_front();
@@ -544,7 +548,7 @@ void MpiComm::do_send(const void* buf, std::size_t count, DataType type, int des
   const auto* p = static_cast<const unsigned char*>(buf);
   pending_sends_.push_back({std::vector<unsigned char>(p, p + count * size_of(type)), MPI_REQUEST_NULL});
   auto& s = pending_sends_.back();
-  check_mpi(MPI_Isend(s.data.data(), mpi_count(count, "send"), mpi_type(type), dest, tag, comm_,
+  STRATA_CHECK_MPI(MPI_Isend(s.data.data(), mpi_count(count, "send"), mpi_type(type), dest, tag, comm_,
                       &s.request),
             "MPI_Isend");
 }
@@ -553,7 +557,7 @@ void MpiComm::do_recv(void* buf, std::size_t count, DataType type, int source, i
   reap_sends(false);
   MPI_Request req;
   MPI_Status status;
-  check_mpi(MPI_Irecv(buf, mpi_count(count, "recv"), mpi_type(type), source, tag, comm_, &req),
+  STRATA_CHECK_MPI(MPI_Irecv(buf, mpi_count(count, "recv"), mpi_type(type), source, tag, comm_, &req),
             "MPI_Irecv");
   // Wait with the deadline, then check the size of what arrived.
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -561,7 +565,7 @@ void MpiComm::do_recv(void* buf, std::size_t count, DataType type, int source, i
   int done = 0;
   const auto start = Clock::now();
   while (!done) {
-    check_mpi(MPI_Test(&req, &done, &status), "MPI_Test");
+    STRATA_CHECK_MPI(MPI_Test(&req, &done, &status), "MPI_Test");
     if (done) break;
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -583,7 +587,7 @@ void MpiComm::do_barrier() {
   const std::uint64_t seq = seq_++;
   check("barrier", seq, 0, DataType::f32, 0, 0);
   Watched watch("barrier", seq, rank_, size_, options_.timeout_s);
-  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+  STRATA_CHECK_MPI(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 std::unique_ptr<Communicator> MpiComm::do_split(int color, int key) {
@@ -591,7 +595,7 @@ std::unique_ptr<Communicator> MpiComm::do_split(int color, int key) {
   check("split", seq, 0, DataType::f32, 0, 0);
   MPI_Comm out = MPI_COMM_NULL;
   Watched watch("split", seq, rank_, size_, options_.timeout_s);
-  check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
+  STRATA_CHECK_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
   if (out == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiComm>(out, true, options_);
 }

@@ -1,5 +1,5 @@
 // strata-bench-micro: Google Benchmark micro-benchmarks of Strata's kernels at
-// the shapes of the workloads of BENCHMARKS.md (W1 tutorial, W2 MLP, W3 wide):
+// the shapes of the workloads of docs/benchmarks.md (W1 tutorial, W2 MLP, W3 wide):
 //   gemm/<vendor|portable>/<NT|TN|NN>/<W>/<m>x<n>x<k>  the step's GEMMs: forward
 //       y = x W^T (NT), weight gradient dW += dy^T x (TN), input gradient
 //       dx = dy W (NN, not for the first layer); FLOP/s = 2mnk / time
@@ -52,7 +52,7 @@ struct Workload {
   int batch;
 };
 
-// The shapes of BENCHMARKS.md (all fp32).
+// The shapes of docs/benchmarks.md (all fp32).
 const std::vector<Workload>& workloads() {
   static const std::vector<Workload> w = {
       {"W1", {10, 5, 2}, 32},

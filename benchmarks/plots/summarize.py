@@ -25,6 +25,9 @@ PAIRS = [("local-1x1", "torch-1x1"), ("local-1x2", "torch-1x2"),
          ("dp-threads-2x1", "torch-ddp-2x1"), ("dp-mpi-2x1", "torch-ddp-2x1")]
 PEER_NAMES = {"torch-1x1": "PyTorch, 1 thread", "torch-1x2": "PyTorch, 2 threads",
               "torch-ddp-2x1": "PyTorch DDP gloo, 2 proc. x 1 thread"}
+# Rows whose sides differ in kind, said in the peer's cell: Strata's thread
+# ranks share one process, DDP's ranks are two processes.
+UNLIKE = {"dp-threads-2x1": " (processes; Strata: threads of one)"}
 NOISY = 1.2  # max / min above this: a noisy measurement
 
 
@@ -97,7 +100,7 @@ def collect(out):
             ss, ps = summary(s["rates"]), summary(p["rates"]) if p else None
             row = {"workload": w, "config": config, "ranks": info["ranks"], "threads": info["threads"],
                    "batch": info["batch"], "widths": info["widths"], "steps": info["steps"],
-                   "strata": ss, "peer": PEER_NAMES[peer], "peer_id": peer, "peer_rate": ps,
+                   "strata": ss, "peer": PEER_NAMES[peer] + UNLIKE.get(config, ""), "peer_id": peer, "peer_rate": ps,
                    "ratio": ss["median"] / ps["median"] if ps else None,
                    "sgemm_gflops": sgemm,
                    "strata_gflops": ss["median"] * flops / 1e9,

@@ -62,6 +62,9 @@ Run run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, Precisio
   o.precision = precision;
   o.emulate_storage = emulated;
   o.compression = compression;
+  // As strata-train runs them: fp16 training, and fp16 gradient buckets,
+  // with dynamic loss scaling.
+  o.loss_scaling = precision == Precision::fp16 || compression == GradCompression::fp16;
   DataParallel<float> dp(ctx, comm, model, loss, opt, o);
   auto d = data::make_synthetic(w.batch, w.widths.front(), data::CsvTask::classification,
                                 w.widths.back(), 3);

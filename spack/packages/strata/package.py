@@ -13,10 +13,14 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     kernels (host threads, CUDA, HIP), data parallelism over thread ranks, MPI
     and NCCL, and the strata-train program."""
 
-    # Placeholder project address: replace it with the real repository.
+    # Where the project is to be published; nothing is there yet, so
+    # `spack install strata` cannot fetch the source. Build from a clone:
+    # `spack dev-build strata@develop` in its top folder, or `spack develop
+    # --path <clone> strata@develop` in an environment (docs/install.md).
     homepage = "https://github.com/strata-hpc/strata"
     git = "https://github.com/strata-hpc/strata.git"
 
+    # The main branch: in practice the clone a dev-build or develop names.
     version("develop", branch="main")
 
     # ------------------------------------------------------------- Kokkos
@@ -85,28 +89,17 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     # --------------------------------------------------- communicators
     variant("mpi", default=False, description="MPI communicator (processes and nodes)")
     variant("nccl", default=False, description="NCCL communicator (library Strata::nccl)")
-    variant(
-        "rccl",
-        default=False,
-        when="+rocm",
-        description="RCCL communicator (not implemented yet: the variant conflicts)",
-    )
+    # No rccl variant: Strata has no RCCL communicator yet (on HIP the
+    # NCCL/RCCL communicator is compiled out; +mpi joins processes).
     conflicts("+nccl", when="~cuda", msg="+nccl requires +cuda (NCCL runs on NVIDIA GPUs)")
-    conflicts(
-        "+rccl",
-        msg="Strata has no RCCL communicator yet (on HIP the NCCL/RCCL communicator is compiled "
-        "out); build +rocm ~rccl and use +mpi for several processes",
-    )
     depends_on("mpi", when="+mpi")
     depends_on("nccl", when="+nccl")
-    depends_on("rccl", when="+rccl")
 
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
         depends_on(f"nccl+cuda cuda_arch={_arch}", when=f"+nccl cuda_arch={_arch}")
     for _target in ROCmPackage.amdgpu_targets:
         depends_on(f"kokkos+rocm amdgpu_target={_target}", when=f"+rocm amdgpu_target={_target}")
-        depends_on(f"rccl amdgpu_target={_target}", when=f"+rccl amdgpu_target={_target}")
 
     # ----------------------------------------------------- other parts
     variant(
@@ -178,7 +171,10 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     def check(self):
         """Build-time tests (spack install --test=root): the whole ctest suite."""
         ctest = Executable(self.spec["cmake"].prefix.bin.ctest)
-        with working_dir(self.build_directory):
+        # The builder's build directory: spack 0.2x calls this method on the
+        # package, which has no build_directory attribute there (spack 1.x
+        # forwards it); self.builder exists in both.
+        with working_dir(self.builder.build_directory):
             ctest("--output-on-failure", "--timeout", "600")
 
     @run_after("install")
