@@ -9,20 +9,6 @@
 #include <omp.h>
 #endif
 
-// ThreadSanitizer cannot see libgomp's synchronisation (libgomp is not
-// instrumented): the fork and join of an OpenMP partition are declared to it
-// by hand, so that what the caller wrote before the ranks start, and what
-// the ranks wrote before they end, are not reported as races.
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#define STRATA_TSAN_ACQUIRE(p) __tsan_acquire(p)
-#define STRATA_TSAN_RELEASE(p) __tsan_release(p)
-#else
-#define STRATA_TSAN_ACQUIRE(p) ((void)(p))
-#define STRATA_TSAN_RELEASE(p) ((void)(p))
-#endif
-
 namespace strata {
 
 int kokkos_host_threads() { return HostExecSpace().concurrency(); }
@@ -67,16 +53,7 @@ void run_ranks(int ranks, int threads_per_rank,
     const int levels = omp_get_max_active_levels();
     omp_set_max_active_levels(2);
     comm::Spawner spawner = [threads_per_rank](int n, const std::function<void(int)>& rank_body) {
-      char fork = 0, join = 0;
-      STRATA_TSAN_RELEASE(&fork);
-      Kokkos::OpenMP::partition_master(
-          [&](int id, int) {
-            STRATA_TSAN_ACQUIRE(&fork);
-            rank_body(id);
-            STRATA_TSAN_RELEASE(&join);
-          },
-          n, threads_per_rank);
-      STRATA_TSAN_ACQUIRE(&join);
+      Kokkos::OpenMP::partition_master([&](int id, int) { rank_body(id); }, n, threads_per_rank);
     };
     try {
       comm::run_thread_ranks(ranks, with_context(ExecSpace()), options, spawner);
