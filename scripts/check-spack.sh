@@ -11,7 +11,13 @@
 # concretising; the namespace stops that request.) A developer script, not
 # run by CI (no spack there).
 #
-# Usage: scripts/check-spack.sh [SPACK_ROOT [BUILTIN_REPO]]
+# With --dev-build it then builds and tests the committed tree as a site
+# would: `spack dev-build --test=root strata@develop ~cuda` (the whole ctest
+# suite inside spack's build), with Debian 12's packages and the Kokkos that
+# scripts/bootstrap.sh builds as external packages (nothing is built but
+# Strata; the clone is of the last commit, not of uncommitted changes).
+#
+# Usage: scripts/check-spack.sh [--dev-build] [SPACK_ROOT [BUILTIN_REPO]]
 #   SPACK_ROOT    a spack checkout (0.2x or 1.x); default: $SPACK_ROOT
 #   BUILTIN_REPO  spack 1.x only: a checkout of the spack-packages repository
 #                 (the folder holding repos/spack_repo/builtin, or that
@@ -30,6 +36,8 @@ top="$(dirname "$here")"
 
 die() { echo "check-spack: $*" >&2; exit 1; }
 
+dev_build=0
+if [ "${1:-}" = "--dev-build" ]; then dev_build=1; shift; fi
 spack_root="${1:-${SPACK_ROOT:-}}"
 builtin="${2:-${SPACK_BUILTIN_REPO:-}}"
 [ -n "$spack_root" ] || die "no spack checkout: pass its path or set SPACK_ROOT (see the comment at the top of $0)"
@@ -149,6 +157,48 @@ spec_fails cuda-rocm "strata+cuda cuda_arch=90 +rocm amdgpu_target=gfx90a" "+cud
 spec_fails cuda-noarch "strata+cuda" "+cuda needs a GPU architecture"
 spec_fails nccl-nocuda "strata+nccl" "+nccl requires +cuda"
 spec_fails two-hosts "strata+openmp+threads" "one parallel host backend"
+
+# ------------------------------------------------ dev-build with --test=root
+if [ "$dev_build" = 1 ]; then
+  kokkos="${STRATA_CACHE:-$HOME/.cache/strata}/kokkos-3.4.1-openmp"
+  [ -f "$kokkos/lib/cmake/Kokkos/KokkosConfigVersion.cmake" ] || [ -f "$kokkos/lib64/cmake/Kokkos/KokkosConfigVersion.cmake" ] \
+    || die "no Kokkos at $kokkos: run scripts/bootstrap.sh first (or set STRATA_CACHE)"
+  deb() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed -E 's/^[0-9]+://; s/[+~-].*//'; }
+  for p in cmake make libopenblas-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libgtest-dev; do
+    [ -n "$(deb "$p")" ] || die "--dev-build needs Debian's $p (scripts/bootstrap.sh installs it)"
+  done
+  cat >"$SPACK_USER_CONFIG_PATH/packages.yaml" <<EOF
+packages:
+  all:
+    providers:
+      blas: [openblas]
+      zlib-api: [zlib]
+  cmake: {buildable: false, externals: [{spec: cmake@$(deb cmake), prefix: /usr}]}
+  gmake: {buildable: false, externals: [{spec: gmake@$(deb make), prefix: /usr}]}
+  openblas: {buildable: false, externals: [{spec: openblas@$(deb libopenblas-dev) threads=openmp, prefix: /usr}]}
+  zlib: {buildable: false, externals: [{spec: zlib@$(deb zlib1g-dev), prefix: /usr}]}
+  cli11: {buildable: false, externals: [{spec: cli11@$(deb libcli11-dev), prefix: /usr}]}
+  nlohmann-json: {buildable: false, externals: [{spec: nlohmann-json@$(deb nlohmann-json3-dev), prefix: /usr}]}
+  tomlplusplus: {buildable: false, externals: [{spec: tomlplusplus@$(deb libtomlplusplus-dev), prefix: /usr}]}
+  googletest: {buildable: false, externals: [{spec: googletest@$(deb libgtest-dev)+gmock, prefix: /usr}]}
+  kokkos: {buildable: false, externals: [{spec: kokkos@3.4.01+openmp+serial~threads~cuda~rocm~wrapper, prefix: $kokkos}]}
+EOF
+  cat >"$SPACK_USER_CONFIG_PATH/config.yaml" <<EOF
+config:
+  install_tree:
+    root: $work/opt
+  build_stage: [$work/stage]
+  build_jobs: $(nproc)
+EOF
+  git clone -q "$top" "$work/src"
+  echo "check-spack: spack dev-build --test=root strata@develop ~cuda (commit $(git -C "$work/src" rev-parse --short HEAD); log $work/dev-build.log)"
+  if (cd "$work/src" && spack dev-build --test=root strata@develop ~cuda) >"$work/dev-build.log" 2>&1; then
+    tests="$(grep -aoE '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$work/dev-build.log" | tail -1)"
+    ok "dev-build --test=root: ${tests:-no ctest summary found}"
+  else
+    tail -40 "$work/dev-build.log" | sed 's/^/    /'; bad "spack dev-build --test=root strata@develop ~cuda"
+  fi
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

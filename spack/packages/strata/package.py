@@ -122,7 +122,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("cli11")  # strata-train and the examples
     depends_on("nlohmann-json")  # checkpoint state, metrics
     depends_on("tomlplusplus@3:")  # model files (header-only, compiled into the library)
-    depends_on("googletest+gmock", type="test")
+    depends_on("googletest", type="test")
 
     # Installed CMake files must not name spack's compiler wrappers.
     filter_compiler_wrappers(
