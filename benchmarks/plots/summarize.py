@@ -6,9 +6,11 @@ table.md (markdown, ready to paste into the README).
 Reads strata-*.jsonl (strata-bench-train --json), peers-*.jsonl
 (torch_mlp.py --json), load.jsonl and machine.json. Repetitions of several
 rounds are pooled: samples/s median [min-max] over all of them. Ratio =
-Strata median / peer median. "of sgemm" = GFLOP/s (6 x batch x weights per
-sample) / the sgemm rate that strata-bench-train measured for the step's GEMM
-shapes on the configuration's threads (median over rounds).
+Strata median / peer median. "of sgemm" = GFLOP/s (the step's GEMM
+operations per sample, step_flops_per_sample: 6 x weights less the first
+layer's never computed input gradient) / the sgemm rate that
+strata-bench-train measured for the step's GEMM shapes on the
+configuration's threads just before and after its runs (median over rounds).
 
 Usage: summarize.py OUT_DIR
 Exit codes: 0 done, 2 bad usage, 3 no results in OUT_DIR.
@@ -95,7 +97,8 @@ def collect(out):
             if s is None:
                 continue
             info = s["info"]
-            flops = 6.0 * info["weights"]  # per sample: forward 2, backward 4 per weight
+            # per sample: the GEMM operations a step performs (older files: 6 x weights)
+            flops = info.get("step_flops_per_sample", 6.0 * info["weights"])
             sgemm = statistics.median(s["sgemm"])
             ss, ps = summary(s["rates"]), summary(p["rates"]) if p else None
             row = {"workload": w, "config": config, "ranks": info["ranks"], "threads": info["threads"],
@@ -196,9 +199,9 @@ def main(argv):
     notes = ["Measured %s with `scripts/compare.sh` on %s cores (%s); %s." % (
                  machine.get("date", "?"), machine.get("host_cores", "?"), machine.get("cpu", "?"), load_text),
              "Samples/s: median [min-max] over %s; * marks max/min > %.1f (noisy). Ratio: Strata median / "
-             "peer median, measured back to back in the same run. \"of sgemm\": GFLOP/s (6 x batch x "
-             "weights per step) over the OpenBLAS sgemm rate of the same GEMM shapes on the same threads, "
-             "measured by strata-bench-train in the same run." % (reps, NOISY),
+             "peer median, measured back to back in the same run. \"of sgemm\": GFLOP/s (the GEMM "
+             "operations a step performs) over the OpenBLAS sgemm rate of the same GEMM shapes on the same "
+             "threads, measured by strata-bench-train just before and after the configuration's runs." % (reps, NOISY),
              "%s; PyTorch %s (Debian), fp32, SGD lr 0.01, synthetic data. Strata's extra environment: %s; "
              "the 2-thread peer runs with OMP_WAIT_POLICY=PASSIVE." % (config, peer_info.get("torch", "?"), strata_env)]
     with open(os.path.join(out, "table.md"), "w") as f:
