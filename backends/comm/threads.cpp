@@ -92,7 +92,10 @@ struct Desc {
 // buffered by sequence number: a rank may publish collective k+1 while a slow
 // peer still reads collective k, never k+2 (that needs everyone past k+1).
 struct alignas(64) Slot {
-  Desc desc[2];
+  // Small allreduces: sequence number + 1 of the last one whose input this
+  // rank has staged (alone on its cache line: peers poll it).
+  alignas(64) std::atomic<std::uint64_t> ready{0};
+  alignas(64) Desc desc[2];
   const void* send = nullptr;
   void* recv = nullptr;
   std::vector<unsigned char> staging[2];
@@ -166,17 +169,50 @@ class ThreadsGroup {
     }
   }
 
-  // Publishes the rank's descriptor, waits for all, and fails on every rank
-  // alike when the ranks disagree on what they are calling.
+
+  // Publishes the rank's descriptor (and whatever it wrote into its slot
+  // before) for collective `d` by raising its flag (ready = seq + 1), waits
+  // until every peer has raised theirs (each flag on its own cache line: no
+  // shared counter, no lock on the way), then fails on every rank alike when
+  // the ranks disagree on what they are calling. A peer cannot be further
+  // than the next collective: it would need this rank's flag for that, so
+  // double buffering by sequence number is enough.
   void sync(int rank, const Desc& d) {
     const int b = d.seq % 2;
     slots[rank].desc[b] = d;
-    wait(rank, d);
-    for (int r = 1; r < size; ++r) {
-      if (!slots[r].desc[b].matches(slots[0].desc[b]))
-        STRATA_THROW(runtime, "threads communicator: collective mismatch: rank 0 calls ",
-                     slots[0].desc[b].str(), " but rank ", r, " calls ", slots[r].desc[b].str());
+    slots[rank].ready.store(d.seq + 1, std::memory_order_release);
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      const std::atomic<std::uint64_t>& flag = slots[r].ready;
+      auto arrived = [&] { return flag.load(std::memory_order_acquire) > d.seq; };
+      if (arrived()) continue;
+      for (int i = 0; i < 4000 && !arrived(); ++i) STRATA_CPU_RELAX();
+      for (int i = 0; i < 100 && !arrived(); ++i) {
+        if (failure->failed.load(std::memory_order_acquire)) failure->rethrow_as_peer(rank);
+        std::this_thread::yield();
+      }
+      const auto deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(options.timeout_s));
+      while (!arrived()) {
+        if (failure->failed.load(std::memory_order_acquire)) failure->rethrow_as_peer(rank);
+        if (Clock::now() >= deadline) {
+          std::ostringstream missing;
+          int k = 0;
+          for (int q = 0; q < size; ++q)
+            if (q != rank && slots[q].ready.load(std::memory_order_acquire) <= d.seq)
+              missing << (k++ ? ", " : "") << q;
+          STRATA_THROW(runtime, "threads communicator: ", d.str(), " on rank ", rank, " of ",
+                       size, " timed out after ", options.timeout_s, " s; rank(s) ", missing.str(),
+                       " did not arrive (STRATA_COMM_TIMEOUT sets the limit)");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
     }
+    for (int r = 0; r < size; ++r)
+      if (!slots[r].desc[b].matches(d))
+        STRATA_THROW(runtime, "threads communicator: collective mismatch: rank ", rank, " calls ",
+                     d.str(), " but rank ", r, " calls ", slots[r].desc[b].str());
   }
 
   Mailbox& box(int rank) { return *boxes_[rank]; }
@@ -232,7 +268,10 @@ void ThreadsComm::do_allreduce(const void* send, void* recv, std::size_t count, 
   }
   std::vector<const void*> srcs(n);
   if (bytes <= detail::small_bytes) {
-    // Copy in, one barrier, every rank reduces everything from the slots.
+    // Copy in, raise this rank's flag, wait for the peers' flags; every rank
+    // then reduces everything from the slots (no shared counter, no lock).
+    // The staging buffer of collective k was last read in collective k - 2,
+    // which every peer finished before raising its flag for k - 1.
     auto& staging = slots[rank_].staging[d.seq % 2];
     if (staging.size() < bytes) staging.resize(bytes);
     if (bytes > 0) std::memcpy(staging.data(), send, bytes);
