@@ -6,6 +6,7 @@
 #include "layers/registry.hpp"
 
 #include <cmath>
+#include <vector>
 
 namespace strata {
 
@@ -111,6 +112,25 @@ void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
 
 template <class T>
 void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
+  if constexpr (host_kernels) {
+    if (runs_inline(ctx, dy.extent(0) * dy.extent(1))) {
+      // On the calling thread: row by row (contiguous, vectorised) into one
+      // accumulator per column instead of column by column (a stride of a
+      // whole row per read). Each column adds the same values in the same
+      // order as the kernel below, so the result is the same, bit for bit.
+      const std::size_t rows = dy.extent(0), cols = dy.extent(1);
+      thread_local std::vector<T> acc;
+      acc.assign(cols, T(0));
+      T* a = acc.data();
+      for (std::size_t i = 0; i < rows; ++i) {
+        const T* r = dy.data() + i * dy.stride(0);
+        STRATA_IVDEP
+        for (std::size_t j = 0; j < cols; ++j) a[j] += r[j];
+      }
+      for (std::size_t j = 0; j < cols; ++j) db(j) += a[j];
+      return;
+    }
+  }
   const int batch = static_cast<int>(dy.extent(0));
   // One thread per output feature sums its column in a fixed order.
   for_range(ctx, "strata::Linear::bias_grad", dy.extent(1), KOKKOS_LAMBDA(const int j) {
