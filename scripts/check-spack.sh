@@ -164,7 +164,7 @@ if [ "$dev_build" = 1 ]; then
   [ -f "$kokkos/lib/cmake/Kokkos/KokkosConfigVersion.cmake" ] || [ -f "$kokkos/lib64/cmake/Kokkos/KokkosConfigVersion.cmake" ] \
     || die "no Kokkos at $kokkos: run scripts/bootstrap.sh first (or set STRATA_CACHE)"
   deb() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed -E 's/^[0-9]+://; s/[+~-].*//'; }
-  for p in cmake make libopenblas-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libgtest-dev; do
+  for p in cmake make libopenblas-openmp-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libgtest-dev; do
     [ -n "$(deb "$p")" ] || die "--dev-build needs Debian's $p (scripts/bootstrap.sh installs it)"
   done
   cat >"$SPACK_USER_CONFIG_PATH/packages.yaml" <<EOF
@@ -175,7 +175,7 @@ packages:
       zlib-api: [zlib]
   cmake: {buildable: false, externals: [{spec: cmake@$(deb cmake), prefix: /usr}]}
   gmake: {buildable: false, externals: [{spec: gmake@$(deb make), prefix: /usr}]}
-  openblas: {buildable: false, externals: [{spec: openblas@$(deb libopenblas-dev) threads=openmp, prefix: /usr}]}
+  openblas: {buildable: false, externals: [{spec: openblas@$(deb libopenblas-openmp-dev) threads=openmp, prefix: /usr}]}
   zlib: {buildable: false, externals: [{spec: zlib@$(deb zlib1g-dev), prefix: /usr}]}
   cli11: {buildable: false, externals: [{spec: cli11@$(deb libcli11-dev), prefix: /usr}]}
   nlohmann-json: {buildable: false, externals: [{spec: nlohmann-json@$(deb nlohmann-json3-dev), prefix: /usr}]}
