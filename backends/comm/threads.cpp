@@ -119,6 +119,10 @@ class ThreadsGroup {
 
   const int size;
   const CommOptions options;
+  // Busy-wait iterations before yielding: a peer is usually microseconds
+  // away when every rank has a core; with more ranks than cores the peer
+  // may need this rank's core, so yield almost at once.
+  const int spins = size <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 4000 : 16;
   const std::shared_ptr<Failure> failure;
   std::vector<Slot> slots;
 
@@ -137,7 +141,7 @@ class ThreadsGroup {
       return;
     }
     // Spin (a peer is usually microseconds away), then yield, then block.
-    for (int i = 0; i < 4000; ++i) {
+    for (int i = 0; i < spins; ++i) {
       if (generation_.load(std::memory_order_acquire) != gen) return;
       STRATA_CPU_RELAX();
     }
@@ -186,7 +190,7 @@ class ThreadsGroup {
       const std::atomic<std::uint64_t>& flag = slots[r].ready;
       auto arrived = [&] { return flag.load(std::memory_order_acquire) > d.seq; };
       if (arrived()) continue;
-      for (int i = 0; i < 4000 && !arrived(); ++i) STRATA_CPU_RELAX();
+      for (int i = 0; i < spins && !arrived(); ++i) STRATA_CPU_RELAX();
       for (int i = 0; i < 100 && !arrived(); ++i) {
         if (failure->failed.load(std::memory_order_acquire)) failure->rethrow_as_peer(rank);
         std::this_thread::yield();
