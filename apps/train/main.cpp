@@ -126,26 +126,24 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
       const auto t0 = Clock::now();
       last_loss = engine->step(micro, global);
       ++step;
-      if (!std::isfinite(last_loss)) {
+      // "; the first non-finite values are in ..." (empty when none was found).
+      auto nonfinite_origin = [&] {
         const std::string origin = engine->first_nonfinite();
+        return origin.empty() ? origin : "; the first non-finite values are in " + origin;
+      };
+      if (!std::isfinite(last_loss))
         STRATA_THROW(runtime, "training diverged: the loss is ", last_loss, " at step ", step,
-                     " (epoch ", epoch + 1, ")",
-                     origin.empty() ? std::string() : "; the first non-finite values are in " + origin,
-                     "; try a smaller --lr");
-      }
+                     " (epoch ", epoch + 1, ")", nonfinite_origin(), "; try a smaller --lr");
       // Loss scaling skips steps whose gradients overflow; at the scale's
       // floor that can go on forever with a finite loss.
       skipped_in_a_row = engine->last_info().applied ? 0 : skipped_in_a_row + 1;
-      if (skipped_in_a_row >= c.max_skipped_steps) {
-        const std::string origin = engine->first_nonfinite();
+      if (skipped_in_a_row >= c.max_skipped_steps)
         STRATA_THROW(runtime, "loss scaling skipped ", skipped_in_a_row,
                      " steps in a row for non-finite gradients, the last at step ", step,
                      " (epoch ", epoch + 1, ") with the loss scale at ",
-                     engine->last_info().loss_scale,
-                     origin.empty() ? std::string() : "; the first non-finite values are in " + origin,
+                     engine->last_info().loss_scale, nonfinite_origin(),
                      "; the gradients overflow even at that scale: try a smaller --lr, --precision "
                      "bf16, or --clip-grad-norm");
-      }
       fault.maybe_fail(comm.rank(), step);
       // Where the next step starts.
       pos = index == per_epoch ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
