@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 namespace strata {
 
@@ -15,6 +16,12 @@ int kernel_threads(const ExecSpace& exec) {
     (void)exec;
     return Kokkos::OpenMP::impl_thread_pool_size();
   }
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION >= 40000
+  // Kokkos 4.x keeps the deprecated static concurrency(const OpenMP& = OpenMP())
+  // (KOKKOS_ENABLE_DEPRECATED_CODE_4, on by default): exec.concurrency() then
+  // names the default instance, not exec's partition. Ask the instance.
+  if constexpr (std::is_same<ExecSpace, Kokkos::OpenMP>::value) return exec.impl_thread_pool_size();
 #endif
   return exec.concurrency();
 }

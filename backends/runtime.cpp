@@ -3,21 +3,49 @@
 #include "backends/blas.hpp"
 #include "backends/comm/registry.hpp"
 #include "backends/comm/self.hpp"
+#include "backends/device.hpp"
 #include "backends/kokkos.hpp"
 #include "strata_config.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
+#include <vector>
 
 namespace strata {
 
-Runtime::Runtime(int& argc, char** argv) {
+namespace {
+// Whether argv already tells Kokkos which device to use.
+bool names_device(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    for (const char* o : {"--kokkos-device-id", "--kokkos-device=", "--kokkos-num-devices",
+                          "--kokkos-ndevices", "--kokkos-map-device-id-by"})
+      if (argv[i] != nullptr && std::strncmp(argv[i], o, std::strlen(o)) == 0) return true;
+  return false;
+}
+}  // namespace
+
+Runtime::Runtime(int& argc, char** argv, int device) {
   // libgomp has already read OMP_PROC_BIND (unset means no binding) when main
   // starts; saying so explicitly only silences Kokkos 3.x's warning about it.
   setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
+  const bool gpu = *device::platform() != '\0';
+  STRATA_REQUIRE(gpu || device < 0, config, "--device ", device, ": this build runs its kernels on ",
+                 ExecSpace::name(), " (host threads), not on a GPU");
   const auto& mpi = comm::mpi_backend();
   if (mpi.launched()) mpi.initialize(argc, argv);
-  Kokkos::initialize(argc, argv);
+  if (!gpu || names_device(argc, argv)) {
+    Kokkos::initialize(argc, argv);
+    return;
+  }
+  // argv plus the device option; Kokkos removes the options it reads.
+  const std::string option = device::kokkos_option(
+      device::choose(device, device::local_rank_from_environment(), device::count()));
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(const_cast<char*>(option.c_str()));
+  args.push_back(nullptr);
+  int n = argc + 1;
+  Kokkos::initialize(n, args.data());
 }
 
 Runtime::~Runtime() {
@@ -48,7 +76,10 @@ std::string kokkos_version() {
 std::string build_summary() {
   std::ostringstream os;
   os << "Strata " << STRATA_VERSION << ", Kokkos " << kokkos_version() << " ("
-     << ExecSpace::name() << "), GEMM " << Blas::vendor_name();
+     << ExecSpace::name();
+  if (*device::platform() != '\0' && Kokkos::is_initialized())
+    os << ", device " << device::current() << ": " << device::describe(device::current());
+  os << "), GEMM " << Blas::vendor_name();
   return os.str();
 }
 
@@ -60,6 +91,17 @@ std::string build_info() {
      << "GEMM: " << (Blas::vendor_available() ? Blas::vendor_name() : std::string("portable Kokkos kernel"))
      << " (portable Kokkos GEMM always available)\n"
      << "communicators: " << comm::compiled_communicators() << "\n";
+  if (*device::platform() != '\0') {
+    os << device::platform() << " devices: ";
+    try {
+      const int n = device::count();
+      os << n << " visible";
+      for (int d = 0; d < n; ++d) os << (d ? "; " : " (") << d << ": " << device::describe(d);
+      os << ")\n";
+    } catch (const Error& e) {
+      os << "none usable (" << e.message() << ")\n";
+    }
+  }
   return os.str();
 }
 

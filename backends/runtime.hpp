@@ -11,8 +11,12 @@ namespace strata {
 
 class Runtime {
  public:
-  // Kokkos options (--kokkos-...) in argv are consumed by Kokkos.
-  Runtime(int& argc, char** argv);
+  // Kokkos options (--kokkos-...) in argv are consumed by Kokkos. On a GPU
+  // build, `device` (>= 0; a program's --device) or the node-local rank picks
+  // the device before Kokkos starts (backends/device.hpp), unless argv
+  // already names one (--kokkos-device-id). On a host build a device >= 0 is
+  // a config error.
+  Runtime(int& argc, char** argv, int device = -1);
   ~Runtime();
   // Ends the whole job at once with `code`: MPI_Abort when MPI runs (so no
   // other process waits for this one), else std::exit.
@@ -30,10 +34,12 @@ bool launched_by_mpi();
 std::unique_ptr<comm::Communicator> world_communicator();
 
 // Multi-line description: Strata version, Kokkos version and execution
-// spaces, BLAS, compiled-in communicators.
+// spaces, BLAS, compiled-in communicators, devices visible (GPU builds).
 std::string build_info();
 
-// One line: "Strata 0.1.0, Kokkos 3.4.1 (OpenMP), GEMM OpenBLAS".
+// One line: "Strata 0.1.0, Kokkos 3.4.1 (OpenMP), GEMM OpenBLAS"; on a GPU
+// build after Kokkos started, the device too ("Kokkos 4.6.1 (Cuda, device 0:
+// NVIDIA H200, ...)").
 std::string build_summary();
 
 }  // namespace strata

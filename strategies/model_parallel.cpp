@@ -384,6 +384,7 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     }
     for (std::size_t m = M - warmup; m < M; ++m) Bk(m);
   }
+  mesh_->pp().flush();  // a stage's last send may be held back (NCCL)
   const auto t1 = Clock::now();
   {
     STRATA_SPAN("compute", "gradient sync and optimizer step");
@@ -670,6 +671,7 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
     }
     samples += count;
   }
+  mesh_->pp().flush();
   stage_->set_training(true);
   // Every pipeline evaluated the same data: take data-parallel rank 0's.
   const bool counts = last_stage() && mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0;

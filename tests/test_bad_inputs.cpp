@@ -255,8 +255,11 @@ const std::vector<Entry>& catalogue() {
        }},
       {"unknown communicator", 2, {"--comm: unknown communicator 'carrier-pigeon'"},
        [](Workspace&) { return "--comm carrier-pigeon"; }},
-      {"a communicator this build lacks", 2, {"--comm nccl: Strata's programs do not run on NCCL yet"},
+      // This build's kernels run on the host: without NCCL or with it, NCCL is refused.
+      {"a communicator this build cannot use", 2, {"--comm nccl: ", "(available: self, threads"},
        [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --comm nccl"; }},
+      {"--device on a host build", 2, {"--device 0: this build runs its kernels on", "not on a GPU"},
+       [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --device 0"; }},
       {"a communicator that does not fit the ranks", 2, {"--comm self runs one rank, not 2 thread rank(s)"},
        [](Workspace&) { return "--dataset synthetic --layers 4,2 --steps 1 --comm self --ranks 2"; }},
       // -------------------------------------------------------- model files (2)

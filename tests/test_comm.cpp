@@ -1,7 +1,9 @@
 // Communicators on thread ranks (1, 2, 3, 4) and Self: every collective
 // against the naive reference, split, send/recv, asynchronous order, and the
 // promised errors for mismatched collectives, failing and missing ranks.
+#include "backends/comm/registry.hpp"
 #include "backends/comm/self.hpp"
+#include "backends/device.hpp"
 #include "backends/ranks.hpp"
 #include "backends/comm/threads.hpp"
 #include "comm_checks.hpp"
@@ -208,6 +210,75 @@ TEST(CommOptions, EnvironmentIsValidated) {
   setenv("STRATA_COMM_TIMEOUT", "2.5", 1);
   EXPECT_EQ(comm::CommOptions::from_environment().timeout_s, 2.5);
   unsetenv("STRATA_COMM_TIMEOUT");
+}
+
+// The communicator a run gets, for platforms this machine may not be: the
+// rule of registry.hpp by hand.
+TEST(Registry, AutoChoosesByRanksProcessesAndMemory) {
+  comm::Platform host{false, "OpenMP", true, true, ""};
+  comm::Platform gpu{true, "Cuda", true, true, "nccl"};
+  comm::Platform gpu_without_nccl{true, "Cuda", true, true, ""};
+  EXPECT_EQ(comm::resolve_communicator("auto", 1, 1, host), "self");
+  EXPECT_EQ(comm::resolve_communicator("auto", 4, 1, host), "threads");
+  EXPECT_EQ(comm::resolve_communicator("auto", 1, 4, host), "mpi");
+  EXPECT_EQ(comm::resolve_communicator("auto", 2, 4, host), "hierarchical");
+  EXPECT_EQ(comm::resolve_communicator("auto", 1, 4, gpu), "nccl");
+  EXPECT_EQ(comm::resolve_communicator("auto", 1, 1, gpu), "self");
+  EXPECT_EQ(comm::resolve_communicator("auto", 2, 4, gpu), "hierarchical");
+  EXPECT_EQ(comm::resolve_communicator("auto", 1, 4, gpu_without_nccl), "mpi");
+  EXPECT_EQ(comm::resolve_communicator("nccl", 1, 1, gpu), "nccl");
+}
+
+TEST(Registry, NcclRefusalsNameTheReason) {
+  comm::Platform host_with_nccl{false, "OpenMP", true, true, "nccl"};
+  comm::Platform gpu_without_nccl{true, "Cuda", true, true, ""};
+  comm::Platform gpu{true, "Cuda", true, true, "nccl"};
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::config);
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error([&] { comm::resolve_communicator("nccl", 1, 2, host_with_nccl); })
+                .find("NCCL moves GPU memory, and this build's kernels run on OpenMP"),
+            std::string::npos);
+  EXPECT_NE(error([&] { comm::resolve_communicator("nccl", 1, 2, gpu_without_nccl); })
+                .find("built without NCCL"),
+            std::string::npos);
+  EXPECT_NE(error([&] { comm::resolve_communicator("nccl", 2, 2, gpu); })
+                .find("--comm nccl runs one rank per process and GPU, not 2 thread rank(s)"),
+            std::string::npos);
+}
+
+TEST(Device, ChoiceFollowsTheOptionOrTheLocalRank) {
+  EXPECT_EQ(device::choose(-1, -1, 4), 0);  // unknown local rank
+  EXPECT_EQ(device::choose(-1, 5, 4), 1);   // local rank 5 of a node with 4 GPUs
+  EXPECT_EQ(device::choose(-1, 3, 1), 0);   // one GPU bound per task
+  EXPECT_EQ(device::choose(2, 0, 4), 2);
+  EXPECT_THROW(device::choose(4, 0, 4), Error);
+  EXPECT_THROW(device::choose(0, 0, 0), Error);
+  EXPECT_EQ(device::kokkos_option(3), "--kokkos-device-id=3");
+}
+
+TEST(Device, LocalRankComesFromTheLauncher) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                        "SLURM_LOCALID", "PMI_LOCAL_RANK", "PMIX_LOCAL_RANK"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* v : vars)
+    if (const char* s = std::getenv(v)) saved.emplace_back(v, s);
+  for (const char* v : vars) unsetenv(v);
+  EXPECT_EQ(device::local_rank_from_environment(), -1);
+  setenv("SLURM_LOCALID", "3", 1);
+  EXPECT_EQ(device::local_rank_from_environment(), 3);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);  // Open MPI's comes first
+  EXPECT_EQ(device::local_rank_from_environment(), 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);  // not a number: the next one
+  EXPECT_EQ(device::local_rank_from_environment(), 3);
+  for (const char* v : vars) unsetenv(v);
+  for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
 }
 
 }  // namespace

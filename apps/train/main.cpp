@@ -13,6 +13,11 @@
 #include "data/loader.hpp"
 #include "backends/comm/hierarchical.hpp"
 #include "backends/comm/registry.hpp"
+#include "backends/device.hpp"
+#include "strata_config.hpp"
+#if STRATA_HAS_NCCL
+#include "backends/comm/nccl.hpp"
+#endif
 #include "backends/ranks.hpp"
 #include "layers/registry.hpp"
 #include "strategies/engine.hpp"
@@ -229,7 +234,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
 int train(const TrainConfig& c, comm::Communicator& world) {
   wait_policy_hint(c, world);
   // --comm: the name asked for must fit the ranks started (auto always does).
-  comm::resolve_communicator(c.comm, c.ranks, world.size());
+  const std::string chosen = comm::resolve_communicator(c.comm, c.ranks, world.size());
   const bool multi = c.ranks > 1 || world.size() > 1;
   STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
                  "--strategy local runs one rank, but ", c.ranks * world.size(),
@@ -279,7 +284,12 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   };
   if (c.ranks == 1) {
     Context ctx(gemm_backend(c));
-    body(ctx, world);
+    if (chosen == "nccl") {  // over the processes' world, on the kernels' stream
+      auto devices = comm::device_backend()->create(world, device::stream_of(ctx.exec));
+      body(ctx, *devices);
+    } else {
+      body(ctx, world);
+    }
     return finish();
   }
   run_ranks(c.ranks, std::max(1, ctx_threads_per_rank(c)), [&](Context& ctx, comm::Communicator& local) {
@@ -324,7 +334,10 @@ int main(int argc, char** argv) {
       args.kokkos.insert(args.kokkos.end() - 1, threads.data());
     }
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
-    runtime = std::make_unique<strata::Runtime>(kargc, args.kokkos.data());
+#if STRATA_HAS_NCCL
+    strata::comm::use_device_backend(strata::comm::nccl_backend());
+#endif
+    runtime = std::make_unique<strata::Runtime>(kargc, args.kokkos.data(), config->device);
     world = strata::world_communicator();
     const int rc = train(*config, *world);
     world.reset();

@@ -144,9 +144,14 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "than one rank, hybrid when --pp, --tp or --zero is given)")
       ->capture_default_str();
   app.add_option("--comm", c.comm,
-                 "communicator: auto | self | threads | mpi | hierarchical | nccl (auto: mpi "
-                 "between processes, threads inside one; --version lists this build's)")
+                 "communicator: auto | self | threads | mpi | hierarchical | nccl (auto: nccl "
+                 "between processes on GPUs, mpi between processes, threads inside one; "
+                 "--version lists this build's)")
       ->capture_default_str();
+  app.add_option("--device", c.device,
+                 "GPU builds: the device this process uses, of those it sees (default: the "
+                 "node-local rank modulo the devices)")
+      ->check(whole_number(0, 1023));
   app.add_option("--ranks", c.ranks,
                  "thread ranks per process (under mpirun/srun: per MPI process)")
       ->capture_default_str()

@@ -49,6 +49,7 @@ struct TrainConfig {
   std::string comm = "auto";      // auto | self | threads | mpi | hierarchical | nccl
   int ranks = 1;                  // thread ranks per process
   int threads = 0;                // Kokkos threads per rank (0: cores / ranks on this node)
+  int device = -1;                // GPU of this process (-1: node-local rank modulo devices)
   double bucket_mb = 25;          // gradient bucket size (0: one bucket)
   bool overlap = true;            // communicate buckets during backward
   std::size_t accumulate = 1;     // micro-batches per optimizer step

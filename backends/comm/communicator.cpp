@@ -262,6 +262,10 @@ void Communicator::recv(void* buf, std::size_t count, DataType type, int source,
   do_recv(buf, count, type, source, tag);
 }
 
+void Communicator::flush() {
+  ordered([&] { do_flush(); });
+}
+
 void Communicator::barrier() {
   ordered([&] { do_barrier(); });
 }

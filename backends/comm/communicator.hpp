@@ -13,7 +13,16 @@
 //                                      undefined afterwards)
 //   allgather(send, recv, count)       recv holds n blocks of `count`, block r from rank r
 //   broadcast(buf, count, root)        every rank gets root's buf
-//   send/recv(buf, count, peer, tag)   point to point, matched by (source, tag)
+//   send/recv(buf, count, peer, tag)   point to point, matched by (source, tag); send
+//                                      returns once buf may be reused
+//   flush()                            starts the sends a transport holds back (below)
+// NCCL holds sends back until this rank's next receive, collective or
+// flush() on the communicator, and then runs them together with it (a ring
+// of sends before receives, or a pipeline's exchange, then progresses). A
+// rank whose last operation in a phase is a send calls flush(); a send must
+// be received before the receiver's next collective on the communicator.
+// The other transports send eagerly (flush() does nothing).
+//
 // Collectives are matched in the order each rank issues them on a
 // communicator; every rank must issue the same sequence. Reductions run in a
 // fixed order, so results do not depend on timing and are bitwise identical
@@ -122,6 +131,7 @@ class Communicator {
   void broadcast(void* buf, std::size_t count, DataType type, int root);
   void send(const void* buf, std::size_t count, DataType type, int dest, int tag);
   void recv(void* buf, std::size_t count, DataType type, int source, int tag);
+  void flush();
   void barrier();
   // Ranks with the same color form a new communicator, ordered by (key, rank).
   // Every rank must call it. color < 0: the rank joins no group (nullptr).
@@ -207,6 +217,9 @@ class Communicator {
   virtual void do_recv(void* buf, std::size_t count, DataType type, int source, int tag) = 0;
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
+  // Starts held-back sends (see flush()); transports that send eagerly keep
+  // this default.
+  virtual void do_flush() {}
 
   // Stops the progress thread (after its pending work). Implementations call
   // it first thing in their destructor, before their state goes away.

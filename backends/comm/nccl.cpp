@@ -3,9 +3,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 namespace strata::comm {
 
@@ -27,28 +29,53 @@ int device_count() {
   return n;
 }
 
-int local_rank_from_environment() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
-                        "MV2_COMM_WORLD_LOCAL_RANK", "PMI_LOCAL_RANK"})
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  return -1;
-}
-
-int select_device(int local_rank) {
-  const int n = device_count();
-  const int device = local_rank < 0 ? 0 : local_rank % n;
-  check(cudaSetDevice(device), "cudaSetDevice");
-  return device;
-}
 }  // namespace cuda
 
 namespace detail {
+// A device buffer for a held-back send.
+struct SendBuffer {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+};
+struct PendingSend {
+  SendBuffer buffer;
+  std::size_t count;
+  DataType type;
+  int dest;
+};
+
 struct NcclState {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  bool own_stream = false;
+  bool own_stream = false;  // created here (and destroyed with the state)
+  bool foreign_stream = false;  // a stream of the caller's: kernels order on it
   int device = 0;
   int* scratch = nullptr;  // one int on the device, for barrier()
+  std::vector<PendingSend> pending;  // held-back sends, in issue order
+  std::vector<SendBuffer> in_flight;  // enqueued, not yet waited for
+  std::vector<SendBuffer> pool;       // free send buffers
+  // Splitting without ncclCommSplit (NCCL < 2.18): a new communicator
+  // bootstrapped over the split of the bootstrap communicator.
+  Communicator* bootstrap = nullptr;
+  std::unique_ptr<Communicator> owned_bootstrap;
+
+  SendBuffer acquire(std::size_t bytes) {
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      if (pool[i].bytes >= bytes) {
+        SendBuffer b = pool[i];
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+        return b;
+      }
+    SendBuffer b;
+    b.bytes = std::max<std::size_t>(bytes, 256);
+    cuda::check(cudaMalloc(&b.p, b.bytes), "cudaMalloc (send buffer)");
+    return b;
+  }
+  ~NcclState() {
+    for (auto& p : pending) cudaFree(p.buffer.p);
+    for (auto& b : in_flight) cudaFree(b.p);
+    for (auto& b : pool) cudaFree(b.p);
+  }
 };
 }  // namespace detail
 
@@ -80,7 +107,13 @@ ncclDataType_t nccl_type(DataType t) {
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
-    case ReduceOp::average: return ncclAvg;
+    case ReduceOp::average:
+#if NCCL_VERSION_CODE >= 21000
+      return ncclAvg;
+#else
+      STRATA_THROW(config, "nccl communicator: average needs NCCL 2.10 or newer (this is ",
+                   NCCL_MAJOR, ".", NCCL_MINOR, "); reduce with sum and scale");
+#endif
     case ReduceOp::max: return ncclMax;
     case ReduceOp::min: return ncclMin;
   }
@@ -98,13 +131,9 @@ std::unique_ptr<NcclComm> NcclComm::create(Communicator& bootstrap, int device, 
   int ok = 1, device_id = 0;
   std::string error;
   try {
-    if (device >= 0) {
-      cuda::device_count();
-      cuda::check(cudaSetDevice(device), "cudaSetDevice");
-      device_id = device;
-    } else {
-      device_id = cuda::select_device(cuda::local_rank_from_environment());
-    }
+    cuda::device_count();
+    if (device >= 0) cuda::check(cudaSetDevice(device), "cudaSetDevice");
+    cuda::check(cudaGetDevice(&device_id), "cudaGetDevice");
   } catch (const Error& e) {
     ok = 0;
     error = e.message();
@@ -119,8 +148,10 @@ std::unique_ptr<NcclComm> NcclComm::create(Communicator& bootstrap, int device, 
   bootstrap.broadcast(&id, sizeof(id) / 8, DataType::i64, 0);
   auto state = std::make_unique<detail::NcclState>();
   state->device = device_id;
+  state->bootstrap = &bootstrap;
   if (stream != nullptr) {
     state->stream = static_cast<cudaStream_t>(stream);
+    state->foreign_stream = true;
   } else {
     cuda::check(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     state->own_stream = true;
@@ -132,9 +163,21 @@ std::unique_ptr<NcclComm> NcclComm::create(Communicator& bootstrap, int device, 
       new NcclComm(std::move(state), bootstrap.rank(), bootstrap.size(), bootstrap.options()));
 }
 
+const DeviceBackend& nccl_backend() {
+  static const DeviceBackend backend{
+      "nccl",
+      [](Communicator& bootstrap, void* stream) -> std::unique_ptr<Communicator> {
+        return NcclComm::create(bootstrap, -1, stream);
+      },
+  };
+  return backend;
+}
+
 NcclComm::~NcclComm() {
   shutdown();
   if (!state_) return;
+  // Sends still held back are dropped (their receivers time out): a rank
+  // flushes before it ends, and an error on the way out must not wait.
   if (state_->comm) ncclCommDestroy(state_->comm);
   if (state_->scratch) cudaFree(state_->scratch);
   if (state_->own_stream) cudaStreamDestroy(state_->stream);
@@ -150,7 +193,11 @@ void NcclComm::wait(const char* what, std::uint64_t seq) {
                                     std::chrono::duration<double>(options_.timeout_s));
   for (;;) {
     const cudaError_t e = cudaStreamQuery(state_->stream);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) {
+      for (auto& b : state_->in_flight) state_->pool.push_back(b);
+      state_->in_flight.clear();
+      return;
+    }
     if (e != cudaErrorNotReady) cuda::check(e, what);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(state_->comm, &async);
@@ -174,6 +221,8 @@ void NcclComm::wait(const char* what, std::uint64_t seq) {
 
 void NcclComm::do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                             ReduceOp op) {
+  order_after_producers();
+  enqueue_sends();
   check_nccl(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm,
                            state_->stream),
              "ncclAllReduce");
@@ -182,6 +231,8 @@ void NcclComm::do_allreduce(const void* send, void* recv, std::size_t count, Dat
 
 void NcclComm::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
                                  ReduceOp op) {
+  order_after_producers();
+  enqueue_sends();
   check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm,
                                state_->stream),
              "ncclReduceScatter");
@@ -189,31 +240,83 @@ void NcclComm::do_reduce_scatter(const void* send, void* recv, std::size_t count
 }
 
 void NcclComm::do_allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  order_after_producers();
+  enqueue_sends();
   check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, state_->stream),
              "ncclAllGather");
   wait("allgather", seq_++);
 }
 
 void NcclComm::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
+  order_after_producers();
+  enqueue_sends();
   check_nccl(ncclBroadcast(buf, buf, count, nccl_type(type), root, state_->comm, state_->stream),
              "ncclBroadcast");
   wait("broadcast", seq_++);
 }
 
+void NcclComm::order_after_producers() {
+  // A stream of the caller's orders after its kernels by itself.
+  if (!state_->foreign_stream) cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+void NcclComm::enqueue_sends() {
+  for (auto& p : state_->pending) {
+    check_nccl(ncclSend(p.buffer.p, p.count, nccl_type(p.type), p.dest, state_->comm,
+                        state_->stream),
+               "ncclSend");
+    state_->in_flight.push_back(p.buffer);
+  }
+  state_->pending.clear();
+}
+
 void NcclComm::do_send(const void* buf, std::size_t count, DataType type, int dest, int) {
   // NCCL matches point-to-point operations by order per peer; tags are not
-  // part of its API.
-  check_nccl(ncclSend(buf, count, nccl_type(type), dest, state_->comm, state_->stream), "ncclSend");
-  wait("send", seq_++);
+  // part of its API. The copy makes buf reusable at once, as with the other
+  // transports; the send itself waits for the next receive, collective or
+  // flush (see the header).
+  order_after_producers();
+  const std::size_t bytes = count * size_of(type);
+  detail::PendingSend p{state_->acquire(bytes), count, type, dest};
+  if (bytes > 0)
+    cuda::check(cudaMemcpyAsync(p.buffer.p, buf, bytes, cudaMemcpyDeviceToDevice, state_->stream),
+                "cudaMemcpyAsync (send buffer)");
+  state_->pending.push_back(p);
+  if (!state_->foreign_stream) cuda::check(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize");
+  ++seq_;
 }
 
 void NcclComm::do_recv(void* buf, std::size_t count, DataType type, int source, int) {
-  check_nccl(ncclRecv(buf, count, nccl_type(type), source, state_->comm, state_->stream),
-             "ncclRecv");
+  order_after_producers();
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  try {
+    enqueue_sends();
+    check_nccl(ncclRecv(buf, count, nccl_type(type), source, state_->comm, state_->stream),
+               "ncclRecv");
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
   wait("recv", seq_++);
 }
 
+void NcclComm::do_flush() {
+  if (state_->pending.empty()) return;
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  try {
+    enqueue_sends();
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  wait("send", seq_++);
+}
+
 void NcclComm::do_barrier() {
+  order_after_producers();
+  enqueue_sends();
   check_nccl(ncclAllReduce(state_->scratch, state_->scratch, 1, ncclInt32, ncclSum, state_->comm,
                            state_->stream),
              "ncclAllReduce (barrier)");
@@ -221,6 +324,7 @@ void NcclComm::do_barrier() {
 }
 
 std::unique_ptr<Communicator> NcclComm::do_split(int color, int key) {
+  do_flush();
 #if NCCL_VERSION_CODE >= 21800
   ncclComm_t out = nullptr;
   check_nccl(ncclCommSplit(state_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &out, nullptr),
@@ -229,18 +333,25 @@ std::unique_ptr<Communicator> NcclComm::do_split(int color, int key) {
   auto state = std::make_unique<detail::NcclState>();
   state->comm = out;
   state->device = state_->device;
-  cuda::check(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  state->own_stream = true;
+  // The parent's stream: the data's producers order on it already.
+  state->stream = state_->stream;
+  state->foreign_stream = state_->foreign_stream;
+  if (!state->foreign_stream) {
+    cuda::check(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    state->own_stream = true;
+  }
   cuda::check(cudaMalloc(reinterpret_cast<void**>(&state->scratch), sizeof(int)), "cudaMalloc");
   int rank = 0, size = 0;
   ncclCommUserRank(out, &rank);
   ncclCommCount(out, &size);
   return std::unique_ptr<NcclComm>(new NcclComm(std::move(state), rank, size, options_));
 #else
-  (void)color;
-  (void)key;
-  STRATA_THROW(config, "nccl communicator: split needs NCCL 2.18 or newer (this is ",
-               NCCL_MAJOR, ".", NCCL_MINOR, ")");
+  // No ncclCommSplit: split the bootstrap communicator and bootstrap anew.
+  auto sub = state_->bootstrap->split(color, key);
+  if (!sub) return nullptr;
+  auto out = create(*sub, state_->device, state_->foreign_stream ? state_->stream : nullptr);
+  out->state_->owned_bootstrap = std::move(sub);
+  return out;
 #endif
 }
 

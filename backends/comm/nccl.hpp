@@ -7,6 +7,13 @@
 // (cudaStreamQuery polling); on timeout the NCCL communicator is aborted and an
 // error names the operation. Pointers must be device memory.
 //
+// Sends are copied into device buffers of the communicator and held until
+// the next receive, collective or flush(); they then run in one NCCL group
+// (ncclGroupStart/End) with that receive, so that a ring of sends before
+// receives and a pipeline's exchanges progress instead of waiting for each
+// other. Without a stream of the caller's, every operation first waits for
+// the device (the data's producer may be on any stream).
+//
 // This glue is plain C++ against the CUDA runtime and NCCL, so it compiles and
 // links in any build that has a CUDA toolkit with NCCL, even a host-only
 // Kokkos build; where there is no CUDA device, create() throws a clear
@@ -14,6 +21,7 @@
 #pragma once
 
 #include "backends/comm/communicator.hpp"
+#include "backends/comm/registry.hpp"
 
 #include <memory>
 
@@ -26,9 +34,11 @@ struct NcclState;
 class NcclComm final : public Communicator {
  public:
   // Collective over `bootstrap` (every rank calls it): rank 0 makes the NCCL
-  // unique id and broadcasts it. device < 0: the node-local rank modulo the
-  // number of devices. stream: the CUDA stream to order on (a cudaStream_t);
-  // null: a stream of its own.
+  // unique id and broadcasts it. device < 0: the calling thread's current
+  // device (the one Kokkos runs on in a CUDA build; Runtime chose it from
+  // --device or the node-local rank); device >= 0: that device (thread ranks
+  // of a test, one GPU each). stream: the CUDA stream to order on (a
+  // cudaStream_t); null: a stream of its own.
   static std::unique_ptr<NcclComm> create(Communicator& bootstrap, int device = -1,
                                           void* stream = nullptr);
   ~NcclComm() override;
@@ -46,25 +56,30 @@ class NcclComm final : public Communicator {
  private:
   NcclComm(std::unique_ptr<detail::NcclState> state, int rank, int size, const CommOptions& o);
   // Waits for the stream with the deadline; aborts the communicator and
-  // throws on timeout or on an asynchronous NCCL error.
+  // throws on timeout or on an asynchronous NCCL error. Returns the send
+  // buffers of finished groups to the pool.
   void wait(const char* what, std::uint64_t seq);
+  // Waits for the device when the stream is the communicator's own.
+  void order_after_producers();
+  // Enqueues the held-back sends (in the open group when there is one).
+  void enqueue_sends();
+  void do_flush() override;
 
   std::unique_ptr<detail::NcclState> state_;
   int rank_, size_;
   std::uint64_t seq_ = 0;
 };
 
+// The device backend a program hands to use_device_backend
+// (backends/comm/registry.hpp): "nccl", created over a bootstrap
+// communicator on the current device.
+const DeviceBackend& nccl_backend();
+
 // CUDA glue shared by Strata's GPU parts.
 namespace cuda {
 // Number of CUDA devices; throws "no CUDA device" (runtime) when there is none
 // or the driver cannot be used, with the CUDA runtime's own message.
 int device_count();
-// Node-local rank from the launcher's environment (Open MPI, MPICH, Slurm),
-// or -1 when unknown.
-int local_rank_from_environment();
-// Selects the device for this process or thread: local_rank modulo the
-// device count (device 0 when the local rank is unknown).
-int select_device(int local_rank);
 }  // namespace cuda
 
 }  // namespace strata::comm
