@@ -38,6 +38,18 @@ std::string describe(int device);
 // a host build.
 void* stream_of(const ExecSpace& exec);
 
+// Whether p points into device memory (memory host code must not touch):
+// the vendor runtime's pointer attributes on GPU builds (managed memory
+// counts as host memory); on host builds never, except under the
+// device-memory check (backends/device_check.hpp), where every Kokkos
+// allocation is device memory.
+bool is_device(const void* p);
+// Whether any pointer can be device memory here (a GPU build, or the check):
+// false lets callers skip is_device on host builds.
+bool has_device_memory();
+// Copies bytes between any two of host and device memory (synchronous).
+void copy(void* dst, const void* src, std::size_t bytes);
+
 // Node-local rank from the launcher's environment (Open MPI, MPICH, MVAPICH,
 // Slurm, PMI), or -1 when unknown.
 int local_rank_from_environment();

@@ -37,6 +37,25 @@ std::string describe(int device) {
   return buf;
 }
 
+bool is_device(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // older runtimes fail on plain host memory: not device memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
+bool has_device_memory() { return true; }
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  if (e != cudaSuccess)
+    STRATA_THROW(runtime, "CUDA: copy of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+}
+
 void* stream_of(const ExecSpace& exec) { return exec.cuda_stream(); }
 
 }  // namespace strata::device

@@ -37,6 +37,29 @@ std::string describe(int device) {
   return buf;
 }
 
+bool is_device(const void* p) {
+  if (p == nullptr) return false;
+  hipPointerAttribute_t a{};
+  if (hipPointerGetAttributes(&a, p) != hipSuccess) {
+    (void)hipGetLastError();  // plain host memory is an error to some runtimes: not device memory
+    return false;
+  }
+#if HIP_VERSION_MAJOR >= 6
+  return a.type == hipMemoryTypeDevice;
+#else
+  return a.memoryType == hipMemoryTypeDevice;  // ROCm 5 names the field memoryType
+#endif
+}
+
+bool has_device_memory() { return true; }
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  const hipError_t e = hipMemcpy(dst, src, bytes, hipMemcpyDefault);
+  if (e != hipSuccess)
+    STRATA_THROW(runtime, "HIP: copy of ", bytes, " bytes failed: ", hipGetErrorString(e));
+}
+
 void* stream_of(const ExecSpace& exec) { return exec.hip_stream(); }
 
 }  // namespace strata::device

@@ -4,6 +4,7 @@
 #include "backends/comm/registry.hpp"
 #include "backends/comm/self.hpp"
 #include "backends/device.hpp"
+#include "backends/device_check.hpp"
 #include "backends/kokkos.hpp"
 #include "strata_config.hpp"
 
@@ -36,6 +37,7 @@ Runtime::Runtime(int& argc, char** argv, int device) {
   if (mpi.launched()) mpi.initialize(argc, argv);
   if (!gpu || names_device(argc, argv)) {
     Kokkos::initialize(argc, argv);
+    if (device::check::requested()) device::check::start();
     return;
   }
   // argv plus the device option; Kokkos removes the options it reads.

@@ -1,18 +1,57 @@
 // Checks of every collective against a naive reference, written once and
 // run on any communicator (thread ranks, MPI ranks). Inputs are functions of
 // (rank, index) with values exact in every type, so the reference is exact
-// whatever the reduction order.
+// whatever the reduction order. Under the device-memory check
+// (STRATA_DEVICE_CHECK=1) the buffers are Kokkos allocations, which the
+// communicators then treat as device memory.
 #pragma once
 
 #include "backends/comm/communicator.hpp"
+#include "backends/device_check.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace strata::test {
+
+// A test buffer: a host vector, or under the device-memory check a Kokkos
+// allocation (device memory to the communicators). Host code (the test)
+// reads and writes it between operations, as a GPU test would its mirror.
+template <class T>
+class Buffer {
+ public:
+  explicit Buffer(std::size_t n = 0, T value = T()) {
+    if (device::check::enabled()) {
+      view_ = Kokkos::View<T*, Kokkos::HostSpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "test buffer"), n);
+      data_ = view_.data();
+    } else {
+      vector_.resize(n);
+      data_ = vector_.data();
+    }
+    size_ = n;
+    std::fill(begin(), end(), value);
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+
+ private:
+  std::vector<T> vector_;
+  Kokkos::View<T*, Kokkos::HostSpace> view_;
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 // Value of element i on rank r: small multiples of 1/8, exact in float.
 template <class T>
@@ -48,8 +87,8 @@ std::string check_collectives(comm::Communicator& c, std::size_t count) {
   const std::string where = std::string(comm::to_string(type)) + " count " +
                             std::to_string(count) + " rank " + std::to_string(me) + "/" +
                             std::to_string(n) + ": ";
-  std::vector<T> in(count), out(count);
-  auto fill = [&](std::vector<T>& v, int r, std::size_t offset) {
+  Buffer<T> in(count), out(count);
+  auto fill = [&](Buffer<T>& v, int r, std::size_t offset) {
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = comm_input<T>(r, offset + i);
   };
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::average, ReduceOp::max, ReduceOp::min}) {
@@ -65,7 +104,7 @@ std::string check_collectives(comm::Communicator& c, std::size_t count) {
     }
   }
   // reduce_scatter: block b of rank r's input holds comm_input(r, b*count + i).
-  std::vector<T> big(count * n), block(count);
+  Buffer<T> big(count * n), block(count);
   fill(big, me, 0);
   c.reduce_scatter(big.data(), block.data(), count, type, ReduceOp::sum);
   for (std::size_t i = 0; i < count; ++i)
@@ -84,7 +123,7 @@ std::string check_collectives(comm::Communicator& c, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i)
     if (in[i] != comm_input<T>(n - 1, i)) return where + "broadcast wrong at " + std::to_string(i);
   // asynchronous: two outstanding allreduces, then a blocking one.
-  std::vector<T> a(count), b(count), d(count);
+  Buffer<T> a(count), b(count), d(count);
   fill(a, me, 0);
   fill(b, me, 0);
   fill(d, me, 0);
@@ -144,7 +183,7 @@ std::string check_16bit(comm::Communicator& c) {
   };
   for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(1001), std::size_t(100003)}) {
     for (comm::ReduceOp op : {comm::ReduceOp::sum, comm::ReduceOp::average, comm::ReduceOp::max}) {
-      std::vector<L> v(count);
+      Buffer<L> v(count);
       for (std::size_t i = 0; i < count; ++i) v[i] = input(me, i);
       c.allreduce(v.data(), v.data(), count, comm::data_type_of<L>(), op);
       for (std::size_t i = 0; i < count; ++i) {
@@ -161,7 +200,7 @@ std::string check_16bit(comm::Communicator& c) {
       }
     }
     // reduce_scatter: rank me gets block me summed.
-    std::vector<L> blocks(count * n), mine(count);
+    Buffer<L> blocks(count * n), mine(count);
     for (std::size_t i = 0; i < count * n; ++i) blocks[i] = input(me, i);
     c.reduce_scatter(blocks.data(), mine.data(), count, comm::data_type_of<L>(), comm::ReduceOp::sum);
     for (std::size_t i = 0; i < count; ++i) {
@@ -170,8 +209,8 @@ std::string check_16bit(comm::Communicator& c) {
                                                : acc + static_cast<float>(input(r, me * count + i));
       if (mine[i].bits != L(acc).bits) return "16-bit reduce_scatter element " + std::to_string(i);
     }
-    std::vector<L> all(count * n);
-    std::vector<L> own(count);
+    Buffer<L> all(count * n);
+    Buffer<L> own(count);
     for (std::size_t i = 0; i < count; ++i) own[i] = input(me, i);
     c.allgather(own.data(), all.data(), count, comm::data_type_of<L>());
     for (int r = 0; r < n; ++r)
@@ -186,7 +225,7 @@ inline std::string check_ring(comm::Communicator& c) {
   const int n = c.size(), me = c.rank();
   if (n == 1) return "";
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  std::vector<double> out(1000, me), out2(3, me + 0.5), in(1000), in2(3);
+  Buffer<double> out(1000, me), out2(3, me + 0.5), in(1000), in2(3);
   c.send(out2.data(), 3, comm::DataType::f64, next, 8);
   c.send(out.data(), 1000, comm::DataType::f64, next, 7);
   c.recv(in.data(), 1000, comm::DataType::f64, prev, 7);

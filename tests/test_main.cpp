@@ -4,6 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "backends/device_check.hpp"
 #include "backends/ranks.hpp"
 
 #include <cstdlib>
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   setenv("OMP_PROC_BIND", "false", 0);  // silences Kokkos 3.x; libgomp has read it already
   Kokkos::initialize(kargc, args.data());
+  // STRATA_DEVICE_CHECK=1: Kokkos memory counts as device memory (backends/device_check.hpp).
+  if (strata::device::check::requested()) strata::device::check::start();
   int result = RUN_ALL_TESTS();
   Kokkos::finalize();
   return result;

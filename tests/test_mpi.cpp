@@ -5,6 +5,7 @@
 // process), and data parallelism against single-rank training.
 #include "backends/comm/hierarchical.hpp"
 #include "backends/comm/mpi.hpp"
+#include "backends/device_check.hpp"
 #include "backends/ranks.hpp"
 #include "comm_checks.hpp"
 #include "dp_harness.hpp"
@@ -215,6 +216,8 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::initialize(kargc, args.data());
+  // STRATA_DEVICE_CHECK=1: Kokkos memory counts as device memory (backends/device_check.hpp).
+  if (strata::device::check::requested()) strata::device::check::start();
   int failed = RUN_ALL_TESTS();
   Kokkos::finalize();
   int any = 0;

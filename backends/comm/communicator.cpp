@@ -1,5 +1,7 @@
 #include "backends/comm/communicator.hpp"
 
+#include "backends/device.hpp"
+#include "backends/device_check.hpp"
 #include "backends/trace.hpp"
 
 #include <cstdio>
@@ -223,27 +225,114 @@ void Communicator::check_peer(int peer, const char* what) const {
                  peer, " out of range [0, ", size(), ")");
 }
 
+void Communicator::on_memory(const char* what, Op op, DataType type, ReduceOp reduce, Buffer a,
+                             Buffer b, const std::function<void(void*, void*)>& transport) {
+  auto* ap = const_cast<void*>(a.p);
+  auto* bp = const_cast<void*>(b.p);
+  if (!device::has_device_memory()) {  // host builds: every buffer is where it must be
+    transport(ap, bp);
+    return;
+  }
+  // One buffer inside the other (in-place operations): stage the outer one.
+  auto inside = [](const Buffer& x, const Buffer& y) {
+    const auto* xp = static_cast<const char*>(x.p);
+    const auto* yp = static_cast<const char*>(y.p);
+    return x.bytes > 0 && y.bytes > 0 && xp >= yp && xp + x.bytes <= yp + y.bytes;
+  };
+  std::ptrdiff_t b_offset = -1;  // b's offset in a, when b lies in a
+  std::ptrdiff_t a_offset = -1;
+  if (inside(b, a)) b_offset = static_cast<const char*>(b.p) - static_cast<const char*>(a.p);
+  else if (inside(a, b)) a_offset = static_cast<const char*>(a.p) - static_cast<const char*>(b.p);
+  if (b_offset >= 0) a.in |= b.in, a.out |= b.out, b.bytes = 0;
+  if (a_offset >= 0) b.in |= a.in, b.out |= a.out, a.bytes = 0;
+
+  const Memory where = memory(op, type, reduce);
+  Buffer* bufs[2] = {&a, &b};
+  void* given[2] = {ap, bp};
+  bool staged[2] = {false, false};
+  for (int i = 0; i < 2; ++i) {
+    Buffer& x = *bufs[i];
+    if (x.p == nullptr || x.bytes == 0) continue;
+    const bool dev = device::is_device(x.p);
+    if (where == Memory::host && dev) {
+      host_stage_[i].resize(x.bytes);
+      given[i] = host_stage_[i].data();
+    } else if (where == Memory::device && !dev) {
+      if (device_stage_[i].extent(0) < x.bytes)
+        device_stage_[i] = Kokkos::View<unsigned char*, MemSpace>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, "strata::comm::stage"), x.bytes);
+      given[i] = device_stage_[i].data();
+    } else {
+      continue;
+    }
+    staged[i] = true;
+    if (x.in) device::copy(given[i], x.p, x.bytes);
+  }
+  if (b_offset >= 0) given[1] = static_cast<char*>(given[0]) + b_offset;
+  if (a_offset >= 0) given[0] = static_cast<char*>(given[1]) + a_offset;
+  {
+    // Device buffers the transport gets as they are: host code in it must
+    // not touch them (the check makes their pages inaccessible).
+    const bool check = device::check::enabled();
+    device::check::Protect guard(
+        {{staged[0] || !check ? nullptr : a.p, a.bytes}, {staged[1] || !check ? nullptr : b.p, b.bytes}},
+        check ? std::string(what) + " of the " + name() + " communicator (rank " +
+                    std::to_string(rank()) + ")"
+              : std::string());
+    transport(given[0], given[1]);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (staged[i] && bufs[i]->out) device::copy(const_cast<void*>(bufs[i]->p), given[i], bufs[i]->bytes);
+}
+
+void Communicator::staged_allreduce(const void* send, void* recv, std::size_t count,
+                                    DataType type, ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  on_memory("allreduce", Op::allreduce, type, op, {send, bytes, true, false}, {recv, bytes, false, true},
+            [&](void* s, void* r) { do_allreduce(s, r, count, type, op); });
+}
+
+void Communicator::staged_reduce_scatter(const void* send, void* recv, std::size_t count,
+                                         DataType type, ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  on_memory("reduce_scatter", Op::reduce_scatter, type, op,
+            {send, bytes * static_cast<std::size_t>(size()), true, false}, {recv, bytes, false, true},
+            [&](void* s, void* r) { do_reduce_scatter(s, r, count, type, op); });
+}
+
+void Communicator::staged_allgather(const void* send, void* recv, std::size_t count,
+                                    DataType type) {
+  const std::size_t bytes = count * size_of(type);
+  on_memory("allgather", Op::allgather, type, ReduceOp::sum, {send, bytes, true, false},
+            {recv, bytes * static_cast<std::size_t>(size()), false, true},
+            [&](void* s, void* r) { do_allgather(s, r, count, type); });
+}
+
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                              ReduceOp op) {
   STRATA_SPAN("comm", span_name("allreduce", count, type));
-  ordered([&] { do_allreduce(send, recv, count, type, op); });
+  ordered([&] { staged_allreduce(send, recv, count, type, op); });
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count,
                                   DataType type, ReduceOp op) {
   STRATA_SPAN("comm", span_name("reduce_scatter", count, type));
-  ordered([&] { do_reduce_scatter(send, recv, count, type, op); });
+  ordered([&] { staged_reduce_scatter(send, recv, count, type, op); });
 }
 
 void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
   STRATA_SPAN("comm", span_name("allgather", count, type));
-  ordered([&] { do_allgather(send, recv, count, type); });
+  ordered([&] { staged_allgather(send, recv, count, type); });
 }
 
 void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {
   check_peer(root, "broadcast root");
   STRATA_SPAN("comm", span_name("broadcast", count, type));
-  ordered([&] { do_broadcast(buf, count, type, root); });
+  ordered([&] {
+    on_memory("broadcast", Op::broadcast, type, ReduceOp::sum,
+              {buf, count * size_of(type), true, true}, {nullptr, 0, false, false},
+              [&](void* b, void*) { do_broadcast(b, count, type, root); });
+  });
 }
 
 void Communicator::send(const void* buf, std::size_t count, DataType type, int dest, int tag) {
@@ -251,7 +340,8 @@ void Communicator::send(const void* buf, std::size_t count, DataType type, int d
   check_peer(dest, "send to");
   STRATA_REQUIRE(dest != rank(), config, name(), " communicator: rank ", rank(),
                  " sends to itself");
-  do_send(buf, count, type, dest, tag);
+  on_memory("send", Op::send, type, ReduceOp::sum, {buf, count * size_of(type), true, false},
+            {nullptr, 0, false, false}, [&](void* b, void*) { do_send(b, count, type, dest, tag); });
 }
 
 void Communicator::recv(void* buf, std::size_t count, DataType type, int source, int tag) {
@@ -259,7 +349,8 @@ void Communicator::recv(void* buf, std::size_t count, DataType type, int source,
   check_peer(source, "receive from");
   STRATA_REQUIRE(source != rank(), config, name(), " communicator: rank ", rank(),
                  " receives from itself");
-  do_recv(buf, count, type, source, tag);
+  on_memory("recv", Op::recv, type, ReduceOp::sum, {buf, count * size_of(type), false, true},
+            {nullptr, 0, false, false}, [&](void* b, void*) { do_recv(b, count, type, source, tag); });
 }
 
 void Communicator::flush() {
@@ -282,7 +373,7 @@ Handle Communicator::iallreduce(const void* send, void* recv, std::size_t count,
   return submit([=] {
     trace::set_lane(lane | 1);  // the rank's communication lane
     STRATA_SPAN("comm", span_name("allreduce", count, type));
-    do_allreduce(send, recv, count, type, op);
+    staged_allreduce(send, recv, count, type, op);
   });
 }
 
@@ -292,7 +383,7 @@ Handle Communicator::ireduce_scatter(const void* send, void* recv, std::size_t c
   return submit([=] {
     trace::set_lane(lane | 1);
     STRATA_SPAN("comm", span_name("reduce_scatter", count, type));
-    do_reduce_scatter(send, recv, count, type, op);
+    staged_reduce_scatter(send, recv, count, type, op);
   });
 }
 
@@ -301,7 +392,7 @@ Handle Communicator::iallgather(const void* send, void* recv, std::size_t count,
   return submit([=] {
     trace::set_lane(lane | 1);
     STRATA_SPAN("comm", span_name("allgather", count, type));
-    do_allgather(send, recv, count, type);
+    staged_allgather(send, recv, count, type);
   });
 }
 

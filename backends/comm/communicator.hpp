@@ -2,8 +2,9 @@
 //
 // Implementations: Self (one rank), Threads (ranks as threads of one process),
 // MPI (processes and nodes), NCCL (GPUs). The primitives take raw pointers,
-// an element count and a data type; the View wrappers below check sizes and
-// stage device memory through the host where a transport needs host memory.
+// an element count and a data type, in host or device memory: they stage
+// buffers through copies where the transport works on the other memory
+// (Communicator::memory). The View wrappers below check sizes.
 //
 // Semantics (n = size()):
 //   allreduce(send, recv, count)       recv = op over ranks of send (send == recv: in place);
@@ -43,6 +44,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace strata::comm {
 
@@ -70,6 +72,13 @@ constexpr DataType data_type_of() {
     return DataType::i64;
   }
 }
+
+// Where a transport's do_* functions may be given buffers. The front doors
+// move buffers that are elsewhere through copies (device::copy): device
+// memory through host memory for a host transport, host memory through
+// device memory for a device-only one (NCCL). device::is_device decides.
+enum class Memory { host, device, any };
+enum class Op { allreduce, reduce_scatter, allgather, broadcast, send, recv };
 
 // Process-wide settings of every communicator, read from the environment
 // once: STRATA_COMM_TIMEOUT (seconds, default 300) and STRATA_COMM_CHECK=1
@@ -109,9 +118,16 @@ class Communicator {
   virtual int size() const = 0;
   // "threads", "mpi", "nccl", "self"
   virtual std::string name() const = 0;
-  // Whether the primitives accept pointers to MemSpace (device) memory. When
-  // false, the View wrappers stage non-host memory through host buffers.
-  virtual bool accepts_device_memory() const { return false; }
+  // The memory the transport works on for an operation (default: host).
+  // The primitives take buffers anywhere; this says which ones are staged.
+  virtual Memory memory(Op /*op*/, DataType /*type*/, ReduceOp /*reduce*/) const {
+    return Memory::host;
+  }
+  // Whether a float sum goes to the transport in device memory unstaged
+  // (gradient buckets are staged by their owner otherwise, with overlap).
+  bool accepts_device_memory() const {
+    return memory(Op::allreduce, DataType::f32, ReduceOp::sum) != Memory::host;
+  }
   // Host memory for a buffer this communicator reduces often (gradients),
   // where the transport can do better than with private memory: MPI ranks
   // on one node get a slice of a shared-memory window, and allreduce of a
@@ -149,23 +165,24 @@ class Communicator {
   void wait_all();
 
   // ------------------------------------------------------ View wrappers
+  // Contiguous Views in any memory space (the primitives stage as needed).
   template <class View>
   void allreduce(const View& v, ReduceOp op = ReduceOp::sum) {
     if (size() == 1) return;  // in place on one rank: nothing to move
-    staged(v, true, [&](auto* p) { allreduce(p, p, v.size(), type_of(v), op); });
+    allreduce(v.data(), v.data(), v.size(), type_of(v), op);
   }
   template <class View>
   void broadcast(const View& v, int root) {
     if (size() == 1) return;
-    staged(v, true, [&](auto* p) { broadcast(p, v.size(), type_of(v), root); });
+    broadcast(v.data(), v.size(), type_of(v), root);
   }
   template <class View>
   void send(const View& v, int dest, int tag) {
-    staged(v, true, [&](auto* p) { send(p, v.size(), type_of(v), dest, tag); }, false);
+    send(v.data(), v.size(), type_of(v), dest, tag);
   }
   template <class View>
   void recv(const View& v, int source, int tag) {
-    staged(v, false, [&](auto* p) { recv(p, v.size(), type_of(v), source, tag); });
+    recv(v.data(), v.size(), type_of(v), source, tag);
   }
   // send: (n * count); recv: (count)
   template <class ViewS, class ViewR>
@@ -173,9 +190,7 @@ class Communicator {
     STRATA_REQUIRE(send.size() == recv.size() * static_cast<std::size_t>(size()), config,
                    "reduce_scatter: send buffer of ", send.size(), " elements for ", size(),
                    " ranks x ", recv.size());
-    two_buffers(send, recv, [&](auto* s, auto* r) {
-      reduce_scatter(s, r, recv.size(), type_of(recv), op);
-    });
+    reduce_scatter(send.data(), recv.data(), recv.size(), type_of(recv), op);
   }
   // send: (count); recv: (n * count)
   template <class ViewS, class ViewR>
@@ -183,20 +198,13 @@ class Communicator {
     STRATA_REQUIRE(recv.size() == send.size() * static_cast<std::size_t>(size()), config,
                    "allgather: receive buffer of ", recv.size(), " elements for ", size(),
                    " ranks x ", send.size());
-    two_buffers(send, recv, [&](auto* s, auto* r) { allgather(s, r, send.size(), type_of(send)); });
+    allgather(send.data(), recv.data(), send.size(), type_of(send));
   }
 
   // Reduces one value over ranks (host value in, host value out).
   template <class T>
   T allreduce_value(T value, ReduceOp op = ReduceOp::sum) {
-    if (!accepts_device_memory()) {
-      allreduce(&value, &value, 1, data_type_of<T>(), op);
-      return value;
-    }
-    Kokkos::View<T, MemSpace> d("strata::comm::value");
-    Kokkos::deep_copy(d, value);
-    allreduce(d.data(), d.data(), 1, data_type_of<T>(), op);
-    Kokkos::deep_copy(value, d);
+    allreduce(&value, &value, 1, data_type_of<T>(), op);
     return value;
   }
 
@@ -240,27 +248,27 @@ class Communicator {
   static constexpr DataType type_of(const View&) {
     return data_type_of<typename View::value_type>();
   }
-  template <class View>
-  static constexpr bool host_accessible() {
-    return Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename View::memory_space>::accessible;
-  }
-  // Calls f(pointer) with v's data, or with a host copy that is copied back
-  // when copy_back (and copied in when copy_in).
-  template <class View, class F>
-  void staged(const View& v, bool copy_in, F&& f, bool copy_back = true) {
-    if (host_accessible<View>() || accepts_device_memory()) {
-      f(v.data());
-      return;
-    }
-    auto h = Kokkos::create_mirror_view(Kokkos::HostSpace(), v);
-    if (copy_in) Kokkos::deep_copy(h, v);
-    f(h.data());
-    if (copy_back) Kokkos::deep_copy(v, h);
-  }
-  template <class ViewS, class ViewR, class F>
-  void two_buffers(const ViewS& s, const ViewR& r, F&& f) {
-    staged(s, true, [&](auto* sp) { staged(r, false, [&](auto* rp) { f(sp, rp); }); }, false);
-  }
+
+  // One buffer of an operation: read (in) and/or written (out).
+  struct Buffer {
+    const void* p;
+    std::size_t bytes;
+    bool in, out;
+  };
+  // Calls the transport with a and b where memory() says it works (staging
+  // copies where they are elsewhere), under the device-memory check's
+  // protection for device buffers it gets (backends/device_check.hpp).
+  // One buffer may lie inside the other (in-place operations).
+  void on_memory(const char* what, Op op, DataType type, ReduceOp reduce, Buffer a, Buffer b,
+                 const std::function<void(void*, void*)>& transport);
+  // The collectives through on_memory (blocking and asynchronous ones).
+  void staged_allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void staged_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                             ReduceOp op);
+  void staged_allgather(const void* send, void* recv, std::size_t count, DataType type);
+  // Staging buffers, reused (operations on a communicator never overlap).
+  std::vector<unsigned char> host_stage_[2];
+  Kokkos::View<unsigned char*, MemSpace> device_stage_[2];
 };
 
 }  // namespace strata::comm

@@ -1,4 +1,7 @@
 #include "backends/comm/mpi.hpp"
+
+#include "backends/device.hpp"
+#include "backends/device_check.hpp"
 #include "backends/comm/registry.hpp"
 
 #include "backends/comm/reduce.hpp"
@@ -205,10 +208,9 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned, const CommOptions& options)
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  // Device memory goes to MPI directly only when the kernels' memory is not
-  // host memory and the library can take it.
-  cuda_aware_ = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible &&
-                mpi::cuda_aware();
+  // Device memory goes to MPI directly only when there is device memory (a
+  // GPU build, or the device-memory check) and the library can take it.
+  cuda_aware_ = device::has_device_memory() && mpi::cuda_aware();
   if (options_.check) STRATA_CHECK_MPI(MPI_Comm_dup(comm_, &check_comm_), "MPI_Comm_dup");
 }
 
@@ -437,6 +439,13 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
 
 static bool is_16bit(DataType t) { return t == DataType::bf16 || t == DataType::f16; }
 
+Memory MpiComm::memory(Op op, DataType type, ReduceOp reduce) const {
+  if (!cuda_aware_ || is_16bit(type) || reduce == ReduceOp::average || op == Op::reduce_scatter ||
+      op == Op::send)
+    return Memory::host;
+  return Memory::any;
+}
+
 void MpiComm::reduce_16bit(const void* blocks, void* mine, std::size_t block, DataType type,
                            ReduceOp op, std::uint64_t seq) {
   work16_.resize(block * size_);
@@ -478,6 +487,8 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
   }
   {
     Watched watch("allreduce", seq, rank_, size_, options_.timeout_s);
+    // The library reads and writes the buffers (device memory when CUDA-aware).
+    device::check::Access access({{send, count * size_of(type)}, {recv, count * size_of(type)}});
     STRATA_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
                             mpi_count(count, "allreduce"), mpi_type(type), mpi_op(op), comm_),
               "MPI_Allreduce");
@@ -516,6 +527,7 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
       static_cast<char*>(recv) + rank_ * count * size_of(type) == static_cast<const char*>(send);
   const int n = mpi_count(count, "allgather");
   Watched watch("allgather", seq, rank_, size_, options_.timeout_s);
+  device::check::Access access({{send, count * size_of(type)}, {recv, count * size_of(type) * size_}});
   STRATA_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
                           mpi_type(type), comm_),
             "MPI_Allgather");
@@ -525,6 +537,7 @@ void MpiComm::do_broadcast(void* buf, std::size_t count, DataType type, int root
   const std::uint64_t seq = seq_++;
   check("broadcast", seq, count, type, 0, root);
   Watched watch("broadcast", seq, rank_, size_, options_.timeout_s);
+  device::check::Access access({{buf, count * size_of(type)}});
   STRATA_CHECK_MPI(MPI_Bcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_),
             "MPI_Bcast");
 }
@@ -557,6 +570,7 @@ void MpiComm::do_recv(void* buf, std::size_t count, DataType type, int source, i
   reap_sends(false);
   MPI_Request req;
   MPI_Status status;
+  device::check::Access access({{buf, count * size_of(type)}});  // MPI writes it while we wait
   STRATA_CHECK_MPI(MPI_Irecv(buf, mpi_count(count, "recv"), mpi_type(type), source, tag, comm_, &req),
             "MPI_Irecv");
   // Wait with the deadline, then check the size of what arrived.

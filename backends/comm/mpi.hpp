@@ -1,8 +1,12 @@
 // MPI communicator (processes and nodes; ranks from mpirun or srun).
 //
 // Host buffers go to MPI directly; device buffers are staged through the host
-// by the View wrappers unless the MPI library is CUDA-aware (detected through
-// Open MPI's MPIX_Query_cuda_support, or forced with STRATA_MPI_CUDA_AWARE=1).
+// by the front doors (Communicator::memory) unless the MPI library is
+// CUDA-aware (detected through Open MPI's MPIX_Query_cuda_support, or forced
+// with STRATA_MPI_CUDA_AWARE=1) and the operation never touches its buffers
+// on the host: 16-bit sums, averages (divided on the host), reduce_scatter
+// (moved in place on the host) and sends (copied to a buffer) are staged
+// even then.
 // Collectives are MPI's blocking calls (its fastest path) watched by a
 // watchdog thread: one that exceeds the timeout is reported (operation,
 // sequence number, rank) and the job is aborted, instead of hanging. recv
@@ -30,7 +34,7 @@ class MpiComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
-  bool accepts_device_memory() const override { return cuda_aware_; }
+  Memory memory(Op op, DataType type, ReduceOp reduce) const override;
   void* allocate_shared(std::size_t bytes) override;
   MPI_Comm native() const { return comm_; }
 

@@ -46,7 +46,7 @@ class NcclComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
-  bool accepts_device_memory() const override { return true; }
+  Memory memory(Op, DataType, ReduceOp) const override { return Memory::device; }
   int device() const;
   void* stream() const;  // cudaStream_t
 

@@ -1,11 +1,12 @@
 #include "backends/comm/self.hpp"
 
-#include <cstring>
+#include "backends/device.hpp"
 
 namespace strata::comm {
 namespace {
+// Host or device memory alike.
 void copy(const void* send, void* recv, std::size_t count, DataType type) {
-  if (send != recv && count > 0) std::memcpy(recv, send, count * size_of(type));
+  if (send != recv && count > 0) device::copy(recv, send, count * size_of(type));
 }
 }  // namespace
 

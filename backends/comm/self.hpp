@@ -1,6 +1,5 @@
-// The one-rank communicator: in-place collectives do nothing (the View
-// wrappers return before touching memory), out-of-place ones are host copies,
-// and send/recv have no peer.
+// The one-rank communicator: in-place collectives do nothing, out-of-place
+// ones are copies in any memory (device::copy), and send/recv have no peer.
 #pragma once
 
 #include "backends/comm/communicator.hpp"
@@ -15,6 +14,7 @@ class SelfComm final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return "self"; }
+  Memory memory(Op, DataType, ReduceOp) const override { return Memory::any; }
 
  protected:
   void do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
