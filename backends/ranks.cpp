@@ -2,7 +2,9 @@
 
 #include "backends/error.hpp"
 
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #ifdef KOKKOS_ENABLE_OPENMP
@@ -86,9 +88,20 @@ void run_ranks(int ranks, int threads_per_rank,
 #else
   (void)with_context;
   (void)pool;
-  STRATA_THROW(config, "thread ranks need Kokkos with OpenMP (3.x) or Kokkos 4 and newer; this "
-                       "build's default execution space is ", ExecSpace::name(),
-               " (use MPI ranks instead)");
+  STRATA_THROW(config, thread_ranks_unavailable());
+#endif
+}
+
+std::string thread_ranks_unavailable() {
+#if KOKKOS_VERSION >= 40000
+  return "";
+#else
+#if defined(KOKKOS_ENABLE_OPENMP)
+  if (std::is_same<ExecSpace, Kokkos::OpenMP>::value) return "";
+#endif
+  return std::string("thread ranks need Kokkos with OpenMP (3.x) or Kokkos 4 and newer; this "
+                     "build's default execution space is ") + ExecSpace::name() +
+         " with Kokkos " + std::to_string(KOKKOS_VERSION) + " (use MPI ranks instead)";
 #endif
 }
 

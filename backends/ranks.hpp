@@ -25,6 +25,11 @@ void run_ranks(int ranks, int threads_per_rank,
                const std::function<void(Context&, comm::Communicator&)>& body,
                const comm::CommOptions& options = comm::CommOptions::from_environment());
 
+// Why run_ranks cannot run several ranks with this Kokkos ("" when it can):
+// Kokkos 3.x launches kernels from one host thread only, except OpenMP's
+// partitions.
+std::string thread_ranks_unavailable();
+
 // Number of host threads Kokkos runs with (the OpenMP pool size).
 int kokkos_host_threads();
 

@@ -66,6 +66,7 @@ TEST_P(ThreadRanks, AllreduceIsBitwiseIdenticalOnEveryRankAndInRankOrder) {
 }
 
 TEST_P(ThreadRanks, ViewWrappersWithKokkosInEveryRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   const int n = GetParam();
   run_ranks(n, 1, [&](Context&, Communicator& c) {
     VectorBuffer<double> v("v", 5);

@@ -32,12 +32,14 @@ test::RunResult dp_on_threads(int ranks, const test::DpConfig& c, DataParallelOp
 class DataParallelThreads : public ::testing::TestWithParam<int> {};
 
 TEST_P(DataParallelThreads, MatchesSingleRankTraining) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   const auto single = test::train_single(c);
   EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), single, 1e-5), "");
 }
 
 TEST_P(DataParallelThreads, UnevenShardsMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.batch = 11;  // 60 samples: shards differ in size, the last batch has 5 samples
   c.optimizer = {OptimizerKind::sgd, 0.05, 0.9};
@@ -45,6 +47,7 @@ TEST_P(DataParallelThreads, UnevenShardsMatchSingleRank) {
 }
 
 TEST_P(DataParallelThreads, AccumulationEqualsOneLargerBatch) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.micro = 3;
   c.batch = 10;  // three micro-batches of 10 = one step on 30
@@ -52,6 +55,7 @@ TEST_P(DataParallelThreads, AccumulationEqualsOneLargerBatch) {
 }
 
 TEST_P(DataParallelThreads, DropoutMasksMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   // Masks are indexed by the row's place in the global batch, so shards drop
   // exactly what single-rank training drops.
   test::DpConfig c;
@@ -60,6 +64,7 @@ TEST_P(DataParallelThreads, DropoutMasksMatchSingleRank) {
 }
 
 TEST_P(DataParallelThreads, ResidualModelFileMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.model = test::residual_model();
   EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
@@ -72,6 +77,7 @@ TEST_P(DataParallelThreads, ResidualModelFileMatchesSingleRank) {
 // Per-position labels (one per token): the loss and its gradient per
 // position, shards of whole samples.
 TEST_P(DataParallelThreads, PerPositionLabelsMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.model = test::per_position_model();
   c.classes = 5;
@@ -83,6 +89,7 @@ TEST_P(DataParallelThreads, PerPositionLabelsMatchSingleRank) {
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelThreads, ::testing::Values(1, 2, 3, 4));
 
 TEST(DataParallelThreads3, RunsAreBitwiseIdentical) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   const auto a = dp_on_threads(3, c), b = dp_on_threads(3, c);
   EXPECT_EQ(a.params, b.params);
@@ -90,6 +97,7 @@ TEST(DataParallelThreads3, RunsAreBitwiseIdentical) {
 }
 
 TEST(DataParallelThreads3, BucketSizesDoNotChangeResults) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.widths = {12, 64, 64, 3};  // 5,187 parameters: 1 KiB buckets make 21 of them
   DataParallelOptions tiny, big, one, late;
@@ -104,6 +112,7 @@ TEST(DataParallelThreads3, BucketSizesDoNotChangeResults) {
 }
 
 TEST(DataParallelThreads4, LastBatchSmallerThanTheRankCount) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.samples = 23;
   c.batch = 10;  // batches of 10, 10, 3: with 4 ranks one shard is empty
@@ -119,6 +128,7 @@ TEST(DataParallelThreads4, LastBatchSmallerThanTheRankCount) {
 // (measured on 2-4 ranks: bf16 at most 2.5e-4 and 6.7e-4, fp16 2.2e-5 and
 // 4.8e-5; printed); the allreduce payload is half.
 TEST_P(DataParallelThreads, CompressedGradientsStayCloseToUncompressed) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   const auto single = test::train_single(c);
   DataParallelOptions plain;
@@ -150,6 +160,7 @@ TEST_P(DataParallelThreads, CompressedGradientsStayCloseToUncompressed) {
 // BLAS kernels and summation orders round differently, but not by more than
 // the 16-bit rounding itself. Clipping by a large norm changes nothing.
 TEST_P(DataParallelThreads, MixedPrecisionTrainingStaysCloseToFp32) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   const auto single = test::train_single(c);
   for (Precision p : {Precision::bf16, Precision::fp16}) {
@@ -174,6 +185,7 @@ TEST_P(DataParallelThreads, MixedPrecisionTrainingStaysCloseToFp32) {
 // micro-batches of gradient accumulation: bitwise the same losses and
 // parameters on every rank count.
 TEST_P(DataParallelThreads, Storage16IsBitwiseTheSameAsEmulatedStorage) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig c;
   c.dropout = 0.2;
   c.micro = 2;

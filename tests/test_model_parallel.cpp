@@ -52,6 +52,7 @@ using PipelineCase = std::tuple<int, std::size_t, Schedule>;
 class Pipeline : public ::testing::TestWithParam<PipelineCase> {};
 
 TEST_P(Pipeline, MatchesSingleRankTraining) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   const auto [stages, micro, schedule] = GetParam();
   DpConfig c;
   auto o = mesh(1, stages, 1);
@@ -91,6 +92,7 @@ INSTANTIATE_TEST_SUITE_P(StagesMicroBatchesSchedules, Pipeline,
 // stage) through pipelines, ZeRO-1, a dp x pp mesh and tensor parallelism
 // (its Linear layers are not in pairs: everything is replicated).
 TEST(ResidualModel, PipelinesAndMeshesMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.model = test::residual_model(true);
   const auto single = test::train_single(c);
@@ -116,6 +118,7 @@ TEST(ResidualModel, PipelinesAndMeshesMatchSingleRank) {
 // parallel thread ranks and on pipelines (micro-batches in flight share the
 // arena; Dropout inside the blocks draws the same masks), with less memory.
 TEST(ResidualModel, RecomputationIsBitwiseTheSameWithLessActivationMemory) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.model = test::residual_model(true);
   const auto plain = test::train_single(c);
@@ -160,6 +163,7 @@ TEST(ResidualModel, RecomputationIsBitwiseTheSameWithLessActivationMemory) {
 
 // Per-position labels cut into micro-batches with their samples.
 TEST(PerPositionLabels, PipelineMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.model = test::per_position_model();
   c.classes = 5;
@@ -170,6 +174,7 @@ TEST(PerPositionLabels, PipelineMatchesSingleRank) {
 }
 
 TEST(PipelineSchedules, GPipeAnd1F1BAreBitwiseIdenticalAndDeterministic) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.steps = 8;
   auto o = mesh(1, 3, 1);
@@ -184,6 +189,7 @@ TEST(PipelineSchedules, GPipeAnd1F1BAreBitwiseIdenticalAndDeterministic) {
 }
 
 TEST(PipelineDropout, MasksMatchSingleRankTraining) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.dropout = 0.3;
   auto o = mesh(1, 2, 1);
@@ -192,6 +198,7 @@ TEST(PipelineDropout, MasksMatchSingleRankTraining) {
 }
 
 TEST(PipelineCuts, GivenCutPointsAndFlopBalanceMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   auto o = mesh(1, 2, 1);
   o.micro_batches = 3;
@@ -217,6 +224,7 @@ TEST(PipelinePlan, BalancesByCostAndRespectsTensorParallelPairs) {
 class TensorParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(TensorParallel, MatchesSingleRankTraining) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   EXPECT_EQ(test::compare(on_threads(GetParam(), c, mesh(1, 1, GetParam())),
                           test::train_single(c), 1e-5),
@@ -224,6 +232,7 @@ TEST_P(TensorParallel, MatchesSingleRankTraining) {
 }
 
 TEST_P(TensorParallel, ShardedDropoutMatchesSingleRankTraining) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.dropout = 0.25;
   EXPECT_EQ(test::compare(on_threads(GetParam(), c, mesh(1, 1, GetParam())),
@@ -237,6 +246,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallel, ::testing::Values(2, 4));
 class Zero1 : public ::testing::TestWithParam<int> {};
 
 TEST_P(Zero1, MatchesSingleRankTrainingWithShardedOptimizerState) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   auto o = mesh(GetParam(), 1, 1);
   o.zero = 1;
@@ -252,6 +262,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Zero1, ::testing::Values(2, 3));
 
 // --------------------------------------------------------------------- meshes
 TEST(Mesh, DataParallelOfTwoStagePipelinesMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   auto o = mesh(2, 2, 1);
   o.micro_batches = 3;
@@ -259,12 +270,14 @@ TEST(Mesh, DataParallelOfTwoStagePipelinesMatchesSingleRank) {
 }
 
 TEST(Mesh, DataParallelOfTensorParallelPairsMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.batch = 11;  // uneven data-parallel shards
   EXPECT_EQ(test::compare(on_threads(4, c, mesh(2, 1, 2)), test::train_single(c), 1e-5), "");
 }
 
 TEST(Mesh, PipelineOfTensorParallelStagesWithZeroMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.widths = {12, 16, 8, 8, 3};
   auto o = mesh(1, 2, 2);
@@ -282,6 +295,7 @@ TEST(Mesh, PipelineOfTensorParallelStagesWithZeroMatchesSingleRank) {
 // parallelism (the bounds of CompressedGradientsStayCloseToUncompressed in
 // test_data_parallel.cpp), with half the payload.
 TEST(Mesh, GradientBucketsOverlapAndCompressionAsInDataParallelism) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   auto o = mesh(2, 2, 1);
   o.micro_batches = 3;
@@ -313,6 +327,7 @@ TEST(Mesh, GradientBucketsOverlapAndCompressionAsInDataParallelism) {
 }
 
 TEST(Mesh, GroupsFollowTheDocumentedLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   run_ranks(4, 1, [&](Context&, comm::Communicator& world) {
     Mesh m(world, {2, 1, 2});
     const int w = world.rank();
@@ -331,6 +346,7 @@ TEST(Mesh, GroupsFollowTheDocumentedLayout) {
 // 2-stage pipeline, then 10 steps on dp2 x tp2 with ZeRO-1, equal 20 steps of
 // single-rank training (the optimizer state moves between layouts too).
 TEST(Mesh, StateMovesBetweenMeshesInSingleRankLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.steps = 10;
   test::FullState half;
@@ -379,6 +395,7 @@ ModelParallelOptions mixed_mesh(int dp, int pp, int tp, Precision p) {
 // loss scale of 2^24, whose first steps overflow and are skipped: every
 // stage must skip the same steps.
 TEST(ModelParallelMixed, OneMicroBatchPipelineIsBitwiseSingleRankMixedPrecision) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   for (Precision p : {Precision::bf16, Precision::fp16}) {
     auto o = mixed_mesh(1, 3, 1, p);
@@ -404,6 +421,7 @@ TEST(ModelParallelMixed, OneMicroBatchPipelineIsBitwiseSingleRankMixedPrecision)
 // distance to fp32 training is about 3e-2); measured over 20 Adam steps:
 // losses bitwise equal, parameters within 1.3e-7 (printed).
 TEST(ModelParallelMixed, MeshesMatchSingleRankMixedPrecision) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.widths = {12, 16, 8, 8, 3};
   struct Case {
@@ -436,6 +454,7 @@ TEST(ModelParallelMixed, MeshesMatchSingleRankMixedPrecision) {
 // within 1e-5 of single-rank clipped training (counting a replica twice
 // changes the coefficient by far more).
 TEST(ModelParallelMixed, ClippingUsesTheWholeModelsNorm) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;  // 12-16-8-3: with tp 2 the last Linear stays whole, replicated
   c.optimizer = {OptimizerKind::sgd, 0.1};
   MixedPrecisionOptions clip;
@@ -459,6 +478,7 @@ TEST(ModelParallelMixed, ClippingUsesTheWholeModelsNorm) {
 // The fp32 master weights are in the memory report: the whole stage, or the
 // rank's ZeRO-1 block of it.
 TEST(ModelParallelMixed, MasterWeightsAreAccounted) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   const std::size_t n = 12 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;
   std::vector<MemoryReport> memory;
@@ -478,6 +498,7 @@ TEST(ModelParallelMixed, MasterWeightsAreAccounted) {
 // full_params and full_optimizer_state gather, on every kind of mesh (uneven
 // ZeRO-1 blocks on 3 ranks, replicated biases of row-parallel layers).
 TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.widths = {12, 16, 8, 8, 3};
   c.steps = 3;
@@ -534,6 +555,7 @@ TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
 
 // ------------------------------------------------------------- memory budget
 TEST(MemoryBudget, TooLargeForOneRankTrainsWithPipelineOrTensorParallelism) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
   c.widths = {12, 256, 256, 256, 3};
   c.steps = 5;

@@ -152,6 +152,7 @@ TEST(DataParallelMpi, ResidualModelFileMatchesSingleRank) {
 }
 
 TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
   comm::MpiComm world(MPI_COMM_WORLD, false);
   test::DpConfig c;
   const auto single = test::train_single(c);

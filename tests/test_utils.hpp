@@ -2,6 +2,7 @@
 #pragma once
 
 #include "backends/kokkos.hpp"
+#include "backends/ranks.hpp"
 #include "backends/random.hpp"
 
 #include <cstdlib>
@@ -53,3 +54,12 @@ struct CommandResult {
 CommandResult run_command(const std::string& command);
 
 }  // namespace strata::test
+
+// First line of a test that runs Kokkos kernels on thread ranks: skips it,
+// with the reason, on backends that cannot have them (Kokkos 3.x on a GPU,
+// Serial-only Kokkos 3.x).
+#define STRATA_SKIP_WITHOUT_THREAD_RANKS()                                   \
+  do {                                                                      \
+    const std::string strata_why_ = ::strata::thread_ranks_unavailable();   \
+    if (!strata_why_.empty()) GTEST_SKIP() << strata_why_;                  \
+  } while (0)
