@@ -98,26 +98,124 @@ void Blas::gemm(Op ta, Op tb, T alpha, ConstMatrix<T> A, ConstMatrix<T> B, T bet
        static_cast<int>(B.extent(1)), beta, C.data(), static_cast<int>(C.extent(1)));
 }
 
+// The portable GEMM, tiled: each team computes a kTm x kTn tile of C,
+// walking k in blocks of kTk whose panels of op(A) and op(B) it first copies
+// into team scratch memory (shared memory on a GPU, L1-sized on the host).
+// Every element of C still sums its products in the order p = 0, 1, ..., k-1
+// (acc += a * b), so the result is the one-loop dot product's, bitwise:
+// independent of the tiling, the backend's scheduling and the team size.
+//   GPU:  teams of (kTm / kR) x (kTn / kR) threads; each thread keeps a
+//         kR x kR block of C in registers.
+//   host: teams of one thread, which keeps the tile in scratch and updates
+//         it row by row (contiguous, vectorisable loops).
+namespace {
+constexpr int kTm = 64, kTn = 64, kTk = 16, kR = 4;
+}  // namespace
+
 template <class T>
 void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
                    const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc) {
   if (m == 0 || n == 0) return;
   // Strides of op(A)(i, p) and op(B)(p, j) in the row-major storage.
-  const int a_i = ta == Op::N ? lda : 1, a_p = ta == Op::N ? 1 : lda;
-  const int b_p = tb == Op::N ? ldb : 1, b_j = tb == Op::N ? 1 : ldb;
-  // One thread per element of C; the k loop runs in a fixed order so the
-  // result does not depend on the backend's scheduling.
+  const std::ptrdiff_t a_i = ta == Op::N ? lda : 1, a_p = ta == Op::N ? 1 : lda;
+  const std::ptrdiff_t b_p = tb == Op::N ? ldb : 1, b_j = tb == Op::N ? 1 : ldb;
+  const int tiles_n = (n + kTn - 1) / kTn, tiles = ((m + kTm - 1) / kTm) * tiles_n;
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = typename Policy::member_type;
+  using Panel = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::scratch_memory_space,
+                             Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  constexpr bool host = host_kernels;
+  const int team = host ? 1 : (kTm / kR) * (kTn / kR);
+  // Panels as (p, i) and (p, j); on the host also the tile's sums (i, j).
+  const std::size_t scratch = Panel::shmem_size(kTk, kTm) + Panel::shmem_size(kTk, kTn) +
+                              (host ? Panel::shmem_size(kTm, kTn) : 0);
   Kokkos::parallel_for(
       "strata::gemm_portable",
-      Range2D(exec, {0, 0}, {m, n}),
-      KOKKOS_LAMBDA(const int i, const int j) {
-        T acc = 0;
-        const T* a = A + static_cast<std::ptrdiff_t>(i) * a_i;
-        const T* b = B + static_cast<std::ptrdiff_t>(j) * b_j;
-        for (int p = 0; p < k; ++p) acc += a[static_cast<std::ptrdiff_t>(p) * a_p] *
-                                           b[static_cast<std::ptrdiff_t>(p) * b_p];
-        T& c = C[static_cast<std::ptrdiff_t>(i) * ldc + j];
-        c = beta == T(0) ? alpha * acc : alpha * acc + beta * c;
+      Policy(exec, tiles, team).set_scratch_size(0, Kokkos::PerTeam(scratch)),
+      KOKKOS_LAMBDA(const Member& t) {
+        const int i0 = (t.league_rank() / tiles_n) * kTm, j0 = (t.league_rank() % tiles_n) * kTn;
+        const int tm = m - i0 < kTm ? m - i0 : kTm, tn = n - j0 < kTn ? n - j0 : kTn;
+        Panel as(t.team_scratch(0), kTk, kTm), bs(t.team_scratch(0), kTk, kTn);
+        if constexpr (host) {
+          Panel acc(t.team_scratch(0), kTm, kTn);
+          for (int i = 0; i < tm; ++i)
+            for (int j = 0; j < tn; ++j) acc(i, j) = T(0);
+          for (int k0 = 0; k0 < k; k0 += kTk) {
+            const int tk = k - k0 < kTk ? k - k0 : kTk;
+            for (int p = 0; p < tk; ++p) {
+              const T* a = A + (k0 + p) * a_p + i0 * a_i;
+              const T* b = B + (k0 + p) * b_p + j0 * b_j;
+              for (int i = 0; i < tm; ++i) as(p, i) = a[i * a_i];
+              for (int j = 0; j < tn; ++j) bs(p, j) = b[j * b_j];
+            }
+            // Four rows at a time share each load of b.
+            int i = 0;
+            for (; i + 4 <= tm; i += 4) {
+              T *r0 = &acc(i, 0), *r1 = &acc(i + 1, 0), *r2 = &acc(i + 2, 0), *r3 = &acc(i + 3, 0);
+              for (int p = 0; p < tk; ++p) {
+                const T a0 = as(p, i), a1 = as(p, i + 1), a2 = as(p, i + 2), a3 = as(p, i + 3);
+                const T* b = &bs(p, 0);
+                STRATA_IVDEP
+                for (int j = 0; j < tn; ++j) {
+                  r0[j] += a0 * b[j];
+                  r1[j] += a1 * b[j];
+                  r2[j] += a2 * b[j];
+                  r3[j] += a3 * b[j];
+                }
+              }
+            }
+            for (; i < tm; ++i) {
+              T* row = &acc(i, 0);
+              for (int p = 0; p < tk; ++p) {
+                const T a = as(p, i);
+                const T* b = &bs(p, 0);
+                STRATA_IVDEP
+                for (int j = 0; j < tn; ++j) row[j] += a * b[j];
+              }
+            }
+          }
+          for (int i = 0; i < tm; ++i) {
+            T* c = C + static_cast<std::ptrdiff_t>(i0 + i) * ldc + j0;
+            for (int j = 0; j < tn; ++j)
+              c[j] = beta == T(0) ? alpha * acc(i, j) : alpha * acc(i, j) + beta * c[j];
+          }
+        } else {
+          // Thread (ti, tj) owns rows ti + r * kTm / kR and columns tj + c * kTn / kR
+          // of the tile (strided, so neighbouring threads read neighbouring
+          // scratch words).
+          constexpr int si = kTm / kR, sj = kTn / kR;
+          const int ti = t.team_rank() / sj, tj = t.team_rank() % sj;
+          T acc[kR][kR];
+          for (int r = 0; r < kR; ++r)
+            for (int c = 0; c < kR; ++c) acc[r][c] = T(0);
+          for (int k0 = 0; k0 < k; k0 += kTk) {
+            const int tk = k - k0 < kTk ? k - k0 : kTk;
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, tk * kTm), [&](int e) {
+              const int p = e / kTm, i = e % kTm;
+              as(p, i) = i < tm ? A[(k0 + p) * a_p + (i0 + i) * a_i] : T(0);
+            });
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, tk * kTn), [&](int e) {
+              const int p = e / kTn, j = e % kTn;
+              bs(p, j) = j < tn ? B[(k0 + p) * b_p + (j0 + j) * b_j] : T(0);
+            });
+            t.team_barrier();
+            for (int p = 0; p < tk; ++p) {
+              T a[kR], b[kR];
+              for (int r = 0; r < kR; ++r) a[r] = as(p, ti + r * si);
+              for (int c = 0; c < kR; ++c) b[c] = bs(p, tj + c * sj);
+              for (int r = 0; r < kR; ++r)
+                for (int c = 0; c < kR; ++c) acc[r][c] += a[r] * b[c];
+            }
+            t.team_barrier();
+          }
+          for (int r = 0; r < kR; ++r)
+            for (int c = 0; c < kR; ++c) {
+              const int i = ti + r * si, j = tj + c * sj;
+              if (i >= tm || j >= tn) continue;
+              T& out = C[static_cast<std::ptrdiff_t>(i0 + i) * ldc + j0 + j];
+              out = beta == T(0) ? alpha * acc[r][c] : alpha * acc[r][c] + beta * out;
+            }
+        }
       });
 }
 

@@ -81,6 +81,14 @@ void run_ranks(int ranks, int threads_per_rank,
   comm::run_thread_ranks(
       ranks,
       [&](comm::Communicator& c) {
+#ifdef KOKKOS_ENABLE_OPENMP
+        // A BLAS built with OpenMP takes the calling thread's OpenMP thread
+        // count, which a new std::thread has at its default (every core):
+        // one thread, as inside Kokkos 3.x's partitions. Several threads'
+        // concurrent multi-threaded calls into OpenBLAS's OpenMP build can
+        // spin forever, and the GEMMs would not be the single rank's.
+        omp_set_num_threads(1);
+#endif
         Context ctx(default_gemm(), instances[c.rank()]);
         body(ctx, c);
       },

@@ -11,7 +11,9 @@
 //   Kokkos 4.x and newer, OpenMP: partition_space instances, one per rank,
 //     driven from std::threads.
 //   Serial-only Kokkos 3.x: refused (its Serial space has global state).
-// A BLAS with OpenMP threads runs single-threaded inside a rank.
+// A BLAS with OpenMP threads runs single-threaded inside a rank (Kokkos 3.x:
+// nested in the partition's parallel region; Kokkos 4: each rank's thread
+// sets its OpenMP thread count to 1).
 #pragma once
 
 #include "backends/comm/threads.hpp"

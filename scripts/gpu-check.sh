@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA GPU: builds Strata against a
 # CUDA-enabled Kokkos in build-gpu/, runs the test suite (ctest), trains the
-# workload W2 (MLP 784-1024-1024-10, batch 256, 25,600 synthetic samples,
-# 2 epochs) with strata-train and prints its samples/s; when python3 has
-# PyTorch with CUDA, runs the same workload in PyTorch
-# (benchmarks/peers/torch_mlp.py) and prints its samples/s beside. Sized to
-# finish within 8 minutes on one H200 (each step is cut at the time left).
+# workloads W2 (MLP 784-1024-1024-10, batch 256, 25,600 synthetic samples,
+# 2 epochs) and W3 (4 x 4096 wide, batch 512) with strata-train and prints
+# their samples/s; when python3 has PyTorch with CUDA, runs the same
+# workloads in PyTorch (benchmarks/peers/torch_mlp.py) beside. Writes a
+# report (build-gpu/gpu-check-report.md). Sized to finish within 9 minutes
+# on one H200 with a Kokkos built from source (each step is cut at the time
+# left).
 #
 # Usage: Kokkos_ROOT=/path/to/kokkos scripts/gpu-check.sh [OPTIONS]
-#   --kokkos-root DIR  the Kokkos install (else $Kokkos_ROOT): built with
-#                      Kokkos_ENABLE_CUDA (and CUDA lambdas), 3.4 or newer
-#   --dry-run          check the set-up and print the steps; needs no GPU,
-#                      builds and runs nothing
-#   --build-only       configure and build, then stop (needs no GPU)
-#   --skip-tests       do not run ctest
-#   --skip-torch       do not run the PyTorch comparison
-#   --budget SECONDS   time for the whole check (default 480)
+#        scripts/gpu-check.sh --kokkos-source DIR [--deps DIR] [OPTIONS]
+#        scripts/gpu-check.sh --fetch-deps DIR      (on Debian, before carrying)
+#   --kokkos-root DIR    the Kokkos install (else $Kokkos_ROOT): built with
+#                        Kokkos_ENABLE_CUDA (and CUDA lambdas), 3.4 or newer
+#   --kokkos-source DIR  a Kokkos source tree (a release that supports the
+#                        machine's CUDA): built for the GPU into
+#                        build-gpu/kokkos-install first (once)
+#   --arch NAME          Kokkos arch for --kokkos-source (HOPPER90, AMPERE80,
+#                        ...; default: from nvidia-smi's compute capability,
+#                        HOPPER90 where there is no GPU)
+#   --deps DIR           headers and libraries this machine lacks (toml++,
+#                        nlohmann-json, CLI11, GoogleTest), as --fetch-deps
+#                        made them
+#   --fetch-deps DIR     download those Debian packages into DIR and stop
+#                        (apt-get download; for a GPU machine without them)
+#   --dry-run            check the set-up and print the steps; needs no GPU,
+#                        builds and runs nothing
+#   --build-only         configure and build, then stop (needs no GPU)
+#   --skip-tests         do not run ctest
+#   --skip-torch         do not run the PyTorch comparison
+#   --budget SECONDS     time for the whole check (default 540)
 #   -h, --help
+# NCCL: found with the CUDA toolkit, in $NCCL_HOME, or in the nvidia-nccl
+# Python wheel of $PYTHON (as PyTorch installs it).
 # Environment: CXX (compiler; default: Kokkos' nvcc_wrapper for a Kokkos
 # built with nvcc, else the compiler Kokkos was built with), CUDA_ROOT and
 # CUDAToolkit_ROOT (which CUDA toolkit), STRATA_GPU_CXX_FLAGS (default:
@@ -35,11 +52,16 @@ top="$(dirname "$here")"
 source "$here/common.sh"
 
 kokkos="${Kokkos_ROOT:-}"
-dry_run=0 build_only=0 skip_tests=0 skip_torch=0 budget=480
+kokkos_source="" arch_opt="" deps="" fetch_deps=""
+dry_run=0 build_only=0 skip_tests=0 skip_torch=0 budget=540
 while [ $# -gt 0 ]; do
   case "$1" in
     --kokkos-root) kokkos="$2"; shift ;;
     --kokkos-root=*) kokkos="${1#*=}" ;;
+    --kokkos-source) kokkos_source="$2"; shift ;;
+    --arch) arch_opt="$2"; shift ;;
+    --deps) deps="$2"; shift ;;
+    --fetch-deps) fetch_deps="$2"; shift ;;
     --dry-run) dry_run=1 ;;
     --build-only) build_only=1 ;;
     --skip-tests) skip_tests=1 ;;
@@ -63,6 +85,20 @@ run_for() {
   timeout --kill-after=10 "$max" "$@"
 }
 
+# ------------------------------------------------------------------ --fetch-deps
+if [ -n "$fetch_deps" ]; then
+  mkdir -p "$fetch_deps" && fetch_deps="$(cd "$fetch_deps" && pwd)"
+  debs="$(mktemp -d)"
+  pkgs=(libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libgtest-dev googletest)
+  say "apt-get download ${pkgs[*]}"
+  (cd "$debs" && apt-get download "${pkgs[@]}" >"$debs/apt.log" 2>&1) \
+    || { cat "$debs/apt.log" >&2; die 2 "apt-get download failed (apt-get update first?)"; }
+  for f in "$debs"/*.deb; do dpkg -x "$f" "$fetch_deps"; done
+  rm -rf "$debs"
+  say "dependencies in $fetch_deps ($(du -sh "$fetch_deps" | cut -f1)); pass --deps $fetch_deps"
+  exit 0
+fi
+
 # ------------------------------------------------------------------ the device
 if [ "$dry_run" = 0 ] && [ "$build_only" = 0 ]; then
   command -v nvidia-smi >/dev/null 2>&1 \
@@ -72,8 +108,51 @@ if [ "$dry_run" = 0 ] && [ "$build_only" = 0 ]; then
   say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -n 1)"
 fi
 
+build="${BUILD_DIR:-$top/build-gpu}"
+jobs="${STRATA_JOBS:-$(nproc)}"
+report="$build/gpu-check-report.md"
+
 # ------------------------------------------------------------------ Kokkos
-[ -n "$kokkos" ] || die 2 "no Kokkos: set Kokkos_ROOT (or --kokkos-root) to a CUDA-enabled Kokkos install"
+if [ -n "$kokkos_source" ]; then
+  [ -f "$kokkos_source/CMakeLists.txt" ] && [ -d "$kokkos_source/core" ] \
+    || die 2 "--kokkos-source $kokkos_source is not a Kokkos source tree (no CMakeLists.txt and core/)"
+  kokkos_source="$(cd "$kokkos_source" && pwd)"
+  arch="$arch_opt"
+  if [ -z "$arch" ]; then
+    cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')"
+    case "$cc" in
+      70) arch=VOLTA70 ;; 75) arch=TURING75 ;; 80) arch=AMPERE80 ;; 86) arch=AMPERE86 ;;
+      89) arch=ADA89 ;; 90) arch=HOPPER90 ;; 100) arch=BLACKWELL100 ;; 120) arch=BLACKWELL120 ;;
+      "") arch=HOPPER90; say "no GPU to ask: Kokkos arch HOPPER90 (--arch sets it)" ;;
+      *) die 2 "compute capability $cc has no Kokkos arch here; give --arch" ;;
+    esac
+  fi
+  kokkos="$build/kokkos-install"
+  kokkos_build="$build/kokkos-build"
+  kokkos_cfg=(cmake -S "$kokkos_source" -B "$kokkos_build" -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_INSTALL_PREFIX="$kokkos" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_SERIAL=ON
+    -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON "-DKokkos_ARCH_$arch=ON"
+    -DCMAKE_CXX_COMPILER="$kokkos_source/bin/nvcc_wrapper")
+  command -v ninja >/dev/null 2>&1 && kokkos_cfg+=(-G Ninja)
+  if [ "$dry_run" = 1 ]; then
+    say "dry run: Kokkos from $kokkos_source for $arch into ${kokkos#"$top"/}"
+    printf '  %q' "${kokkos_cfg[@]}"; echo
+    echo "  cmake --build $kokkos_build --parallel $jobs && cmake --install $kokkos_build"
+  elif [ -f "$kokkos/include/Kokkos_Core.hpp" ]; then
+    say "Kokkos: built before in ${kokkos#"$top"/}"
+  else
+    mkdir -p "$build"
+    say "Kokkos: build $kokkos_source for $arch (log ${kokkos_build#"$top"/}.log)"
+    { run_for 300 "${kokkos_cfg[@]}" && run_for 420 cmake --build "$kokkos_build" --parallel "$jobs" \
+        && cmake --install "$kokkos_build"; } >"$kokkos_build.log" 2>&1 \
+      || { tail -n 30 "$kokkos_build.log" >&2; die 1 "Kokkos build failed (log: $kokkos_build.log)"; }
+  fi
+fi
+if [ "$dry_run" = 1 ] && [ -n "$kokkos_source" ] && [ ! -d "$kokkos" ]; then
+  say "dry run: Strata's steps follow once Kokkos is installed"
+  exit 0
+fi
+[ -n "$kokkos" ] || die 2 "no Kokkos: set Kokkos_ROOT (or --kokkos-root) to a CUDA-enabled Kokkos install, or give --kokkos-source"
 common_cfg="$(ls "$kokkos"/lib*/cmake/Kokkos/KokkosConfigCommon.cmake 2>/dev/null | head -n 1)"
 [ -n "$common_cfg" ] || die 2 "$kokkos is not a Kokkos install (no lib*/cmake/Kokkos/KokkosConfigCommon.cmake)"
 kvar() { sed -n "s/^set(Kokkos_$1 \"\{0,1\}\([^\")]*\)\"\{0,1\})\$/\1/Ip" "$common_cfg" | head -n 1; }
@@ -104,22 +183,38 @@ fi
 flags="${STRATA_GPU_CXX_FLAGS-$auto_flags}"
 [ -n "$flags" ] && extra_cmake+=("-DCMAKE_CXX_FLAGS=$flags")
 
-build="${BUILD_DIR:-$top/build-gpu}"
-jobs="${STRATA_JOBS:-$(nproc)}"
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 generator=()
 [ -f "$build/CMakeCache.txt" ] || { command -v ninja >/dev/null 2>&1 && generator=(-G Ninja); }
+if [ -n "$deps" ]; then
+  [ -d "$deps/usr/include" ] || die 2 "--deps $deps holds no usr/include (make it with --fetch-deps)"
+  deps="$(cd "$deps" && pwd)"
+  extra_cmake+=("-DCMAKE_PREFIX_PATH=$deps/usr" "-DSTRATA_TOMLPP_INCLUDE_DIR=$deps/usr/include")
+fi
+# NCCL from PyTorch's wheel when neither the toolkit nor NCCL_HOME has it.
+py="${PYTHON:-python3}"
+if [ -z "${NCCL_HOME:-}" ] && command -v "$py" >/dev/null 2>&1; then
+  wheel="$("$py" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)"
+  lib="$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -n 1)"
+  if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ] && [ -n "$lib" ]; then
+    extra_cmake+=("-DSTRATA_NCCL_INCLUDE_DIR=$wheel/include" "-DSTRATA_NCCL_LIBRARY=$lib")
+    say "NCCL: from $py's nvidia-nccl wheel ($lib)"
+  fi
+fi
 configure=(cmake -S "$top" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
   -DKokkos_ROOT="$kokkos" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" "${extra_cmake[@]}"
-  -DSTRATA_ENABLE_TESTS=ON -DSTRATA_ENABLE_BENCHMARKS=ON -DSTRATA_ENABLE_EXAMPLES=ON
+  -DSTRATA_ENABLE_TESTS=ON -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_ENABLE_EXAMPLES=OFF
   -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST)  # tests listed by ctest, not at link time
 w2=(--dataset synthetic --layers 784,1024,1024,10 --batch-size 256 --samples 25600 --epochs 2
   --log-every 0 --metrics "$build/w2-metrics.jsonl")
 # W2 on the training split: 25,600 samples less the 10% test split, 90 steps
 # of 256 per epoch; the first 5 steps are warm-up in strata-train.
 torch_args=(--layers 784,1024,1024,10 --batch-size 256 --steps 180 --warmup 20 --device cuda --json)
-py="${PYTHON:-python3}"
+# W3: 4 x (Linear(4096,4096) - ReLU), Linear(4096,10), batch 512; 40 steps.
+w3=(--dataset synthetic --layers 4096,4096,4096,4096,4096,10 --batch-size 512 --samples 22756
+  --steps 40 --log-every 0 --metrics "$build/w3-metrics.jsonl")
+torch_w3=(--layers 4096,4096,4096,4096,4096,10 --batch-size 512 --steps 40 --warmup 5 --device cuda --json)
 
 have_torch=0
 if [ "$skip_torch" = 0 ] && command -v "$py" >/dev/null 2>&1 \
@@ -131,7 +226,10 @@ if [ "$dry_run" = 1 ]; then
   echo "  cmake --build $build --parallel $jobs"
   [ "$skip_tests" = 1 ] || echo "  (cd $build && ctest --output-on-failure --timeout 120 -j 4)"
   echo "  $build/bin/strata-train ${w2[*]}"
-  if [ "$have_torch" = 1 ]; then echo "  $py $top/benchmarks/peers/torch_mlp.py ${torch_args[*]}"
+  echo "  $build/bin/strata-train ${w3[*]}"
+  if [ "$have_torch" = 1 ]; then
+    echo "  $py $top/benchmarks/peers/torch_mlp.py ${torch_args[*]}"
+    echo "  $py $top/benchmarks/peers/torch_mlp.py ${torch_w3[*]}"
   else echo "  (PyTorch comparison skipped: $([ "$skip_torch" = 1 ] && echo --skip-torch || echo "no 'import torch' in $py"))"; fi
   exit 0
 fi
@@ -161,39 +259,70 @@ if [ "$skip_tests" = 0 ]; then
   fi
 fi
 
-# ------------------------------------------------------------------ W2
-say "W2: strata-train ${w2[*]}"
-rate_strata=""
-if run_for 120 "$build/bin/strata-train" "${w2[@]}" >"$build/w2.log" 2>&1; then
-  tail -n 1 "$build/w2.log" | sed 's/^/   /'
-  rate_strata="$(tail -n 1 "$build/w2-metrics.jsonl" | sed -n 's/.*"samples_per_sec":\([0-9.eE+-]*\).*/\1/p')"
-  say "W2 strata-train: $(printf '%.0f' "${rate_strata:-0}") samples/s"
-else
-  tail -n 20 "$build/w2.log" >&2; say "W2 strata-train FAILED (log: $build/w2.log)"; failed+=(w2)
-fi
-
-# ------------------------------------------------------------------ PyTorch
-rate_torch=""
-if [ "$skip_torch" = 1 ]; then say "PyTorch comparison: skipped (--skip-torch)"
-elif [ "$have_torch" = 0 ]; then say "PyTorch comparison: skipped ($py has no torch)"
-elif ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-  say "PyTorch comparison: skipped (torch in $py sees no CUDA device)"
-else
-  say "W2 PyTorch: benchmarks/peers/torch_mlp.py ${torch_args[*]}"
-  if run_for 120 "$py" "$top/benchmarks/peers/torch_mlp.py" "${torch_args[@]}" >"$build/w2-torch.log" 2>&1; then
-    grep '^torch_mlp:' "$build/w2-torch.log" | sed 's/^/   /'
-    rate_torch="$(tail -n 1 "$build/w2-torch.log" | sed -n 's/.*"samples_per_sec": \([0-9.eE+-]*\).*/\1/p')"
+# ------------------------------------------------------------------ workloads
+# strata NAME ARGS...: trains with strata-train; sets rate (samples/s) or "".
+strata_rate() {
+  local name="$1" metrics; shift
+  metrics="$build/$(echo "$name" | tr 'A-Z' 'a-z')-metrics.jsonl"
+  rate=""
+  say "$name: strata-train $*"
+  if run_for 120 "$build/bin/strata-train" "$@" >"$build/$name.log" 2>&1; then
+    grep -E '^Strata|rank\(s\)' "$build/$name.log" | head -n 1 | sed 's/^/   /'
+    tail -n 1 "$build/$name.log" | sed 's/^/   /'
+    rate="$(tail -n 1 "$metrics" | sed -n 's/.*"samples_per_sec":\([0-9.eE+-]*\).*/\1/p')"
+    say "$name strata-train: $(printf '%.0f' "${rate:-0}") samples/s"
   else
-    tail -n 20 "$build/w2-torch.log" >&2; say "W2 PyTorch FAILED (log: $build/w2-torch.log)"; failed+=(torch)
+    tail -n 20 "$build/$name.log" >&2; say "$name strata-train FAILED (log: $build/$name.log)"; failed+=("$name")
   fi
+}
+torch_ok=""
+if [ "$skip_torch" = 1 ]; then torch_ok="skipped (--skip-torch)"
+elif [ "$have_torch" = 0 ]; then torch_ok="skipped ($py has no torch)"
+elif ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  torch_ok="skipped (torch in $py sees no CUDA device)"
 fi
+torch_rate() {
+  local name="$1"; shift
+  rate=""
+  [ -z "$torch_ok" ] || { say "$name PyTorch: $torch_ok"; return; }
+  say "$name PyTorch: benchmarks/peers/torch_mlp.py $*"
+  if run_for 120 "$py" "$top/benchmarks/peers/torch_mlp.py" "$@" >"$build/$name-torch.log" 2>&1; then
+    grep '^torch_mlp:' "$build/$name-torch.log" | sed 's/^/   /'
+    rate="$(tail -n 1 "$build/$name-torch.log" | sed -n 's/.*"samples_per_sec": \([0-9.eE+-]*\).*/\1/p')"
+  else
+    tail -n 20 "$build/$name-torch.log" >&2; say "$name PyTorch FAILED (log: $build/$name-torch.log)"; failed+=("$name-torch")
+  fi
+}
+strata_rate W2 "${w2[@]}"; rate_w2="$rate"
+torch_rate W2 "${torch_args[@]}"; torch_w2="$rate"
+strata_rate W3 "${w3[@]}"; rate_w3="$rate"
+torch_rate W3 "${torch_w3[@]}"; torch_w3_rate="$rate"
+
+# ------------------------------------------------------------------ report
+row() {  # workload strata torch
+  local ratio="-"
+  [ -n "$2" ] && [ -n "$3" ] && ratio="$(awk -v s="$2" -v t="$3" 'BEGIN { printf "%.2f", s / t }')"
+  printf '| %s | %s | %s | %s |\n' "$1" "${2:+$(printf '%.0f' "$2")}" "${3:+$(printf '%.0f' "$3")}" "$ratio"
+}
+{
+  echo "# gpu-check report"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%MZ); commit $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "- device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
+  echo "- Kokkos: $kokkos (devices $devices, arch ${arch:-?}); compiler $cxx"
+  echo "- build: $(grep -E '^--   (Kokkos|GEMM|NCCL|CUDA toolkit)' "$build/configure.log" | sed 's/^--   //' | paste -sd ';' -)"
+  [ "$skip_tests" = 1 ] || echo "- tests: $(grep -E 'tests passed' "$build/ctest.log" | tail -n 1)"
+  echo "- PyTorch: $([ -z "$torch_ok" ] && "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "$torch_ok")"
+  echo
+  echo "| workload | strata-train samples/s | PyTorch samples/s | strata / PyTorch |"
+  echo "|---|---|---|---|"
+  row "W2 (784-1024-1024-10, batch 256)" "$rate_w2" "$torch_w2"
+  row "W3 (4 x 4096, batch 512)" "$rate_w3" "$torch_w3_rate"
+  if [ ${#failed[@]} -gt 0 ]; then echo; echo "Failed steps: ${failed[*]}"; fi
+} >"$report"
 
 echo
-echo "gpu-check summary ($((SECONDS - t_start)) s):"
-[ -n "$rate_strata" ] && printf '  W2 strata-train: %10.0f samples/s\n' "$rate_strata"
-[ -n "$rate_torch" ] && printf '  W2 PyTorch:      %10.0f samples/s\n' "$rate_torch"
-if [ -n "$rate_strata" ] && [ -n "$rate_torch" ]; then
-  awk -v s="$rate_strata" -v t="$rate_torch" 'BEGIN { printf "  strata / torch:  %10.2f\n", s / t }'
-fi
+echo "gpu-check summary ($((SECONDS - t_start)) s; report ${report#"$top"/}):"
+sed -n '/^| workload/,$p' "$report"
 if [ ${#failed[@]} -gt 0 ]; then echo "gpu-check: FAILED: ${failed[*]}"; exit 1; fi
 echo "gpu-check: passed"

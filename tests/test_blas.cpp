@@ -152,6 +152,43 @@ TEST(Gemm, BetaZeroIgnoresNaNInOutput) {
   }
 }
 
+// The tiled portable kernel sums every element's products in the order
+// p = 0..k-1, whatever the tiles: bitwise the one-loop dot product, on
+// shapes of several tiles and k-blocks with partial edges (64 x 64 tiles,
+// k in blocks of 16), every transpose, beta 0 and not.
+TEST(Gemm, TiledPortableKernelIsBitwiseTheOneLoopDotProduct) {
+  if (!host_kernels)
+    GTEST_SKIP() << "kernels run on a device, whose compiler fuses a * b + acc (PortableMatchesReference "
+                    "checks them within the float tolerance)";
+  const std::vector<std::tuple<int, int, int>> shapes = {{130, 70, 37}, {65, 129, 16}, {64, 64, 1},
+                                                         {3, 200, 50}};
+  for (auto [m, n, k] : shapes)
+    for (Op ta : {Op::N, Op::T})
+      for (Op tb : {Op::N, Op::T})
+        for (float beta : {0.0f, -0.5f}) {
+          const int ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m;
+          const int br = tb == Op::N ? k : n, bc = tb == Op::N ? n : k;
+          const auto a = test::randn<float>(ar * ac, 7), b = test::randn<float>(br * bc, 8);
+          const auto c0 = test::randn<float>(m * n, 9);
+          std::vector<float> want(c0);
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              float acc = 0;
+              for (int p = 0; p < k; ++p)
+                acc += (ta == Op::N ? a[i * ac + p] : a[p * ac + i]) *
+                       (tb == Op::N ? b[p * bc + j] : b[j * bc + p]);
+              float& c = want[i * n + j];
+              c = beta == 0.0f ? 1.5f * acc : 1.5f * acc + beta * c;
+            }
+          auto dc = test::to_device(c0, m, n);
+          Blas blas(GemmBackend::portable);
+          blas.set_inline_small(false);
+          blas.gemm<float>(ta, tb, 1.5f, test::to_device(a, ar, ac), test::to_device(b, br, bc), beta, dc);
+          EXPECT_EQ(test::to_host(dc), want) << m << "x" << n << "x" << k << " ta=" << (ta == Op::T)
+                                             << " tb=" << (tb == Op::T) << " beta=" << beta;
+        }
+}
+
 TEST(Gemm, ShapeMismatchIsAConfigError) {
   auto da = test::to_device(std::vector<float>(6, 1.0f), 2, 3);
   auto dc = test::to_device(std::vector<float>(4, 0.0f), 2, 2);
