@@ -47,7 +47,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config make
   libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
-  libtbb-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
 )

@@ -43,7 +43,7 @@ done
 [ -x "$prefix/bin/strata-train" ] || fail "bin/strata-train not installed"
 
 # find_dependency() in StrataConfig.cmake for exactly the dependencies that
-# strata_config.hpp says this build has. The private ones (BLAS, ZLIB, TBB)
+# strata_config.hpp says this build has. The private ones (BLAS, ZLIB)
 # are needed by consumers of a static library only.
 header="$prefix/include/strata/strata_config.hpp"
 static=0
@@ -62,9 +62,8 @@ if has CUBLAS || has NCCL; then expect CUDAToolkit 1; else expect CUDAToolkit 0;
 if [ "$static" = 1 ]; then
   expect BLAS "$(want CBLAS)"
   expect ZLIB "$(want ZLIB)"
-  expect TBB "$(want TBB)"
 else
-  expect BLAS 0; expect ZLIB 0; expect TBB 0
+  expect BLAS 0; expect ZLIB 0
 fi
 echo "check-install: StrataConfig.cmake finds: $(grep -o '^find_dependency([A-Za-z]*' "$config" | cut -d'(' -f2 | paste -sd' ' -)"
 

@@ -2,6 +2,7 @@
 // with a clear "no CUDA device" error (that path is tested everywhere); with
 // a GPU, collectives on device buffers are checked against the reference.
 #include "backends/comm/nccl.hpp"
+#include "backends/comm/registry.hpp"
 #include "backends/comm/self.hpp"
 #include "backends/comm/threads.hpp"
 #include "comm_checks.hpp"
@@ -32,6 +33,13 @@ TEST(Nccl, NoDeviceIsAClearError) {
     EXPECT_NE(e.message().find("no CUDA device"), std::string::npos) << e.message();
   }
   EXPECT_THROW(comm::cuda::device_count(), Error);
+}
+
+TEST(Nccl, IsTheDeviceBackendOfTheRegistry) {
+  EXPECT_STREQ(comm::nccl_backend().name, "nccl");
+  comm::use_device_backend(comm::nccl_backend());
+  ASSERT_NE(comm::device_backend(), nullptr);
+  EXPECT_STREQ(comm::device_backend()->name, "nccl");
 }
 
 // Device buffers from host values and back.
@@ -112,6 +120,34 @@ TEST(Nccl, CollectivesOnDeviceBuffers) {
     auto nccl = comm::NcclComm::create(bootstrap, bootstrap.rank());
     for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000003)})
       EXPECT_EQ(check_device_collectives(*nccl, count), "");
+  });
+}
+
+// Every rank sends to the next before it receives from the previous one, a
+// ring that waits forever when each send waits for its receiver; then a
+// pipeline's exchange whose last send is flushed. Needs one GPU per rank.
+TEST(Nccl, RingOfSendsBeforeReceivesProgresses) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int devices = comm::cuda::device_count();
+  if (devices < 2)
+    GTEST_SKIP() << "one CUDA device: NCCL puts no two ranks of a communicator on one GPU";
+  const int ranks = devices >= 4 ? 4 : 2;
+  comm::run_thread_ranks(ranks, [&](comm::Communicator& bootstrap) {
+    auto nccl = comm::NcclComm::create(bootstrap, bootstrap.rank());
+    const int n = nccl->size(), me = nccl->rank();
+    const int next = (me + 1) % n, prev = (me + n - 1) % n;
+    for (std::size_t count : {std::size_t(1), std::size_t(100000)}) {
+      DeviceVector out(std::vector<float>(count, float(me))), in(std::vector<float>(count, -1.0f));
+      nccl->send(out.p, count, comm::DataType::f32, next, 0);
+      nccl->recv(in.p, count, comm::DataType::f32, prev, 0);
+      for (float v : in.host()) ASSERT_EQ(v, float(prev)) << "ring of " << count;
+    }
+    // Stage me sends forward, then the last one flushes its send backward.
+    DeviceVector a(std::vector<float>(1000, float(me))), b(std::vector<float>(1000, 0.0f));
+    if (me > 0) nccl->recv(b.p, 1000, comm::DataType::f32, me - 1, 1);
+    if (me + 1 < n) nccl->send(a.p, 1000, comm::DataType::f32, me + 1, 1);
+    nccl->flush();
+    if (me > 0) EXPECT_EQ(b.host(), std::vector<float>(1000, float(me - 1)));
   });
 }
 

@@ -108,16 +108,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         when="~cuda~rocm",
         description="CBLAS on the host for GEMM (a portable Kokkos GEMM is always built)",
     )
-    variant(
-        "tbb", default=False, description="Link oneTBB (reserved for host-side parallel work)"
-    )
     variant("benchmarks", default=False, description="Build and install strata-bench-* programs")
     variant("examples", default=False, description="Build and install strata-example-* programs")
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.18:", type="build")  # FindBLAS's BLAS::BLAS target
     depends_on("blas", when="+blas")
-    depends_on("tbb", when="+tbb")
     depends_on("zlib-api")
     depends_on("cli11")  # strata-train and the examples
     depends_on("nlohmann-json")  # checkpoint state, metrics
@@ -153,7 +149,6 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("STRATA_ENABLE_NCCL", "nccl"),
             self.define_from_variant("STRATA_ENABLE_CUBLAS", "cuda"),
             self.define("STRATA_ENABLE_BLAS", spec.satisfies("+blas")),
-            self.define_from_variant("STRATA_ENABLE_TBB", "tbb"),
             self.define("STRATA_ENABLE_ZLIB", True),
             self.define("STRATA_ENABLE_TESTS", self.run_tests),
             self.define_from_variant("STRATA_ENABLE_BENCHMARKS", "benchmarks"),
