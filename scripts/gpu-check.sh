@@ -117,6 +117,17 @@ if [ -n "$kokkos_source" ]; then
   [ -f "$kokkos_source/CMakeLists.txt" ] && [ -d "$kokkos_source/core" ] \
     || die 2 "--kokkos-source $kokkos_source is not a Kokkos source tree (no CMakeLists.txt and core/)"
   kokkos_source="$(cd "$kokkos_source" && pwd)"
+  # CUDA 13 changed runtime calls Kokkos makes (cudaGraphAddDependencies,
+  # cudaMemPrefetchAsync, cudaMemAdvise): 4.6.01 and the develop branch of
+  # June 2025 fail to compile; Kokkos fixed it in 4.7.01 (more in 4.7.02/03).
+  kver="$(sed -n 's/^set(Kokkos_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))$/\2/p' \
+    "$kokkos_source/CMakeLists.txt" "$kokkos_source/cmake/kokkos_version.cmake" 2>/dev/null | head -n 3 | paste -sd. -)"
+  nvcc_major="$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
+  say "Kokkos source: ${kver:-version unknown}; nvcc: ${nvcc_major:-not found}"
+  if [ "${nvcc_major:-0}" -ge 13 ] && [ -n "$kver" ] \
+     && [ "$(printf '%s\n4.7.1\n' "$kver" | sort -V | head -n 1)" != 4.7.1 ]; then
+    die 2 "Kokkos $kver does not compile with CUDA $nvcc_major (Kokkos 4.7.01 or newer does); give a newer --kokkos-source or put an older CUDA first on PATH"
+  fi
   arch="$arch_opt"
   if [ -z "$arch" ]; then
     cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')"
@@ -132,7 +143,10 @@ if [ -n "$kokkos_source" ]; then
   kokkos_cfg=(cmake -S "$kokkos_source" -B "$kokkos_build" -DCMAKE_BUILD_TYPE=Release
     -DCMAKE_INSTALL_PREFIX="$kokkos" -DCMAKE_CXX_STANDARD=17 -DKokkos_ENABLE_SERIAL=ON
     -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON "-DKokkos_ARCH_$arch=ON"
-    -DCMAKE_CXX_COMPILER="$kokkos_source/bin/nvcc_wrapper")
+    -DCMAKE_CXX_COMPILER="$kokkos_source/bin/nvcc_wrapper"
+    # For CMake's compiler check too: nvcc_wrapper's default arch (sm_70 in
+    # Kokkos 4.6) is gone from CUDA 13.
+    "-DCMAKE_CXX_FLAGS=-arch=sm_${arch//[!0-9]/}")
   command -v ninja >/dev/null 2>&1 && kokkos_cfg+=(-G Ninja)
   if [ "$dry_run" = 1 ]; then
     say "dry run: Kokkos from $kokkos_source for $arch into ${kokkos#"$top"/}"
@@ -143,7 +157,7 @@ if [ -n "$kokkos_source" ]; then
   else
     mkdir -p "$build"
     say "Kokkos: build $kokkos_source for $arch (log ${kokkos_build#"$top"/}.log)"
-    { run_for 300 "${kokkos_cfg[@]}" && run_for 420 cmake --build "$kokkos_build" --parallel "$jobs" \
+    { run_for 300 "${kokkos_cfg[@]}" && run_for "$budget" cmake --build "$kokkos_build" --parallel "$jobs" \
         && cmake --install "$kokkos_build"; } >"$kokkos_build.log" 2>&1 \
       || { tail -n 30 "$kokkos_build.log" >&2; die 1 "Kokkos build failed (log: $kokkos_build.log)"; }
   fi
@@ -241,7 +255,7 @@ run_for 120 "${configure[@]}" >"$build/configure.log" 2>&1 \
   || { tail -n 40 "$build/configure.log" >&2; die 1 "CMake configure failed (log: $build/configure.log)"; }
 grep -E '^--   ' "$build/configure.log" | sed 's/^-- /   /'
 say "build ($jobs jobs; log ${build#"$top"/}/build.log)"
-run_for 330 cmake --build "$build" --parallel "$jobs" >"$build/build.log" 2>&1 \
+run_for "$budget" cmake --build "$build" --parallel "$jobs" >"$build/build.log" 2>&1 \
   || { grep -E ': error|^FAILED:' "$build/build.log" | head -n 20 >&2; tail -n 20 "$build/build.log" >&2
        die 1 "build failed (log: $build/build.log)"; }
 say "built"
