@@ -129,14 +129,15 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
   // Panels as (p, i) and (p, j); on the host also the tile's sums (i, j).
   const std::size_t scratch = Panel::shmem_size(kTk, kTm) + Panel::shmem_size(kTk, kTn) +
                               (host ? Panel::shmem_size(kTm, kTn) : 0);
-  Kokkos::parallel_for(
-      "strata::gemm_portable",
-      Policy(exec, tiles, team).set_scratch_size(0, Kokkos::PerTeam(scratch)),
-      KOKKOS_LAMBDA(const Member& t) {
-        const int i0 = (t.league_rank() / tiles_n) * kTm, j0 = (t.league_rank() % tiles_n) * kTn;
-        const int tm = m - i0 < kTm ? m - i0 : kTm, tn = n - j0 < kTn ? n - j0 : kTn;
-        Panel as(t.team_scratch(0), kTk, kTm), bs(t.team_scratch(0), kTk, kTn);
-        if constexpr (host) {
+  const Policy policy = Policy(exec, tiles, team).set_scratch_size(0, Kokkos::PerTeam(scratch));
+  // Two kernels, not one with `if constexpr` inside: nvcc refuses a device
+  // lambda that first captures a variable in a constexpr-if branch.
+  if constexpr (host) {
+    Kokkos::parallel_for(
+        "strata::gemm_portable", policy, KOKKOS_LAMBDA(const Member& t) {
+          const int i0 = (t.league_rank() / tiles_n) * kTm, j0 = (t.league_rank() % tiles_n) * kTn;
+          const int tm = m - i0 < kTm ? m - i0 : kTm, tn = n - j0 < kTn ? n - j0 : kTn;
+          Panel as(t.team_scratch(0), kTk, kTm), bs(t.team_scratch(0), kTk, kTn);
           Panel acc(t.team_scratch(0), kTm, kTn);
           for (int i = 0; i < tm; ++i)
             for (int j = 0; j < tn; ++j) acc(i, j) = T(0);
@@ -179,7 +180,13 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
             for (int j = 0; j < tn; ++j)
               c[j] = beta == T(0) ? alpha * acc(i, j) : alpha * acc(i, j) + beta * c[j];
           }
-        } else {
+        });
+  } else {
+    Kokkos::parallel_for(
+        "strata::gemm_portable", policy, KOKKOS_LAMBDA(const Member& t) {
+          const int i0 = (t.league_rank() / tiles_n) * kTm, j0 = (t.league_rank() % tiles_n) * kTn;
+          const int tm = m - i0 < kTm ? m - i0 : kTm, tn = n - j0 < kTn ? n - j0 : kTn;
+          Panel as(t.team_scratch(0), kTk, kTm), bs(t.team_scratch(0), kTk, kTn);
           // Thread (ti, tj) owns rows ti + r * kTm / kR and columns tj + c * kTn / kR
           // of the tile (strided, so neighbouring threads read neighbouring
           // scratch words).
@@ -215,8 +222,8 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
               T& out = C[static_cast<std::ptrdiff_t>(i0 + i) * ldc + j0 + j];
               out = beta == T(0) ? alpha * acc[r][c] : alpha * acc[r][c] + beta * out;
             }
-        }
-      });
+        });
+  }
 }
 
 #define STRATA_INSTANTIATE_GEMM(T)                                                         \
