@@ -5,6 +5,7 @@
 // process), and data parallelism against single-rank training.
 #include "backends/comm/hierarchical.hpp"
 #include "backends/comm/mpi.hpp"
+#include "backends/device.hpp"
 #include "backends/device_check.hpp"
 #include "backends/ranks.hpp"
 #include "comm_checks.hpp"
@@ -79,15 +80,50 @@ TEST(Hierarchical, EveryCollectiveWithTwoThreadRanksPerProcess) {
 // (reduced in place across processes) equals MPI's allreduce of a private
 // copy, for every type and operation, counts not divisible by the ranks and
 // buffers at an offset inside the window.
+// Ranks per node as MPI sees them (MPI_COMM_TYPE_SHARED).
+struct NodeLayout {
+  int nodes = 1, min_per_node = 1, max_per_node = 1, local_rank = 0;
+};
+
+NodeLayout node_layout() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  NodeLayout l;
+  int size = 0, leader = 0;
+  MPI_Comm_rank(node, &l.local_rank);
+  MPI_Comm_size(node, &size);
+  leader = l.local_rank == 0 ? 1 : 0;
+  MPI_Allreduce(&leader, &l.nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&size, &l.min_per_node, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&size, &l.max_per_node, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Comm_free(&node);
+  return l;
+}
+
+// The node-local rank Strata reads from the launcher's environment (Open MPI,
+// Slurm, ...: it picks each process's GPU) is the rank within MPI's node.
+TEST(Mpi, NodeLocalRankFromTheLauncherIsTheRankWithinTheNode) {
+  const NodeLayout layout = node_layout();
+  const int from_env = device::local_rank_from_environment();
+  if (from_env < 0) GTEST_SKIP() << "the launcher sets no node-local rank variable";
+  EXPECT_EQ(from_env, layout.local_rank) << "on " << layout.nodes << " nodes";
+}
+
 TEST(Mpi, SharedMemoryAllreduceMatchesMpi) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
   const std::size_t capacity = 1 << 16;
   void* shared = world.allocate_shared(capacity * sizeof(double));
-  if (world.size() == 1) {
-    EXPECT_EQ(shared, nullptr);
+  // The oracle for the layout: MPI's own shared-memory groups. Windows need
+  // at least two ranks on every node and the same number on each; across
+  // simulated or real nodes (scripts/cluster-sim.sh) the rest falls back to
+  // plain MPI.
+  const NodeLayout layout = node_layout();
+  if (layout.min_per_node < 2 || layout.min_per_node != layout.max_per_node) {
+    EXPECT_EQ(shared, nullptr) << layout.nodes << " nodes, " << layout.min_per_node << "-"
+                               << layout.max_per_node << " ranks per node";
     return;
   }
-  ASSERT_NE(shared, nullptr) << "every rank of this test runs on one node";
+  ASSERT_NE(shared, nullptr) << layout.nodes << " nodes of " << layout.min_per_node << " ranks";
   auto* base = static_cast<double*>(shared);
   for (std::size_t count : {std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(40001)}) {
     for (comm::ReduceOp op : {comm::ReduceOp::sum, comm::ReduceOp::average, comm::ReduceOp::max,

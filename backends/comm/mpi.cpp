@@ -2,6 +2,7 @@
 
 #include "backends/device.hpp"
 #include "backends/device_check.hpp"
+#include "backends/comm/mpi_watchdog.hpp"
 #include "backends/comm/registry.hpp"
 
 #include "backends/comm/reduce.hpp"
@@ -70,86 +71,6 @@ int mpi_count(std::size_t count, const char* what) {
 bool g_initialized_here = false;
 int g_thread_level = MPI_THREAD_SINGLE;
 
-// Blocking MPI collectives are the fast path (Open MPI's nonblocking ones are
-// several times slower for small messages), so a timeout cannot be an
-// exception in the waiting thread. A watchdog thread instead checks the
-// operations in flight and, when one exceeds the timeout, prints what hung
-// and aborts the job (mpirun then ends every rank with a non-zero code).
-class Watchdog {
- public:
-  struct Watch {
-    Clock::time_point start;
-    double timeout_s;
-    const char* what;
-    std::uint64_t seq;
-    int rank, size;
-  };
-
-  static Watchdog& instance() {
-    static Watchdog w;
-    return w;
-  }
-
-  void add(Watch* w) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    active_.push_back(w);
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-  }
-  void remove(Watch* w) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    active_.erase(std::find(active_.begin(), active_.end(), w));
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_) {
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
-      const auto now = Clock::now();
-      for (const Watch* w : active_) {
-        if (std::chrono::duration<double>(now - w->start).count() > w->timeout_s) {
-          std::fprintf(stderr,
-                       "strata: runtime error: mpi communicator: %s #%llu on rank %d of %d did "
-                       "not complete within %g s; a rank did not arrive or died. Aborting the "
-                       "job (STRATA_COMM_TIMEOUT sets the limit; STRATA_COMM_CHECK=1 names the "
-                       "missing ranks).\n",
-                       w->what, static_cast<unsigned long long>(w->seq), w->rank, w->size,
-                       w->timeout_s);
-          std::fflush(stderr);
-          MPI_Abort(MPI_COMM_WORLD, 4);
-        }
-      }
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<Watch*> active_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-// Registers a blocking operation with the watchdog for its duration.
-class Watched {
- public:
-  Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s)
-      : w_{Clock::now(), timeout_s, what, seq, rank, size} {
-    Watchdog::instance().add(&w_);
-  }
-  ~Watched() { Watchdog::instance().remove(&w_); }
-
- private:
-  Watchdog::Watch w_;
-};
-
 }  // namespace
 
 namespace mpi {
@@ -172,12 +93,16 @@ void initialize(int& argc, char**& argv) {
   g_initialized_here = true;
   // Errors come back as codes (turned into strata::Error), not aborts.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  start_probing();  // a timed-out operation can name the ranks that were lost
 }
 
 void finalize() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (g_initialized_here && !finalized) MPI_Finalize();
+  if (g_initialized_here && !finalized) {
+    stop_probing();
+    MPI_Finalize();
+  }
   g_initialized_here = false;
 }
 
@@ -405,7 +330,7 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
   const std::size_t begin = l * base + std::min(l, extra), end = begin + base + (l < extra ? 1 : 0);
   std::vector<const void*> srcs(L);
   for (std::size_t k = 0; k < L; ++k) srcs[k] = w.base[k] + offset;
-  Watched watch("allreduce (shared memory)", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("allreduce (shared memory)", seq, rank_, size_, options_.timeout_s);
   MPI_Win_sync(w.win);
   STRATA_CHECK_MPI(MPI_Barrier(node_comm_), "MPI_Barrier");  // every input is written
   MPI_Win_sync(w.win);
@@ -450,7 +375,7 @@ void MpiComm::reduce_16bit(const void* blocks, void* mine, std::size_t block, Da
                            ReduceOp op, std::uint64_t seq) {
   work16_.resize(block * size_);
   {
-    Watched watch("allreduce (16-bit all-to-all)", seq, rank_, size_, options_.timeout_s);
+    mpi::Watched watch("allreduce (16-bit all-to-all)", seq, rank_, size_, options_.timeout_s);
     STRATA_CHECK_MPI(MPI_Alltoall(blocks, mpi_count(block, "alltoall"), MPI_UINT16_T, work16_.data(),
                            mpi_count(block, "alltoall"), MPI_UINT16_T, comm_),
               "MPI_Alltoall");
@@ -471,7 +396,7 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
     mine16_.resize(block);
     reduce_16bit(pad16_.data(), mine16_.data(), block, type, op, seq);
     {
-      Watched watch("allreduce (16-bit allgather)", seq, rank_, size_, options_.timeout_s);
+      mpi::Watched watch("allreduce (16-bit allgather)", seq, rank_, size_, options_.timeout_s);
       STRATA_CHECK_MPI(MPI_Allgather(mine16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T,
                               pad16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T, comm_),
                 "MPI_Allgather");
@@ -486,7 +411,7 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
     }
   }
   {
-    Watched watch("allreduce", seq, rank_, size_, options_.timeout_s);
+    mpi::Watched watch("allreduce", seq, rank_, size_, options_.timeout_s);
     // The library reads and writes the buffers (device memory when CUDA-aware).
     device::check::Access access({{send, count * size_of(type)}, {recv, count * size_of(type)}});
     STRATA_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
@@ -508,7 +433,7 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
   const bool in_place =
       static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);
   {
-    Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
+    mpi::Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
     STRATA_CHECK_MPI(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send,
                                        in_place ? const_cast<void*>(send) : recv,
                                        mpi_count(count, "reduce_scatter"), mpi_type(type),
@@ -526,7 +451,7 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
   const bool in_place =
       static_cast<char*>(recv) + rank_ * count * size_of(type) == static_cast<const char*>(send);
   const int n = mpi_count(count, "allgather");
-  Watched watch("allgather", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("allgather", seq, rank_, size_, options_.timeout_s);
   device::check::Access access({{send, count * size_of(type)}, {recv, count * size_of(type) * size_}});
   STRATA_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
                           mpi_type(type), comm_),
@@ -536,7 +461,7 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
 void MpiComm::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
   const std::uint64_t seq = seq_++;
   check("broadcast", seq, count, type, 0, root);
-  Watched watch("broadcast", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("broadcast", seq, rank_, size_, options_.timeout_s);
   device::check::Access access({{buf, count * size_of(type)}});
   STRATA_CHECK_MPI(MPI_Bcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_),
             "MPI_Bcast");
@@ -600,7 +525,7 @@ void MpiComm::do_recv(void* buf, std::size_t count, DataType type, int source, i
 void MpiComm::do_barrier() {
   const std::uint64_t seq = seq_++;
   check("barrier", seq, 0, DataType::f32, 0, 0);
-  Watched watch("barrier", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("barrier", seq, rank_, size_, options_.timeout_s);
   STRATA_CHECK_MPI(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
@@ -608,7 +533,7 @@ std::unique_ptr<Communicator> MpiComm::do_split(int color, int key) {
   const std::uint64_t seq = seq_++;
   check("split", seq, 0, DataType::f32, 0, 0);
   MPI_Comm out = MPI_COMM_NULL;
-  Watched watch("split", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("split", seq, rank_, size_, options_.timeout_s);
   STRATA_CHECK_MPI(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
   if (out == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiComm>(out, true, options_);

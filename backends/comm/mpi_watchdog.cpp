@@ -1,0 +1,250 @@
+#include "backends/comm/mpi_watchdog.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace strata::comm::mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+constexpr int kPingTag = 1, kReplyTag = 2;
+constexpr int kReplyBytes = 192;
+using ReplyText = std::array<char, kReplyBytes>;
+
+// A process whose MPI_Abort does not end it (mpirun unreachable over a cut
+// link) exits by itself this long after the abort began.
+constexpr int kExitAfterAbortS = 10;
+
+class Watchdog {
+ public:
+  static Watchdog& instance() {
+    static Watchdog w;
+    return w;
+  }
+
+  void add(Watched::Watch* w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_.push_back(w);
+    ensure_thread();
+  }
+  void remove(Watched::Watch* w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_.erase(std::find(active_.begin(), active_.end(), w));
+  }
+
+  void start_probing() {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level != MPI_THREAD_MULTIPLE) return;  // the watchdog thread may not call MPI
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (probe_comm_ != MPI_COMM_NULL) return;
+    MPI_Comm_dup(MPI_COMM_WORLD, &probe_comm_);
+    MPI_Comm_set_errhandler(probe_comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(probe_comm_, &world_rank_);
+    MPI_Comm_size(probe_comm_, &world_size_);
+    ensure_thread();
+  }
+
+  void stop_probing() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (probe_comm_ == MPI_COMM_NULL) return;
+    if (ping_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&ping_);
+      MPI_Wait(&ping_, MPI_STATUS_IGNORE);
+    }
+    const double deadline = now_s() + 1.0;  // replies to a rank that timed out
+    while (!replies_.empty() && now_s() < deadline) reap_replies();
+    for (auto& r : replies_) MPI_Request_free(&r.request);
+    replies_.clear();
+    MPI_Comm_free(&probe_comm_);
+  }
+
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Reply {
+    MPI_Request request = MPI_REQUEST_NULL;
+    ReplyText text{};
+  };
+
+  void ensure_thread() {  // mutex_ held
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      serve();
+      const double now = now_s();
+      for (const Watched::Watch* w : active_)
+        if (now - w->start_s > w->timeout_s) abort_for(*w);
+    }
+  }
+
+  // What this process is doing, for another rank's probe (mutex_ held).
+  std::string describe_self() const {
+    if (active_.empty()) return "is alive, not waiting in a blocking MPI operation";
+    const Watched::Watch& w = *active_.front();
+    char text[kReplyBytes];
+    std::snprintf(text, sizeof text, "is alive, waiting in %s #%llu (rank %d of %d) for %.1f s",
+                  w.what, static_cast<unsigned long long>(w.seq), w.rank, w.size,
+                  now_s() - w.start_s);
+    return text;
+  }
+
+  // Answers the pings that arrived and retires finished replies (mutex_ held).
+  void serve() {
+    if (probe_comm_ == MPI_COMM_NULL) return;
+    for (;;) {
+      if (ping_ == MPI_REQUEST_NULL &&
+          MPI_Irecv(&ping_value_, 1, MPI_INT, MPI_ANY_SOURCE, kPingTag, probe_comm_, &ping_) !=
+              MPI_SUCCESS)
+        return;
+      int done = 0;
+      MPI_Status status;
+      if (MPI_Test(&ping_, &done, &status) != MPI_SUCCESS || !done) break;
+      replies_.emplace_back();
+      Reply& r = replies_.back();
+      std::snprintf(r.text.data(), r.text.size(), "%s", describe_self().c_str());
+      MPI_Isend(r.text.data(), kReplyBytes, MPI_CHAR, status.MPI_SOURCE, kReplyTag, probe_comm_,
+                &r.request);
+    }
+    reap_replies();
+  }
+
+  void reap_replies() {
+    for (auto it = replies_.begin(); it != replies_.end();) {
+      int done = 0;
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+      it = done ? replies_.erase(it) : std::next(it);
+    }
+  }
+
+  // Pings every other process and waits up to budget_s for the answers
+  // (answering their pings meanwhile: they may be probing too). Returns, per
+  // world rank, the answer or an empty string (mutex_ held).
+  std::vector<std::string> probe(double budget_s) {
+    const int n = world_size_;
+    static const int ping = 1;  // stays valid after an abandoned send
+    std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL), recvs(n, MPI_REQUEST_NULL);
+    std::vector<ReplyText> texts(n);
+    std::vector<std::string> answers(n);
+    for (int r = 0; r < n; ++r) {
+      if (r == world_rank_) continue;
+      MPI_Isend(&ping, 1, MPI_INT, r, kPingTag, probe_comm_, &sends[r]);
+      MPI_Irecv(texts[r].data(), kReplyBytes, MPI_CHAR, r, kReplyTag, probe_comm_, &recvs[r]);
+    }
+    const double deadline = now_s() + budget_s;
+    int pending = n - 1;
+    while (pending > 0 && now_s() < deadline) {
+      serve();
+      for (int r = 0; r < n; ++r) {
+        if (recvs[r] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        MPI_Test(&recvs[r], &done, MPI_STATUS_IGNORE);
+        if (done) {
+          texts[r].back() = '\0';
+          answers[r] = texts[r].data();
+          --pending;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // The process aborts next: requests to lost peers are left as they are.
+    return answers;
+  }
+
+  [[noreturn]] void abort_for(const Watched::Watch& w) {
+    std::string message;
+    char head[512];
+    std::snprintf(head, sizeof head,
+                  "strata: runtime error: mpi communicator: %s #%llu on rank %d of %d did not "
+                  "complete within %g s",
+                  w.what, static_cast<unsigned long long>(w.seq), w.rank, w.size, w.timeout_s);
+    message = head;
+    if (probe_comm_ != MPI_COMM_NULL && world_size_ > 1) {
+      const double budget = std::clamp(w.timeout_s / 4, 0.5, 2.0);
+      const auto answers = probe(budget);
+      std::string lost, alive;
+      for (int r = 0; r < world_size_; ++r) {
+        if (r == world_rank_) continue;
+        if (answers[r].empty()) {
+          lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+        } else {
+          alive += "\n  world rank " + std::to_string(r) + " " + answers[r];
+        }
+      }
+      char buf[256];
+      std::snprintf(buf, sizeof buf, " (this is world rank %d of %d).", world_rank_, world_size_);
+      message += buf;
+      if (!lost.empty()) {
+        std::snprintf(buf, sizeof buf, "\n  lost: world rank(s) %s did not answer within %.1f s "
+                      "(a dead process or node, or a cut link)", lost.c_str(), budget);
+        message += buf;
+      } else {
+        message += "\n  every other rank answered: none was lost (ranks in different operations "
+                   "are a program error; STRATA_COMM_CHECK=1 names the mismatch)";
+      }
+      message += alive;
+      message += "\nAborting the job (STRATA_COMM_TIMEOUT sets the limit).\n";
+    } else {
+      message += "; a rank did not arrive or died. Aborting the job (STRATA_COMM_TIMEOUT sets the "
+                 "limit; STRATA_COMM_CHECK=1 names the missing ranks).\n";
+    }
+    std::fputs(message.c_str(), stderr);
+    std::fflush(stderr);
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(kExitAfterAbortS));
+      std::fprintf(stderr, "strata: MPI_Abort did not end this process within %d s (the launcher "
+                   "is unreachable); exiting\n", kExitAfterAbortS);
+      std::_Exit(4);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, 4);
+    std::_Exit(4);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Watched::Watch*> active_;
+  bool stop_ = false;
+  std::thread thread_;
+  MPI_Comm probe_comm_ = MPI_COMM_NULL;
+  int world_rank_ = 0, world_size_ = 1;
+  MPI_Request ping_ = MPI_REQUEST_NULL;
+  int ping_value_ = 0;
+  std::list<Reply> replies_;  // stable addresses while the sends are in flight
+};
+
+}  // namespace
+
+void start_probing() { Watchdog::instance().start_probing(); }
+void stop_probing() { Watchdog::instance().stop_probing(); }
+
+Watched::Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s)
+    : w_{now_s(), timeout_s, what, seq, rank, size} {
+  Watchdog::instance().add(&w_);
+}
+
+Watched::~Watched() { Watchdog::instance().remove(&w_); }
+
+}  // namespace strata::comm::mpi

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# A simulated cluster on one machine: N "nodes", each a network namespace
+# with its own address and host name, joined by veth pairs on a bridge.
+# Open MPI runs across them over TCP exactly as across real hosts (its rsh
+# launcher starts one daemon per node; shared memory only inside a node).
+# Needs root (ip netns, veth, bridge, tc); installs iproute2 and Open MPI
+# when missing.
+#
+# Usage: scripts/cluster-sim.sh COMMAND [ARGS]
+#   up N [SLOTS]        create nodes strata-node1..N (SLOTS MPI slots each,
+#                       default 2) and a hostfile; replaces a previous cluster
+#   down                remove every node, the bridge and the hosts entries
+#                       (processes left in the nodes are killed first)
+#   status              the nodes, their addresses and link settings
+#   hostfile            print the path of the hostfile (slots per node)
+#   mpirun ARGS...      Open MPI's mpirun across the nodes: the launcher, the
+#                       interfaces and the transports set (see below); uses
+#                       the hostfile unless ARGS name --host or --hostfile
+#   exec NODE CMD...    run CMD on NODE (its namespace and host name)
+#   kill NODE           SIGKILL every process on NODE (a node that died)
+#   link NODE up|down   bring NODE's network link up or down
+#   shape NODE NETEM    tc on NODE's link, both directions, e.g.
+#                       "delay 50ms loss 1%" or "rate 1gbit"; "clear" removes it
+#   rsh HOST CMD...     the remote shell Open MPI's launcher calls (internal)
+#
+# On a real cluster the same mpirun options apply with the real interface
+# names: --mca btl tcp,vader,self --mca btl_tcp_if_include eth0
+# --mca oob_tcp_if_include eth0 (docs/cluster.md).
+#
+# Environment: STRATA_CLUSTER_NAME (default strata: nodes strata-node1..N,
+# bridge strata-br0; another name makes a second, separate cluster),
+# STRATA_CLUSTER_NET (first three octets of its addresses, default 10.77.0),
+# STRATA_CLUSTER_STATE (state folder, default /run/NAME-cluster).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+self="$here/$(basename "${BASH_SOURCE[0]}")"
+. "$here/common.sh"
+
+name="${STRATA_CLUSTER_NAME:-strata}"
+[[ "$name" =~ ^[a-z][a-z0-9]{0,9}$ ]] || { echo "cluster-sim: STRATA_CLUSTER_NAME must be 1-10 lowercase letters or digits, got '$name'" >&2; exit 1; }
+net="${STRATA_CLUSTER_NET:-10.77.0}"
+state="${STRATA_CLUSTER_STATE:-/run/$name-cluster}"
+bridge="$name-br0"
+vethp="$name-v"
+prefix="$name-node"
+tcp_retries2="${STRATA_CLUSTER_TCP_RETRIES2:-5}"
+hosts_begin="# $name cluster-sim begin"
+hosts_end="# $name cluster-sim end"
+
+die() { echo "cluster-sim: $*" >&2; exit 1; }
+
+node_address() { # node k's address; the head node (0) is .254
+  if [ "$1" = 0 ]; then echo "$net.254"; else echo "$net.$1"; fi
+}
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "needs root (network namespaces, veth pairs, a bridge); run it with sudo"
+}
+
+nodes() { # the nodes that exist, in order
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}[0-9]+$" | sort -V || true
+}
+
+node_index() { # strata-node3 -> 3; refuses other names
+  local n="$1"
+  [[ "$n" =~ ^${prefix}([0-9]+)$ ]] || die "no such node '$n' (nodes are ${prefix}1..N; see: $0 status)"
+  ip netns list | awk '{print $1}' | grep -qx "$n" || die "node '$n' does not exist (see: $0 status)"
+  echo "${BASH_REMATCH[1]}"
+}
+
+# SIGKILL every process of a node, and wait until they are gone.
+kill_node() {
+  local n="$1" k
+  ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  for k in $(seq 1 50); do
+    [ -z "$(ip netns pids "$n" 2>/dev/null)" ] && return 0
+    sleep 0.1
+  done
+  echo "cluster-sim: warning: processes of $n still alive after 5 s" >&2
+}
+
+down() {
+  need_root
+  local n
+  local k
+  for n in $(nodes); do kill_node "$n"; done
+  for n in $(nodes); do ip netns del "$n"; done
+  ip link del "$bridge" 2>/dev/null || true
+  # A deleted namespace lives on while sockets of it linger (TCP to a node
+  # that was cut off); its veth pair goes with the host's end.
+  for k in $(ip -br link show 2>/dev/null | awk '{print $1}' | sed -n "s/^${vethp}\([0-9]*\)@.*/\1/p"); do
+    ip link del "$vethp$k" 2>/dev/null || true
+  done
+  if grep -q "^$hosts_begin" /etc/hosts; then
+    sed -i "/^$hosts_begin/,/^$hosts_end/d" /etc/hosts
+  fi
+  rm -rf "$state"
+}
+
+up() {
+  local count="${1:-}" slots="${2:-2}" k n
+  [[ "$count" =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] && [ "$count" -le 250 ] || \
+    die "up needs a node count from 1 to 250, got '${count}'"
+  [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die "slots must be a positive integer, got '$slots'"
+  need_root
+  strata_apt_install iproute2 openmpi-bin util-linux
+  down
+  mkdir -p "$state"
+  ip link add "$bridge" type bridge
+  ip link set "$bridge" up
+  echo "$hosts_begin" > "$state/hosts"
+  : > "$state/hostfile"
+  # Node 0 is the head node (mpirun runs there, as on a login node); nodes
+  # 1..N run the ranks.
+  for k in $(seq 0 "$count"); do
+    n="$prefix$k"
+    ip netns add "$n"
+    ip link add "$vethp$k" type veth peer name eth0 netns "$n"
+    ip link set "$vethp$k" master "$bridge"
+    ip link set "$vethp$k" up
+    ip -n "$n" addr add "$(node_address "$k")/24" dev eth0
+    ip -n "$n" link set eth0 up
+    ip -n "$n" link set lo up
+    # TCP gives up on an unreachable peer after about 13 s instead of 15
+    # minutes (tcp_retries2 15), so that mpirun notices a node cut off.
+    ip netns exec "$n" sysctl -qw net.ipv4.tcp_retries2="$tcp_retries2"
+    echo "$(node_address "$k") $n" >> "$state/hosts"
+    [ "$k" -gt 0 ] && echo "$n slots=$slots" >> "$state/hostfile"
+  done
+  echo "$hosts_end" >> "$state/hosts"
+  cat "$state/hosts" >> /etc/hosts
+  echo "cluster-sim: $count nodes up (${prefix}1..$count at $net.1-$count, $slots slots each; head node ${prefix}0 at $net.254); hostfile $state/hostfile"
+}
+
+status() {
+  local n k
+  [ -n "$(nodes)" ] || { echo "cluster-sim: no nodes (run: $0 up N)"; return 0; }
+  for n in $(nodes); do
+    k="${n#"$prefix"}"
+    [ "$k" = 0 ] && continue
+    printf '%-14s %-12s link %-5s %s procs  %s\n' "$n" "$(node_address "$k")" \
+      "$(ip -n "$n" -br link show eth0 | awk '{print $2}')" \
+      "$(ip netns pids "$n" | wc -l)" \
+      "$(tc -n "$n" qdisc show dev eth0 | grep netem | sed 's/.*netem/netem/' || true)"
+  done
+}
+
+# Open MPI's launcher calls this as its remote shell: "rsh HOST CMD...".
+# The command runs in HOST's namespace with HOST as its host name (its own
+# UTS namespace), so that Open MPI sees one host per node.
+rsh() {
+  local host="$1"; shift
+  ip netns list | awk '{print $1}' | grep -qx "$host" || die "rsh: no node '$host'"
+  exec ip netns exec "$host" unshare --uts sh -c "hostname $host && exec sh -c \"\$0\"" "$*"
+}
+
+mpirun_across() {
+  [ -n "$(nodes)" ] || die "no nodes (run: $0 up N first)"
+  local a use_hostfile=1
+  for a in "$@"; do
+    case "$a" in --host|-host|-H|--hostfile|-hostfile|--machinefile|-machinefile) use_hostfile=0 ;; esac
+  done
+  local extra=()
+  [ "$use_hostfile" = 1 ] && extra+=(--hostfile "$state/hostfile")
+  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  exec ip netns exec "${prefix}0" unshare --uts sh -c 'hostname "$0" && exec "$@"' "${prefix}0" \
+    mpirun --mca plm_rsh_agent "$self rsh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca oob_tcp_if_include "$net.0/24" --mca btl_tcp_if_include "$net.0/24" \
+    --mca btl tcp,vader,self --bind-to none \
+    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 \
+    "${extra[@]}" "$@"
+}
+
+shape() {
+  local n="$1"; shift
+  local k; k="$(node_index "$n")"
+  [ $# -gt 0 ] || die "shape needs netem settings (e.g. \"delay 50ms loss 1%\") or clear"
+  tc -n "$n" qdisc del dev eth0 root 2>/dev/null || true
+  tc qdisc del dev "$vethp$k" root 2>/dev/null || true
+  [ "$*" = clear ] && return 0
+  # shellcheck disable=SC2068
+  tc -n "$n" qdisc add dev eth0 root netem $@
+  # shellcheck disable=SC2068
+  tc qdisc add dev "$vethp$k" root netem $@
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  up) up "$@" ;;
+  down) down; echo "cluster-sim: down" ;;
+  status) status ;;
+  hostfile) [ -f "$state/hostfile" ] || die "no cluster (run: $0 up N)"; echo "$state/hostfile" ;;
+  mpirun) mpirun_across "$@" ;;
+  exec)
+    [ $# -ge 2 ] || die "exec needs a node and a command"
+    n="$1"; shift; node_index "$n" >/dev/null
+    exec ip netns exec "$n" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$n" "$@" ;;
+  rsh) [ $# -ge 2 ] || die "rsh needs a host and a command"; rsh "$@" ;;
+  kill)
+    [ $# -eq 1 ] || die "kill needs a node"
+    node_index "$1" >/dev/null
+    kill_node "$1" ;;
+  link)
+    [ $# -eq 2 ] && { [ "$2" = up ] || [ "$2" = down ]; } || die "link needs a node and up|down"
+    node_index "$1" >/dev/null
+    ip -n "$1" link set eth0 "$2" ;;
+  shape) [ $# -ge 2 ] || die "shape needs a node and netem settings"; shape "$@" ;;
+  -h|--help|help|"") sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' ;;
+  *) die "unknown command '$cmd' (see: $0 --help)" ;;
+esac
