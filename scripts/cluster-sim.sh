@@ -107,6 +107,9 @@ up() {
   down
   mkdir -p "$state"
   ip link add "$bridge" type bridge
+  # The machine itself is on the cluster's network too (.253), so that srun,
+  # sbatch and ssh-free tools reach the nodes from outside the namespaces.
+  ip addr add "$net.253/24" dev "$bridge"
   ip link set "$bridge" up
   echo "$hosts_begin" > "$state/hosts"
   : > "$state/hostfile"
@@ -145,13 +148,25 @@ status() {
   done
 }
 
+# Runs a command "on" a node: in its network namespace, with its host name
+# (a UTS namespace) and its own /tmp (a mount namespace; as on real nodes,
+# where Slurm's and Open MPI's per-node files live in node-local /tmp).
+# nsenter rather than "ip netns exec": the latter mounts a new /sys without
+# the cgroup tree, which slurmd needs.
+in_node() {
+  local n="$1"; shift
+  mkdir -p "$state/tmp/$n" && chmod 1777 "$state/tmp/$n"
+  exec nsenter --net="/run/netns/$n" unshare --uts --mount --propagation private \
+    sh -c 'hostname "$0" && mount --bind "$1" /tmp && shift && exec "$@"' "$n" "$state/tmp/$n" "$@"
+}
+
 # Open MPI's launcher calls this as its remote shell: "rsh HOST CMD...".
-# The command runs in HOST's namespace with HOST as its host name (its own
-# UTS namespace), so that Open MPI sees one host per node.
+# The command runs on HOST (in_node), so that Open MPI sees one host per
+# node.
 rsh() {
   local host="$1"; shift
   ip netns list | awk '{print $1}' | grep -qx "$host" || die "rsh: no node '$host'"
-  exec ip netns exec "$host" unshare --uts sh -c "hostname $host && exec sh -c \"\$0\"" "$*"
+  in_node "$host" sh -c "$*"
 }
 
 mpirun_across() {
@@ -163,8 +178,7 @@ mpirun_across() {
   local extra=()
   [ "$use_hostfile" = 1 ] && extra+=(--hostfile "$state/hostfile")
   [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  exec ip netns exec "${prefix}0" unshare --uts sh -c 'hostname "$0" && exec "$@"' "${prefix}0" \
-    mpirun --mca plm_rsh_agent "$self rsh" --mca plm_rsh_no_tree_spawn 1 \
+  in_node "${prefix}0" mpirun --mca plm_rsh_agent "$self rsh" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$net.0/24" --mca btl_tcp_if_include "$net.0/24" \
     --mca btl tcp,vader,self --bind-to none \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 \
@@ -195,7 +209,7 @@ case "$cmd" in
   exec)
     [ $# -ge 2 ] || die "exec needs a node and a command"
     n="$1"; shift; node_index "$n" >/dev/null
-    exec ip netns exec "$n" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$n" "$@" ;;
+    in_node "$n" "$@" ;;
   rsh) [ $# -ge 2 ] || die "rsh needs a host and a command"; rsh "$@" ;;
   kill)
     [ $# -eq 1 ] || die "kill needs a node"
