@@ -98,12 +98,17 @@ void on_segv(int, siginfo_t* info, void*) {
   signal(SIGSEGV, SIG_DFL);
 }
 
-void on_allocate(const Kokkos_Profiling_SpaceHandle, const char*, const void* ptr, const std::uint64_t size) {
-  // Kokkos reports the block (its header first) with the size of the data:
-  // the data ends a header later.
+void on_allocate(const Kokkos_Profiling_SpaceHandle, const char* name, const void* ptr,
+                 const std::uint64_t size) {
+  // A View's block (allocated by its shared allocation record, labelled) is
+  // reported from its start (the header first) with the size of the data:
+  // the data ends a header later. Kokkos' own unlabelled blocks (thread
+  // scratch, reduction buffers) are reported whole; adding a header there
+  // would claim the next heap block (a host vector) as device memory.
+  const bool unlabelled = name != nullptr && std::strcmp(name, "[unlabeled]") == 0;
   std::lock_guard<std::mutex> lock(state().mutex);
   state().allocations[reinterpret_cast<std::uintptr_t>(ptr)] =
-      size + sizeof(Kokkos::Impl::SharedAllocationHeader);
+      size + (unlabelled ? 0 : sizeof(Kokkos::Impl::SharedAllocationHeader));
 }
 void on_deallocate(const Kokkos_Profiling_SpaceHandle, const char*, const void* ptr, const std::uint64_t) {
   std::lock_guard<std::mutex> lock(state().mutex);

@@ -50,6 +50,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
+  iproute2 util-linux bc     # the simulated cluster (scripts/cluster-sim.sh; Slurm and
+                             # nftables are installed by the scripts that use them)
 )
 strata_apt_install "${packages[@]}"
 if [ "$peers" = 1 ]; then strata_apt_install python3-torch python3-matplotlib; fi

@@ -19,8 +19,11 @@
 #   exec NODE CMD...    run CMD on NODE (its namespace and host name)
 #   kill NODE           SIGKILL every process on NODE (a node that died)
 #   link NODE up|down   bring NODE's network link up or down
-#   shape NODE NETEM    tc on NODE's link, both directions, e.g.
-#                       "delay 50ms loss 1%" or "rate 1gbit"; "clear" removes it
+#   shape NODE SETTINGS the link of NODE, both directions, e.g.
+#                       "delay 50ms loss 1%" or "rate 1gbit"; "clear" removes
+#                       them. Delay needs the kernel's netem; loss and rate
+#                       work without it (nftables, tbf)
+#   has-netem           exit 0 when the kernel has netem
 #   rsh HOST CMD...     the remote shell Open MPI's launcher calls (internal)
 #
 # On a real cluster the same mpirun options apply with the real interface
@@ -185,17 +188,56 @@ mpirun_across() {
     "${extra[@]}" "$@"
 }
 
+# tc/nftables on NODE's link. With the kernel's netem (sch_netem) the
+# settings go to netem on both ends of the link; without it (kernels built
+# without CONFIG_NET_SCH_NETEM), loss is dropped at random by nftables in the
+# node (both directions), rate is a token bucket (tbf) on both ends, and
+# delay cannot be simulated (an error says so).
 shape() {
   local n="$1"; shift
   local k; k="$(node_index "$n")"
-  [ $# -gt 0 ] || die "shape needs netem settings (e.g. \"delay 50ms loss 1%\") or clear"
+  [ $# -gt 0 ] || die "shape needs settings (e.g. \"delay 50ms loss 1%\", \"rate 1gbit\") or clear"
   tc -n "$n" qdisc del dev eth0 root 2>/dev/null || true
   tc qdisc del dev "$vethp$k" root 2>/dev/null || true
+  ip netns exec "$n" nft delete table inet strata_shape 2>/dev/null || true
   [ "$*" = clear ] && return 0
   # shellcheck disable=SC2068
-  tc -n "$n" qdisc add dev eth0 root netem $@
-  # shellcheck disable=SC2068
-  tc qdisc add dev "$vethp$k" root netem $@
+  if tc -n "$n" qdisc add dev eth0 root netem $@ 2>/dev/null; then
+    # shellcheck disable=SC2068
+    tc qdisc add dev "$vethp$k" root netem $@
+    return 0
+  fi
+  local delay="" loss="" rate=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      delay) delay="$2"; shift 2 ;;
+      loss) loss="${2%\%}"; shift 2 ;;
+      rate) rate="$2"; shift 2 ;;
+      *) die "shape: '$1' needs the kernel's netem, which this kernel lacks (CONFIG_NET_SCH_NETEM); without it: loss P%, rate R" ;;
+    esac
+  done
+  [ -z "$delay" ] || die "shape: delay needs the kernel's netem (sch_netem), which this kernel lacks; loss and rate work without it"
+  if [ -n "$loss" ]; then
+    strata_apt_install nftables
+    local per10k; per10k="$(echo "$loss * 100 / 1" | bc)"
+    printf '%s\n' "table inet strata_shape {" \
+      "  chain in { type filter hook input priority 0; numgen random mod 10000 < $per10k drop; }" \
+      "  chain out { type filter hook output priority 0; numgen random mod 10000 < $per10k drop; }" \
+      "}" | ip netns exec "$n" nft -f -
+  fi
+  if [ -n "$rate" ]; then
+    tc -n "$n" qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+    tc qdisc add dev "$vethp$k" root tbf rate "$rate" burst 256kb latency 100ms
+  fi
+}
+
+# Whether this kernel has netem (delay and loss in tc).
+has_netem() {
+  local ok=1 probe="$name-netem-probe"
+  ip netns add "$probe" 2>/dev/null || return 1
+  tc -n "$probe" qdisc add dev lo root netem delay 1ms 2>/dev/null && ok=0
+  ip netns del "$probe"
+  return $ok
 }
 
 cmd="${1:-}"
@@ -219,7 +261,8 @@ case "$cmd" in
     [ $# -eq 2 ] && { [ "$2" = up ] || [ "$2" = down ]; } || die "link needs a node and up|down"
     node_index "$1" >/dev/null
     ip -n "$1" link set eth0 "$2" ;;
-  shape) [ $# -ge 2 ] || die "shape needs a node and netem settings"; shape "$@" ;;
+  shape) [ $# -ge 2 ] || die "shape needs a node and settings"; shape "$@" ;;
+  has-netem) has_netem ;;
   -h|--help|help|"") sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' ;;
   *) die "unknown command '$cmd' (see: $0 --help)" ;;
 esac

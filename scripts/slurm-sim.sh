@@ -9,8 +9,10 @@
 #
 # Needs root; installs slurm-wlm and munge when missing. The configuration
 # goes to /etc/slurm/slurm.conf (Debian's default path, so that the client
-# commands need no SLURM_CONF); an existing slurm.conf that this script did
-# not write is left alone and the script stops.
+# commands need no SLURM_CONF), or to $SLURM_CONF when that is set; an
+# existing file that this script did not write is left alone and the script
+# stops. The daemons run inside the simulated nodes; a real Slurm on this
+# machine is not touched.
 #
 # Usage: scripts/slurm-sim.sh COMMAND
 #   up N [CPUS]   start N nodes of CPUS CPUs each (default 2; the machine's
@@ -24,26 +26,17 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 . "$here/common.sh"
 cluster="$here/cluster-sim.sh"
+mkdir -p "$(dirname "${SLURM_CONF:-/etc/slurm/slurm.conf}")"
 
 name="${STRATA_CLUSTER_NAME:-strata}"
 net="${STRATA_CLUSTER_NET:-10.77.0}"
 state="${STRATA_CLUSTER_STATE:-/run/$name-cluster}"
 prefix="$name-node"
-conf=/etc/slurm/slurm.conf
+conf="${SLURM_CONF:-/etc/slurm/slurm.conf}"
+[[ "$conf" = /* ]] || conf="$PWD/$conf"   # the daemons change folder
 marker="# written by strata scripts/slurm-sim.sh"
 
 die() { echo "slurm-sim: $*" >&2; exit 1; }
-
-stop_daemons() {
-  local p
-  local d
-  for d in slurmctld slurmd slurmstepd; do pkill -x "$d" 2>/dev/null || true; done
-  for p in $(seq 1 50); do
-    pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || pgrep -x slurmstepd >/dev/null || return 0
-    sleep 0.1
-  done
-  for d in slurmctld slurmd slurmstepd; do pkill -9 -x "$d" 2>/dev/null || true; done
-}
 
 start_munge() {
   if [ -S /run/munge/munge.socket.2 ] && pgrep -x munged >/dev/null; then return 0; fi
@@ -64,7 +57,8 @@ up() {
     die "$conf exists and was not written by this script; move it away first"
   fi
   strata_apt_install slurm-wlm munge openmpi-bin
-  stop_daemons
+  # The daemons live in the nodes' namespaces: taking the nodes down (first
+  # thing cluster-sim.sh up does) stops a previous simulated Slurm.
   "$cluster" up "$count" "$cpus"
   start_munge
   local dir="$state/slurm"
@@ -102,26 +96,27 @@ KillWait=5
 NodeName=${prefix}[1-$count] NodeAddr=$net.[1-$count] CPUs=$cpus State=UNKNOWN
 PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
-  "$cluster" exec "${prefix}0" /usr/sbin/slurmctld -i
+  "$cluster" exec "${prefix}0" /usr/sbin/slurmctld -i -f "$conf"
   for k in $(seq 1 "$count"); do
     mkdir -p "$dir/spool/$prefix$k"
-    "$cluster" exec "$prefix$k" /usr/sbin/slurmd -N "$prefix$k"
+    "$cluster" exec "$prefix$k" /usr/sbin/slurmd -N "$prefix$k" -f "$conf"
   done
   # Ready when every node is idle.
-  for k in $(seq 1 100); do
-    if [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -ge "$count" ]; then
+  local deadline=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if [ "$(timeout 5 sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -ge "$count" ]; then
       echo "slurm-sim: $count nodes idle (partition sim, $cpus CPUs each); try: srun -N $count hostname"
       return 0
     fi
     sleep 0.2
   done
-  sinfo -N >&2 || true
-  die "the nodes did not come up within 20 s; logs in $dir"
+  timeout 5 sinfo -N >&2 || true
+  tail -n 5 "$dir"/*.log >&2 || true
+  die "the nodes did not come up within 30 s; logs in $dir"
 }
 
 down() {
   [ "$(id -u)" = 0 ] || die "needs root"
-  stop_daemons
   if [ -f "$conf" ] && grep -q "^$marker" "$conf"; then rm -f "$conf"; fi
   "$cluster" down >/dev/null
   echo "slurm-sim: down"
