@@ -18,8 +18,10 @@
 #   netem: training finishes, bitwise equal to the run without a fault, slower.
 # Without the kernel's netem (sch_netem), the bad link is 1% loss and
 # 100 Mbit/s (nftables, tbf) and the output says so.
-# Prints a table: time from fault to the last process's exit, steps lost
-# (since the last checkpoint), restart time, run times.
+# Prints a table: time from the fault to the last process's exit (netem: to
+# the end of training), steps lost (rank 0's last logged step minus the
+# checkpoint's: a lower bound, output lags), restart time (launch on 2 nodes
+# to the checkpoint loaded), and the run's time from its start.
 #
 # Usage: scripts/cluster-faults.sh [--repeat N] [--kinds kill,link,netem] [BUILD_DIR]
 #   --repeat N   repeat each fault N times (figures: medians with min-max)
@@ -130,9 +132,14 @@ for kind in ${kinds//,/ }; do
     # Elastic restart on the 2 surviving nodes, and the same restart from the
     # uninterrupted run's checkpoint of that step.
     "$cluster" link "${node}3" up 2>/dev/null || true
+    # Restart time: from the launch to the resumed model loaded (rank 0's
+    # "resumed from" line; the training that follows is not counted).
     t=$(now)
-    resume2 "$d" "$d.restart.log" || { tail -20 "$d.restart.log"; fail "$kind: --resume on 2 nodes failed"; continue; }
+    resume2 "$d" "$d.restart.log" &
+    pid=$!
+    until grep -q "^resumed from" "$d.restart.log" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
     restart_s[$kind]+="$(elapsed "$t") "
+    wait "$pid" || { tail -20 "$d.restart.log"; fail "$kind: --resume on 2 nodes failed"; continue; }
     mkdir -p "$d.elastic" && cp "$ref/$name" "$d.elastic/" && echo "$name" > "$d.elastic/latest"
     resume2 "$d.elastic" "$d.elastic.log" || { fail "$kind: the fault-free elastic resume failed"; continue; }
     cmp -s "$(final_of "$d")" "$(final_of "$d.elastic")" \
@@ -145,7 +152,7 @@ cluster_down
 echo
 echo "Figures (median [min-max] over $repeat run(s); 3 nodes x 1 process, STRATA_COMM_TIMEOUT=$timeout_s, $steps steps;"
 echo "fault ${half_interval} s after the checkpoint of step $fault_after, checkpoints every $every; bad link (netem): ${bad_link[*]}):"
-printf '  %-6s %-28s %-16s %-24s %s\n' fault "fault to last exit (s)" "steps lost" "restart on 2 nodes (s)" "run (s)"
+printf '  %-6s %-28s %-16s %-24s %s\n' fault "fault to last exit (s)" "steps lost" "restart on 2 nodes (s)" "run until the fault's end (s)"
 printf '  %-6s %-28s %-16s %-24s %s\n' none "-" "-" "-" "$ref_s"
 for kind in ${kinds//,/ }; do
   printf '  %-6s %-28s %-16s %-24s %s\n' "$kind" "$(summary ${fault_s[$kind]:-})" "$(summary ${lost_steps[$kind]:-})" \
