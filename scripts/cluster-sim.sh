@@ -106,7 +106,7 @@ up() {
     die "up needs a node count from 1 to 250, got '${count}'"
   [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die "slots must be a positive integer, got '$slots'"
   need_root
-  strata_apt_install iproute2 openmpi-bin util-linux
+  strata_apt_install iproute2 openmpi-bin util-linux bc procps
   down
   mkdir -p "$state"
   ip link add "$bridge" type bridge
@@ -129,7 +129,7 @@ up() {
     ip -n "$n" link set lo up
     # TCP gives up on an unreachable peer after about 13 s instead of 15
     # minutes (tcp_retries2 15), so that mpirun notices a node cut off.
-    ip netns exec "$n" sysctl -qw net.ipv4.tcp_retries2="$tcp_retries2"
+    ip netns exec "$n" sh -c "echo $tcp_retries2 > /proc/sys/net/ipv4/tcp_retries2"
     echo "$(node_address "$k") $n" >> "$state/hosts"
     [ "$k" -gt 0 ] && echo "$n slots=$slots" >> "$state/hostfile"
   done
