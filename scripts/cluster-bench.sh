@@ -4,7 +4,8 @@
 # docs/benchmarks.md) on 2 processes with one thread each,
 #   one node        shared memory between the two processes
 #   two nodes       TCP over the veth link at full speed, at 10 Gbit/s and at
-#                   1 Gbit/s (tc's token bucket on both ends of each link)
+#                   1 Gbit/s (tc on both ends of each link: netem's rate, or
+#                   a token bucket where the kernel has no netem)
 # and, on two nodes, gradient buckets of 1 MiB summed while backward runs
 # (overlap) against one sum after backward (--no-overlap). The configurations
 # are interleaved, each repeated; samples/s is strata-train's own figure
@@ -21,13 +22,15 @@ steps=60
 build=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --repeat) repeat="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
+    --repeat) repeat="${2:-}"; shift; shift || true ;;
+    --steps) steps="${2:-}"; shift; shift || true ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "cluster-bench: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) build="$1"; shift ;;
   esac
 done
+[[ "$repeat" =~ ^[1-9][0-9]*$ ]] && [[ "$steps" =~ ^[1-9][0-9]*$ ]] && [ "$steps" -gt 10 ] \
+  || { echo "cluster-bench: --repeat needs a positive integer and --steps one above 10 (the warm-up)" >&2; exit 2; }
 cluster_init "${build:-$top/build}"
 cluster_up 2 2 || exit 1
 
@@ -48,7 +51,7 @@ for r in $(seq 1 "$repeat"); do
         10gbit) "$cluster" shape "${node}$k" rate 10gbit ;;
         1gbit) "$cluster" shape "${node}$k" rate 1gbit ;;
         *) "$cluster" shape "${node}$k" clear ;;
-      esac
+      esac || { fail "$c: the link of ${node}$k could not be set"; exit 1; }
     done
     extra=(--bucket-mb 1)
     [ "$mode" = no-overlap ] && extra+=(--no-overlap)

@@ -5,6 +5,7 @@
 
 export STRATA_CLUSTER_NAME="${STRATA_CLUSTER_NAME:-stratatest}"
 export STRATA_CLUSTER_NET="${STRATA_CLUSTER_NET:-10.78.0}"
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/common.sh"
 cluster="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cluster-sim.sh"
 node="$STRATA_CLUSTER_NAME-node"
 failures=0

@@ -47,6 +47,8 @@ bridge="$name-br0"
 vethp="$name-v"
 prefix="$name-node"
 tcp_retries2="${STRATA_CLUSTER_TCP_RETRIES2:-5}"
+[[ "$net" =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || { echo "cluster-sim: STRATA_CLUSTER_NET must be three octets (e.g. 10.77.0), got '$net'" >&2; exit 1; }
+[[ "$tcp_retries2" =~ ^[0-9]+$ ]] || { echo "cluster-sim: STRATA_CLUSTER_TCP_RETRIES2 must be a number, got '$tcp_retries2'" >&2; exit 1; }
 hosts_begin="# $name cluster-sim begin"
 hosts_end="# $name cluster-sim end"
 
@@ -95,9 +97,15 @@ down() {
     ip link del "$vethp$k" 2>/dev/null || true
   done
   if grep -q "^$hosts_begin" /etc/hosts; then
-    sed -i "/^$hosts_begin/,/^$hosts_end/d" /etc/hosts
+    # Rewritten in place, not renamed over (in containers /etc/hosts is a
+    # bind mount that cannot be replaced).
+    local kept
+    kept="$(sed "/^$hosts_begin/,/^$hosts_end/d" /etc/hosts)"
+    printf '%s\n' "$kept" > /etc/hosts
   fi
-  rm -rf "$state"
+  # Only a folder this script made (a user's STRATA_CLUSTER_STATE may name
+  # one that holds other things).
+  if [ -f "$state/.strata-cluster" ]; then rm -rf "$state"; fi
 }
 
 up() {
@@ -108,7 +116,14 @@ up() {
   need_root
   strata_apt_install iproute2 openmpi-bin util-linux bc procps
   down
+  if [ -e "$state" ] && [ -n "$(ls -A "$state" 2>/dev/null)" ]; then
+    die "the state folder $state exists and is not empty (set STRATA_CLUSTER_STATE to another)"
+  fi
+  if ip -br addr 2>/dev/null | grep -q " $net\."; then
+    die "$net.0/24 is already in use on this machine (set STRATA_CLUSTER_NET to a free /24, e.g. 10.79.0)"
+  fi
   mkdir -p "$state"
+  touch "$state/.strata-cluster"
   ip link add "$bridge" type bridge
   # The machine itself is on the cluster's network too (.253), so that srun,
   # sbatch and ssh-free tools reach the nodes from outside the namespaces.
@@ -144,23 +159,23 @@ status() {
   for n in $(nodes); do
     k="${n#"$prefix"}"
     [ "$k" = 0 ] && continue
-    printf '%-14s %-12s link %-5s %s procs  %s\n' "$n" "$(node_address "$k")" \
+    printf '%-14s %-12s link %-5s %s procs  %s %s\n' "$n" "$(node_address "$k")" \
       "$(ip -n "$n" -br link show eth0 | awk '{print $2}')" \
       "$(ip netns pids "$n" | wc -l)" \
-      "$(tc -n "$n" qdisc show dev eth0 | grep netem | sed 's/.*netem/netem/' || true)"
+      "$(tc -n "$n" qdisc show dev eth0 | grep -oE '(netem|tbf) .*' || true)" \
+      "$(ip netns exec "$n" nft list table inet strata_shape >/dev/null 2>&1 && echo "(nftables loss)" || true)"
   done
 }
 
 # Runs a command "on" a node: in its network namespace, with its host name
-# (a UTS namespace) and its own /tmp (a mount namespace; as on real nodes,
-# where Slurm's and Open MPI's per-node files live in node-local /tmp).
-# nsenter rather than "ip netns exec": the latter mounts a new /sys without
-# the cgroup tree, which slurmd needs.
+# (a UTS namespace: Open MPI's and Slurm's per-node files in /tmp carry the
+# host name). The file system is the machine's, shared like a cluster's
+# /home. nsenter rather than "ip netns exec": the latter mounts a new /sys
+# without the cgroup tree, which slurmd needs.
 in_node() {
   local n="$1"; shift
-  mkdir -p "$state/tmp/$n" && chmod 1777 "$state/tmp/$n"
-  exec nsenter --net="/run/netns/$n" unshare --uts --mount --propagation private \
-    sh -c 'hostname "$0" && mount --bind "$1" /tmp && shift && exec "$@"' "$n" "$state/tmp/$n" "$@"
+  exec nsenter --net="/run/netns/$n" unshare --uts \
+    sh -c 'hostname "$0" && exec "$@"' "$n" "$@"
 }
 
 # Open MPI's launcher calls this as its remote shell: "rsh HOST CMD...".
@@ -200,12 +215,13 @@ shape() {
   tc -n "$n" qdisc del dev eth0 root 2>/dev/null || true
   tc qdisc del dev "$vethp$k" root 2>/dev/null || true
   ip netns exec "$n" nft delete table inet strata_shape 2>/dev/null || true
+  # shellcheck disable=SC2048,SC2086
+  set -- $*   # "delay 50ms loss 1%" as one argument or as several
   [ "$*" = clear ] && return 0
-  # shellcheck disable=SC2068
-  if tc -n "$n" qdisc add dev eth0 root netem $@ 2>/dev/null; then
+  if has_netem; then
     # shellcheck disable=SC2068
-    tc qdisc add dev "$vethp$k" root netem $@
-    return 0
+    tc -n "$n" qdisc add dev eth0 root netem $@ && tc qdisc add dev "$vethp$k" root netem $@
+    return
   fi
   local delay="" loss="" rate=""
   while [ $# -gt 0 ]; do
@@ -242,6 +258,9 @@ has_netem() {
 
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
+case "$cmd" in
+  up|down|mpirun|exec|rsh|kill|link|shape|has-netem) need_root ;;
+esac
 case "$cmd" in
   up) up "$@" ;;
   down) down; echo "cluster-sim: down" ;;

@@ -18,7 +18,8 @@
 #   up N [CPUS]   start N nodes of CPUS CPUs each (default 2; the machine's
 #                 cores are shared, Slurm is told CPUS); replaces a previous
 #                 simulated cluster
-#   down          stop the daemons, remove the configuration and the nodes
+#   down          stop the daemons (munged only if this script started it),
+#                 remove the configuration and the nodes
 #   status        sinfo and the daemons
 # Environment: as scripts/cluster-sim.sh (STRATA_CLUSTER_NAME, ...).
 set -euo pipefail
@@ -26,7 +27,6 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 . "$here/common.sh"
 cluster="$here/cluster-sim.sh"
-mkdir -p "$(dirname "${SLURM_CONF:-/etc/slurm/slurm.conf}")"
 
 name="${STRATA_CLUSTER_NAME:-strata}"
 net="${STRATA_CLUSTER_NET:-10.77.0}"
@@ -43,6 +43,7 @@ start_munge() {
   mkdir -p /run/munge && chown munge:munge /run/munge && chmod 0755 /run/munge
   [ -f /etc/munge/munge.key ] || { mungekey --create 2>/dev/null || /usr/sbin/create-munge-key -f; }
   runuser -u munge -- /usr/sbin/munged
+  touch /run/munge/.started-by-strata-slurm-sim
   local k
   for k in $(seq 1 50); do [ -S /run/munge/munge.socket.2 ] && return 0; sleep 0.1; done
   die "munged did not start (see /var/log/munge/munged.log)"
@@ -56,6 +57,7 @@ up() {
   if [ -f "$conf" ] && ! grep -q "^$marker" "$conf"; then
     die "$conf exists and was not written by this script; move it away first"
   fi
+  mkdir -p "$(dirname "$conf")"
   strata_apt_install slurm-wlm munge openmpi-bin
   # The daemons live in the nodes' namespaces: taking the nodes down (first
   # thing cluster-sim.sh up does) stops a previous simulated Slurm.
@@ -99,7 +101,15 @@ EOF
   "$cluster" exec "${prefix}0" /usr/sbin/slurmctld -i -f "$conf"
   for k in $(seq 1 "$count"); do
     mkdir -p "$dir/spool/$prefix$k"
-    "$cluster" exec "$prefix$k" /usr/sbin/slurmd -N "$prefix$k" -f "$conf"
+    # The PMIx plugin's per-step folders go to /tmp by default, named by job
+    # and step only: nodes sharing one /tmp would collide. Each slurmd reads
+    # a copy of slurm.conf beside an mpi.conf of its own (Slurm reads
+    # mpi.conf from slurm.conf's folder) that moves them.
+    local nd="$dir/node/$prefix$k"
+    mkdir -p "$nd" "$dir/pmix/$prefix$k"
+    cp "$conf" "$nd/slurm.conf"
+    echo "PMIxCliTmpDirBase=$dir/pmix/$prefix$k" > "$nd/mpi.conf"
+    "$cluster" exec "$prefix$k" /usr/sbin/slurmd -N "$prefix$k" -f "$nd/slurm.conf"
   done
   # Ready when every node is idle.
   local deadline=$((SECONDS + 30))
@@ -117,6 +127,11 @@ EOF
 
 down() {
   [ "$(id -u)" = 0 ] || die "needs root"
+  # munged serves the whole machine; stopped only when this script started it.
+  if [ -f /run/munge/.started-by-strata-slurm-sim ]; then
+    pkill -x munged 2>/dev/null || true
+    rm -f /run/munge/.started-by-strata-slurm-sim
+  fi
   if [ -f "$conf" ] && grep -q "^$marker" "$conf"; then rm -f "$conf"; fi
   "$cluster" down >/dev/null
   echo "slurm-sim: down"

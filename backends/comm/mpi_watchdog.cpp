@@ -66,8 +66,11 @@ class Watchdog {
     }
     const double deadline = now_s() + 1.0;  // replies to a rank that timed out
     while (!replies_.empty() && now_s() < deadline) reap_replies();
+    // A reply still in flight keeps its buffer: moved to a list that is
+    // never freed (the peer is gone or aborting; this is the end of MPI).
+    static auto* unfinished = new std::list<Reply>;
     for (auto& r : replies_) MPI_Request_free(&r.request);
-    replies_.clear();
+    unfinished->splice(unfinished->end(), replies_);
     MPI_Comm_free(&probe_comm_);
   }
 
@@ -147,7 +150,9 @@ class Watchdog {
     const int n = world_size_;
     static const int ping = 1;  // stays valid after an abandoned send
     std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL), recvs(n, MPI_REQUEST_NULL);
-    std::vector<ReplyText> texts(n);
+    // Receives from lost ranks stay posted after this returns (the process
+    // aborts next): their buffers are never freed.
+    auto& texts = *new std::vector<ReplyText>(n);
     std::vector<std::string> answers(n);
     for (int r = 0; r < n; ++r) {
       if (r == world_rank_) continue;
@@ -171,6 +176,8 @@ class Watchdog {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     // The process aborts next: requests to lost peers are left as they are.
+    for (MPI_Request& r : sends)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     return answers;
   }
 
@@ -186,14 +193,18 @@ class Watchdog {
       const double budget = std::clamp(w.timeout_s / 4, 0.5, 2.0);
       const auto answers = probe(budget);
       std::string lost, alive;
+      int lowest_alive = world_rank_;  // prints what every live rank waits in
       for (int r = 0; r < world_size_; ++r) {
         if (r == world_rank_) continue;
         if (answers[r].empty()) {
           lost += (lost.empty() ? "" : ", ") + std::to_string(r);
         } else {
           alive += "\n  world rank " + std::to_string(r) + " " + answers[r];
+          lowest_alive = std::min(lowest_alive, r);
         }
       }
+      if (lowest_alive != world_rank_)
+        alive = "\n  (world rank " + std::to_string(lowest_alive) + " lists what every live rank waits in)";
       char buf[256];
       std::snprintf(buf, sizeof buf, " (this is world rank %d of %d).", world_rank_, world_size_);
       message += buf;
@@ -213,6 +224,15 @@ class Watchdog {
     }
     std::fputs(message.c_str(), stderr);
     std::fflush(stderr);
+    // Ranks still probing must hear from this one: answer for as long as a
+    // probe lasts before aborting (an aborting rank would look lost).
+    if (probe_comm_ != MPI_COMM_NULL) {
+      const double until = now_s() + std::clamp(w.timeout_s / 4, 0.5, 2.0);
+      while (now_s() < until) {
+        serve();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::seconds(kExitAfterAbortS));
       std::fprintf(stderr, "strata: MPI_Abort did not end this process within %d s (the launcher "
