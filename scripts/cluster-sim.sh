@@ -8,7 +8,8 @@
 #
 # Usage: scripts/cluster-sim.sh COMMAND [ARGS]
 #   up N [SLOTS]        create nodes strata-node1..N (SLOTS MPI slots each,
-#                       default 2) and a hostfile; replaces a previous cluster
+#                       default 2), the head node strata-node0 (where mpirun
+#                       runs) and a hostfile; replaces a previous cluster
 #   down                remove every node, the bridge and the hosts entries
 #                       (processes left in the nodes are killed first)
 #   status              the nodes, their addresses and link settings
@@ -17,7 +18,9 @@
 #                       interfaces and the transports set (see below); uses
 #                       the hostfile unless ARGS name --host or --hostfile
 #   exec NODE CMD...    run CMD on NODE (its namespace and host name)
-#   kill NODE           SIGKILL every process on NODE (a node that died)
+#   kill NODE           SIGKILL every process on NODE (its kernel still resets
+#                       their connections; "link NODE down" is a node that
+#                       lost power)
 #   link NODE up|down   bring NODE's network link up or down
 #   shape NODE SETTINGS the link of NODE, both directions, e.g.
 #                       "delay 50ms loss 1%" or "rate 1gbit"; "clear" removes
@@ -33,7 +36,9 @@
 # Environment: STRATA_CLUSTER_NAME (default strata: nodes strata-node1..N,
 # bridge strata-br0; another name makes a second, separate cluster),
 # STRATA_CLUSTER_NET (first three octets of its addresses, default 10.77.0),
-# STRATA_CLUSTER_STATE (state folder, default /run/NAME-cluster).
+# STRATA_CLUSTER_STATE (state folder, default /run/NAME-cluster),
+# STRATA_CLUSTER_TCP_RETRIES2 (the nodes' net.ipv4.tcp_retries2, default 5:
+# TCP gives up on a cut-off peer after about 13 s).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
