@@ -31,6 +31,11 @@ inline double seconds(Clock::time_point a, Clock::time_point b) {
 // `threads` threads (STREAM copy), best of `reps`.
 double copy_bandwidth(std::size_t bytes, int threads, int reps = 5);
 
+// Bandwidth in bytes/s of reading `bytes` (summing them) with `threads`
+// threads, best of `reps`: a reference that no operation reading the same
+// bytes can beat (no write, so no write-allocate question).
+double read_bandwidth(std::size_t bytes, int threads, int reps = 5);
+
 // "4.00 KiB", "64.0 MiB"
 std::string format_bytes(double bytes);
 

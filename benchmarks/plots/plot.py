@@ -8,7 +8,7 @@
                       processes (Strata); threads, DDP processes (PyTorch)
   allreduce_busbw.png allreduce bus bandwidth against message size for each
                       communicator of strata-bench-collectives (median,
-                      band: min-max), with the shared-memory bound
+                      band: min-max), with the read bound
 
 Reads results.json (written by summarize.py), collectives.jsonl and
 logs/collectives.log. Usage: plot.py OUT_DIR
@@ -132,16 +132,18 @@ def allreduce(plt, results, out):
                 label="%s, %d ranks" % (label, rs[0]["ranks"]))
         ax.fill_between(x, [r["busbw_min_gbps"] for r in rs], [r["busbw_max_gbps"] for r in rs],
                         color=color, alpha=0.15)
-    # Shared-memory bound: an in-place allreduce of S bytes on n ranks moves
-    # at least 2 n S bytes at the n-thread copy bandwidth B, so busbw <=
-    # (S / (2 n S / B)) x 2 (n - 1) / n = B (n - 1) / n^2.
+    # Read bound: an allreduce of S bytes on n ranks sharing memory reads
+    # each input once (n S bytes) at the n-thread read bandwidth R at best,
+    # so algbw <= R / n and busbw <= 2 R (n - 1) / n^2. R is the mean of the
+    # two reads the benchmark measures around the thread ranks' sizes.
     log = os.path.join(out, "logs", "collectives.log")
     if os.path.exists(log):
-        m = re.search(r"STREAM copy bandwidth.*?, (\d+) threads ([\d.]+) GB/s", open(log).read())
+        m = re.search(r"read bandwidth, (\d+) threads: ([\d.]+) GB/s before.*?, ([\d.]+) GB/s after",
+                      open(log).read())
         if m:
-            n, b = int(m.group(1)), float(m.group(2))
-            ax.axhline(b * (n - 1) / n ** 2, color="gray", ls="--", lw=0.8,
-                       label="shared-memory bound (copy %.1f GB/s, %d threads)" % (b, n))
+            n, r = int(m.group(1)), (float(m.group(2)) + float(m.group(3))) / 2
+            ax.axhline(2 * r * (n - 1) / n ** 2, color="gray", ls="--", lw=0.8,
+                       label="read bound (read %.1f GB/s, %d threads)" % (r, n))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ticks = [1 << k for k in range(2, 40, 4) if min(r["bytes"] for r in rows) <= 1 << k <= max(r["bytes"] for r in rows) * 2]
