@@ -170,7 +170,7 @@ cluster_down
 echo
 echo "Figures (median [min-max] over $repeat run(s); 3 nodes x 1 process, STRATA_COMM_TIMEOUT=$timeout_s, $steps steps;"
 echo "fault ${half_interval} s after the checkpoint of step $fault_after, checkpoints every $every; bad link (netem): ${bad_link[*]}):"
-printf '  %-6s %-28s %-16s %-24s %s\n' fault "fault to last exit (s)" "steps lost" "restart on 2 nodes (s)" "run until the fault's end (s)"
+printf '  %-6s %-28s %-16s %-24s %s\n' fault "fault to last exit (s)" "steps lost" "restart on 2 nodes (s)" "run, start to exit (s)"
 printf '  %-6s %-28s %-16s %-24s %s\n' none "-" "-" "-" "$ref_s"
 for kind in ${kinds//,/ }; do
   printf '  %-6s %-28s %-16s %-24s %s\n' "$kind" "$(summary ${fault_s[$kind]:-})" "$(summary ${lost_steps[$kind]:-})" \

@@ -231,7 +231,7 @@ class ThreadsGroup {
 };
 
 namespace {
-constexpr std::size_t small_bytes = 64 * 1024;
+constexpr std::size_t small_bytes = 8 * 1024;
 
 // Slice of rank k out of n over count elements, on cache-line boundaries.
 std::pair<std::size_t, std::size_t> slice(std::size_t count, std::size_t elem, int n, int k) {

@@ -6,13 +6,17 @@
 //   mpirun -np 2 strata-bench-collectives     + Strata's MPI communicator and raw MPI
 //
 // busbw = algbw x 2 (n - 1) / n. "of read bound" = (n S / R) / time, where R
-// is the read bandwidth of n threads summing a large array, measured right
-// before and right after the thread ranks' sizes (both printed; R is their
-// mean): an allreduce of S bytes on n ranks sharing memory reads each input
-// once (n S) besides what it writes, so it cannot beat n S / R, and a figure
-// above 100% means the reference was measured under other conditions. (The
-// STREAM copy bandwidth is printed too; its traffic is ambiguous: read +
-// write, with or without the write-allocate read.)
+// is the read bandwidth of n threads summing an array of the allreduce's
+// working set (n S bytes, read repeatedly: warm in whatever cache holds it,
+// as the repeated allreduce finds its buffers), measured right before and
+// right after that size's allreduce timing (R is their mean; both are in the
+// JSON rows). An allreduce of S bytes on n ranks sharing memory reads each
+// input once (n S) besides what it writes, so it cannot beat n S / R; a
+// figure above 100% means the reference was measured under other
+// conditions. Sizes below 64 KiB get no bound (a read of n S bytes takes
+// less than the threads' synchronisation). The STREAM copy bandwidth is
+// printed for reference; its traffic is ambiguous (read + write, with or
+// without the write-allocate read).
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
 #include "backends/comm/threads.hpp"
@@ -78,7 +82,7 @@ void print_header() {
 }
 
 void print_row(const char* backend, int n, std::size_t bytes, const Stats& t,
-               const std::string& ratio) {
+               const std::string& ratio, double read_before = 0, double read_after = 0) {
   const double algbw = bytes / t.median / 1e9;
   const double busbw = algbw * 2.0 * (n - 1) / n;
   char time[64];
@@ -93,7 +97,8 @@ void print_row(const char* backend, int n, std::size_t bytes, const Stats& t,
                                {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
                                {"busbw_min_gbps", bytes / t.max / 1e9 * 2.0 * (n - 1) / n},
                                {"busbw_max_gbps", bytes / t.min / 1e9 * 2.0 * (n - 1) / n},
-                               {"ratio", ratio}}.dump()
+                               {"ratio", ratio}, {"read_before_gbps", read_before / 1e9},
+                               {"read_after_gbps", read_after / 1e9}}.dump()
              << std::endl;
 }
 
@@ -147,9 +152,12 @@ int run(const Options& o, comm::Communicator& world) {
 #endif
   if (root) {
     const int n = o.ranks;
-    const double read_before = read_bandwidth(copy_bytes(o), n);
-    std::vector<std::pair<std::size_t, Stats>> rows;
     for (std::size_t bytes : sizes(o)) {
+      const std::size_t working_set = n * bytes;
+      const bool bounded = bytes >= (std::size_t(64) << 10);
+      // Enough passes for about 256 MiB of reading per repetition.
+      const int passes = static_cast<int>(std::max<std::size_t>(1, (std::size_t(256) << 20) / std::max<std::size_t>(working_set, 1)));
+      const double read_before = bounded ? read_bandwidth(working_set, n, 5, passes) : 0;
       const std::size_t count = bytes / sizeof(float);
       const int iters = iterations(bytes, o);
       Stats t;
@@ -160,22 +168,20 @@ int run(const Options& o, comm::Communicator& world) {
         }, [&] { c.barrier(); });
         if (c.rank() == 0) t = s;
       });
-      rows.emplace_back(bytes, t);
-    }
-    const double read_after = read_bandwidth(copy_bytes(o), n);
-    const double rb = (read_before + read_after) / 2;
-    std::printf("# read bandwidth, %d threads: %.1f GB/s before the thread ranks' sizes, %.1f GB/s "
-                "after; the read bound n S / R uses their mean\n",
-                n, read_before / 1e9, read_after / 1e9);
-    for (const auto& [bytes, t] : rows) {
-      char r[64];
-      const double bound = static_cast<double>(n) * bytes / rb;
-      if (raw_mpi.count(bytes))
-        std::snprintf(r, sizeof r, "%.2f x raw, %.0f%% of read bound", raw_mpi[bytes] / t.median,
+      const double read_after = bounded ? read_bandwidth(working_set, n, 5, passes) : 0;
+      std::string r;
+      char buf[64];
+      if (raw_mpi.count(bytes)) {
+        std::snprintf(buf, sizeof buf, "%.2f x raw", raw_mpi[bytes] / t.median);
+        r = buf;
+      }
+      if (bounded) {
+        const double bound = static_cast<double>(working_set) / ((read_before + read_after) / 2);
+        std::snprintf(buf, sizeof buf, "%s%.0f%% of read bound", r.empty() ? "" : ", ",
                       100 * bound / t.median);
-      else
-        std::snprintf(r, sizeof r, "%.0f%% of read bound", 100 * bound / t.median);
-      print_row("threads", n, bytes, t, r);
+        r += buf;
+      }
+      print_row("threads", n, bytes, t, r, read_before, read_after);
     }
   }
 #if STRATA_HAS_MPI

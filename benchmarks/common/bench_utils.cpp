@@ -54,7 +54,7 @@ double copy_bandwidth(std::size_t bytes, int threads, int reps) {
   return best;
 }
 
-double read_bandwidth(std::size_t bytes, int threads, int reps) {
+double read_bandwidth(std::size_t bytes, int threads, int reps, int passes) {
   const std::size_t n = bytes / sizeof(std::uint64_t);
   std::vector<std::uint64_t> a(n, 1);
   std::atomic<std::uint64_t> sink{0};
@@ -67,21 +67,23 @@ double read_bandwidth(std::size_t bytes, int threads, int reps) {
         const std::size_t begin = n * t / threads, end = n * (t + 1) / threads;
         // Four independent sums: loads, not the add chain, set the pace.
         std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        std::size_t i = begin;
-        for (; i + 4 <= end; i += 4) {
-          s0 += a[i];
-          s1 += a[i + 1];
-          s2 += a[i + 2];
-          s3 += a[i + 3];
+        for (int p = 0; p < passes; ++p) {
+          std::size_t i = begin;
+          for (; i + 4 <= end; i += 4) {
+            s0 += a[i];
+            s1 += a[i + 1];
+            s2 += a[i + 2];
+            s3 += a[i + 3];
+          }
+          for (; i < end; ++i) s0 += a[i];
         }
-        for (; i < end; ++i) s0 += a[i];
         sink.fetch_add(s0 + s1 + s2 + s3, std::memory_order_relaxed);
       });
     for (auto& t : ts) t.join();
     const double s = seconds(t0, Clock::now());
-    best = std::max(best, n * sizeof(std::uint64_t) / s);
+    best = std::max(best, static_cast<double>(passes) * n * sizeof(std::uint64_t) / s);
   }
-  if (sink.load() != static_cast<std::uint64_t>(reps) * n) std::abort();  // every byte was read
+  if (sink.load() != static_cast<std::uint64_t>(reps) * passes * n) std::abort();  // every byte was read
   return best;
 }
 

@@ -33,8 +33,11 @@ double copy_bandwidth(std::size_t bytes, int threads, int reps = 5);
 
 // Bandwidth in bytes/s of reading `bytes` (summing them) with `threads`
 // threads, best of `reps`: a reference that no operation reading the same
-// bytes can beat (no write, so no write-allocate question).
-double read_bandwidth(std::size_t bytes, int threads, int reps = 5);
+// bytes can beat (no write, so no write-allocate question). The array is
+// read `passes` times per repetition, so that a working set that fits in a
+// cache is measured warm, as an operation repeated on the same buffers
+// finds it.
+double read_bandwidth(std::size_t bytes, int threads, int reps = 5, int passes = 1);
 
 // "4.00 KiB", "64.0 MiB"
 std::string format_bytes(double bytes);

@@ -133,17 +133,16 @@ def allreduce(plt, results, out):
         ax.fill_between(x, [r["busbw_min_gbps"] for r in rs], [r["busbw_max_gbps"] for r in rs],
                         color=color, alpha=0.15)
     # Read bound: an allreduce of S bytes on n ranks sharing memory reads
-    # each input once (n S bytes) at the n-thread read bandwidth R at best,
-    # so algbw <= R / n and busbw <= 2 R (n - 1) / n^2. R is the mean of the
-    # two reads the benchmark measures around the thread ranks' sizes.
-    log = os.path.join(out, "logs", "collectives.log")
-    if os.path.exists(log):
-        m = re.search(r"read bandwidth, (\d+) threads: ([\d.]+) GB/s before.*?, ([\d.]+) GB/s after",
-                      open(log).read())
-        if m:
-            n, r = int(m.group(1)), (float(m.group(2)) + float(m.group(3))) / 2
-            ax.axhline(2 * r * (n - 1) / n ** 2, color="gray", ls="--", lw=0.8,
-                       label="read bound (read %.1f GB/s, %d threads)" % (r, n))
+    # each input once (n S bytes) at the n-thread read bandwidth R of that
+    # working set at best, so algbw <= R / n and busbw <= 2 R (n - 1) / n^2.
+    # The benchmark measures R per size (64 KiB and up) around each timing.
+    bounded = sorted((r for r in rows if r["backend"] == "threads" and r.get("read_before_gbps", 0) > 0),
+                     key=lambda r: r["bytes"])
+    if bounded:
+        n = bounded[0]["ranks"]
+        ax.plot([r["bytes"] for r in bounded],
+                [2 * (r["read_before_gbps"] + r["read_after_gbps"]) / 2 * (n - 1) / n ** 2 for r in bounded],
+                color="gray", ls="--", lw=0.8, label="read bound of the working set (%d threads)" % n)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ticks = [1 << k for k in range(2, 40, 4) if min(r["bytes"] for r in rows) <= 1 << k <= max(r["bytes"] for r in rows) * 2]
