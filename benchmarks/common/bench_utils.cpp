@@ -35,36 +35,40 @@ std::string configuration() {
   return c;
 }
 
-double copy_bandwidth(std::size_t bytes, int threads, int reps) {
-  const std::size_t n = bytes / sizeof(double);
-  std::vector<double> a(n, 1.0), b(n, 0.0);
+namespace {
+// Best rate (bytes per second) over `reps` repetitions of `threads` threads
+// each running part(begin, end) on its share of n elements; `bytes` is what
+// one repetition moves.
+template <class Part>
+double best_rate(std::size_t n, double bytes, int threads, int reps, const Part& part) {
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] {
-        const std::size_t begin = n * t / threads, end = n * (t + 1) / threads;
-        std::memcpy(b.data() + begin, a.data() + begin, (end - begin) * sizeof(double));
-      });
+      ts.emplace_back([&, t] { part(n * t / threads, n * (t + 1) / threads); });
     for (auto& t : ts) t.join();
-    const double s = seconds(t0, Clock::now());
-    best = std::max(best, 2.0 * n * sizeof(double) / s);
+    best = std::max(best, bytes / seconds(t0, Clock::now()));
   }
   return best;
+}
+}  // namespace
+
+double copy_bandwidth(std::size_t bytes, int threads, int reps) {
+  const std::size_t n = bytes / sizeof(double);
+  std::vector<double> a(n, 1.0), b(n, 0.0);
+  return best_rate(n, 2.0 * n * sizeof(double), threads, reps, [&](std::size_t begin, std::size_t end) {
+    std::memcpy(b.data() + begin, a.data() + begin, (end - begin) * sizeof(double));
+  });
 }
 
 double read_bandwidth(std::size_t bytes, int threads, int reps, int passes) {
   const std::size_t n = bytes / sizeof(std::uint64_t);
   std::vector<std::uint64_t> a(n, 1);
   std::atomic<std::uint64_t> sink{0};
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] {
-        const std::size_t begin = n * t / threads, end = n * (t + 1) / threads;
+  const double best = best_rate(
+      n, static_cast<double>(passes) * n * sizeof(std::uint64_t), threads, reps,
+      [&](std::size_t begin, std::size_t end) {
         // Four independent sums: loads, not the add chain, set the pace.
         std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         for (int p = 0; p < passes; ++p) {
@@ -79,10 +83,6 @@ double read_bandwidth(std::size_t bytes, int threads, int reps, int passes) {
         }
         sink.fetch_add(s0 + s1 + s2 + s3, std::memory_order_relaxed);
       });
-    for (auto& t : ts) t.join();
-    const double s = seconds(t0, Clock::now());
-    best = std::max(best, static_cast<double>(passes) * n * sizeof(std::uint64_t) / s);
-  }
   if (sink.load() != static_cast<std::uint64_t>(reps) * passes * n) std::abort();  // every byte was read
   return best;
 }
