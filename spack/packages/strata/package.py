@@ -170,7 +170,8 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         # package, which has no build_directory attribute there (spack 1.x
         # forwards it); self.builder exists in both.
         with working_dir(self.builder.build_directory):
-            ctest("--output-on-failure", "--timeout", "600")
+            # make_jobs: the build's parallelism (spack's -j, build_jobs).
+            ctest("--output-on-failure", "--timeout", "600", "-j", str(make_jobs))
 
     @run_after("install")
     def cache_downstream_test(self):
