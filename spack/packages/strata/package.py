@@ -166,10 +166,14 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     def check(self):
         """Build-time tests (spack install --test=root): the whole ctest suite."""
         ctest = Executable(self.spec["cmake"].prefix.bin.ctest)
-        # The builder's build directory: spack 0.2x calls this method on the
-        # package, which has no build_directory attribute there (spack 1.x
-        # forwards it); self.builder exists in both.
-        with working_dir(self.builder.build_directory):
+        # The build directory is the builder's: spack 1.x calls this method
+        # on an adapter that forwards build_directory (and has no .builder);
+        # spack 0.2x calls it on the package, which has only .builder.
+        try:
+            build_directory = self.build_directory
+        except AttributeError:
+            build_directory = self.builder.build_directory
+        with working_dir(build_directory):
             # make_jobs: the build's parallelism (spack's -j, build_jobs).
             ctest("--output-on-failure", "--timeout", "600", "-j", str(make_jobs))
 
