@@ -226,6 +226,7 @@ ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x, Saved<T>&
     s.y = out;
     s.row_offset = saved.row_offset;
     s.training = saved.training;
+    s.recomputing = saved.recomputing;
     s.scratch = take(layers_[j]->saved_size(batch));
     layers_[j]->forward(ctx, in, out, s);
     // As Sequential rounds its layers' outputs (the caller rounds y as well).
@@ -254,7 +255,11 @@ void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>&
   const std::size_t batch = dy.extent(0), n = layers_.size();
   // The inside again, as the micro-batch's forward computed it: its input is
   // still the caller's, and its row offset and Dropout passes are in `saved`.
-  if (recompute_) inner_forward(ctx, saved.x, saved, arena_);
+  if (recompute_) {
+    saved.recomputing = true;  // no second update of running statistics
+    inner_forward(ctx, saved.x, saved, arena_);
+    saved.recomputing = false;
+  }
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   ConstMatrix<T> g = dy;
   for (std::size_t j = n; j-- > 0;) {

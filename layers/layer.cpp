@@ -1,6 +1,9 @@
 #include "layers/layer.hpp"
 
 #include "backends/error.hpp"
+#include "backends/random.hpp"
+
+#include <cmath>
 
 #include <algorithm>
 
@@ -25,5 +28,38 @@ const char* to_string(Init init) {
   }
   return "?";
 }
+
+namespace detail {
+template <class T>
+void init_dense(HostVector<T> params, Init scheme, std::uint64_t seed, std::uint64_t layer_index,
+                std::size_t weights, double fan_in, double fan_out, std::size_t biases) {
+  const std::uint64_t stream = random::stream_init + layer_index;
+  auto uniform = [&](std::size_t i, double bound) {
+    return static_cast<T>((2.0 * random::uniform_double(seed, stream, i) - 1.0) * bound);
+  };
+  auto normal = [&](std::size_t i, double sd) {
+    return static_cast<T>(random::normal(seed, stream, i) * sd);
+  };
+  for (std::size_t i = 0; i < weights; ++i) {
+    switch (scheme) {
+      case Init::kaiming_uniform: params(i) = uniform(i, std::sqrt(6.0 / fan_in)); break;
+      case Init::kaiming_normal: params(i) = normal(i, std::sqrt(2.0 / fan_in)); break;
+      case Init::xavier_uniform:
+        params(i) = uniform(i, std::sqrt(6.0 / (fan_in + fan_out)));
+        break;
+      case Init::xavier_normal: params(i) = normal(i, std::sqrt(2.0 / (fan_in + fan_out))); break;
+      case Init::torch_default: params(i) = uniform(i, 1.0 / std::sqrt(fan_in)); break;
+    }
+  }
+  for (std::size_t i = 0; i < biases; ++i)
+    params(weights + i) =
+        scheme == Init::torch_default ? uniform(weights + i, 1.0 / std::sqrt(fan_in)) : T(0);
+}
+
+template void init_dense<float>(HostVector<float>, Init, std::uint64_t, std::uint64_t, std::size_t,
+                                double, double, std::size_t);
+template void init_dense<double>(HostVector<double>, Init, std::uint64_t, std::uint64_t,
+                                 std::size_t, double, double, std::size_t);
+}  // namespace detail
 
 }  // namespace strata

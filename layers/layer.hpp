@@ -158,4 +158,14 @@ class Layer {
 template <class T>
 using LayerPtr = std::unique_ptr<Layer<T>>;
 
+namespace detail {
+// Writes `weights` weights drawn by `scheme` for a layer of the given fans,
+// then `biases` biases (zero, or U(-1/sqrt(fan_in), +) for torch_default as
+// PyTorch's Linear and Conv2d), into params (weights first). Stream
+// `layer_index` of `seed`: the same values on every backend.
+template <class T>
+void init_dense(HostVector<T> params, Init scheme, std::uint64_t seed, std::uint64_t layer_index,
+                std::size_t weights, double fan_in, double fan_out, std::size_t biases);
+}  // namespace detail
+
 }  // namespace strata

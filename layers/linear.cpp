@@ -2,10 +2,8 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
-#include "backends/random.hpp"
 #include "layers/registry.hpp"
 
-#include <cmath>
 #include <vector>
 
 namespace strata {
@@ -63,30 +61,8 @@ void Linear<T>::bind(Vector<T> params, Vector<T> grads) {
 template <class T>
 void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
                      std::uint64_t layer_index) const {
-  const double fan_in = static_cast<double>(in_), fan_out = static_cast<double>(out_);
-  const std::uint64_t stream = random::stream_init + layer_index;
-  const std::size_t nw = out_ * in_;
-  auto uniform = [&](std::size_t i, double bound) {
-    return static_cast<T>((2.0 * random::uniform_double(seed, stream, i) - 1.0) * bound);
-  };
-  auto normal = [&](std::size_t i, double sd) {
-    return static_cast<T>(random::normal(seed, stream, i) * sd);
-  };
-  for (std::size_t i = 0; i < nw; ++i) {
-    switch (scheme) {
-      case Init::kaiming_uniform: params(i) = uniform(i, std::sqrt(6.0 / fan_in)); break;
-      case Init::kaiming_normal: params(i) = normal(i, std::sqrt(2.0 / fan_in)); break;
-      case Init::xavier_uniform:
-        params(i) = uniform(i, std::sqrt(6.0 / (fan_in + fan_out)));
-        break;
-      case Init::xavier_normal: params(i) = normal(i, std::sqrt(2.0 / (fan_in + fan_out))); break;
-      case Init::torch_default: params(i) = uniform(i, 1.0 / std::sqrt(fan_in)); break;
-    }
-  }
-  if (bias_)
-    for (std::size_t i = 0; i < out_; ++i)
-      params(nw + i) =
-          scheme == Init::torch_default ? uniform(nw + i, 1.0 / std::sqrt(fan_in)) : T(0);
+  detail::init_dense(params, scheme, seed, layer_index, out_ * in_, static_cast<double>(in_),
+                     static_cast<double>(out_), bias_ ? out_ : 0);
 }
 
 template <class T>

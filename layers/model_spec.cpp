@@ -84,6 +84,23 @@ std::string LayerArgs::text(const std::string& key, const std::string& fallback)
   return *s;
 }
 
+std::array<std::size_t, 2> LayerArgs::pair(const std::string& key,
+                                           std::array<std::size_t, 2> fallback,
+                                           std::size_t least) {
+  const Value* v = find(key);
+  if (v == nullptr) return fallback;
+  const std::string expected = "expected an integer >= " + std::to_string(least) +
+                               " or an array of two such integers [height, width]";
+  Ints values;
+  if (const auto* i = std::get_if<std::int64_t>(v)) values = {*i, *i};
+  else if (const auto* a = std::get_if<Ints>(v)) values = *a;
+  STRATA_REQUIRE(values.size() == 2, config, at(key), ": ", expected);
+  for (const auto x : values)
+    STRATA_REQUIRE(x >= static_cast<std::int64_t>(least) && x <= (std::int64_t(1) << 31), config,
+                   at(key), ": ", expected, ", got ", x);
+  return {static_cast<std::size_t>(values[0]), static_cast<std::size_t>(values[1])};
+}
+
 void LayerArgs::finish() const {
   for (const auto& [key, used] : used_)
     STRATA_REQUIRE(used, config, at(key), ": unknown option for this layer type");
@@ -135,8 +152,13 @@ LayerSpec parse_layer(const toml::node& node, const std::string& source) {
       s.args.set(key, v.value<bool>().value(), line_of(v));
     } else if (v.is_string()) {
       s.args.set(key, v.value<std::string>().value(), line_of(v));
+    } else if (const toml::array* a = v.as_array(); a != nullptr && !a->empty() &&
+                                                   a->is_homogeneous(toml::node_type::integer)) {
+      LayerArgs::Ints ints;
+      for (const auto& e : *a) ints.push_back(e.value<std::int64_t>().value());
+      s.args.set(key, std::move(ints), line_of(v));
     } else {
-      STRATA_THROW(config, at, ": expected a number, a boolean or a string");
+      STRATA_THROW(config, at, ": expected a number, a boolean, a string or an array of integers");
     }
   }
   const bool block = s.type == "residual" || s.type == "block";

@@ -28,6 +28,7 @@
 
 #include "layers/shape.hpp"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -41,7 +42,9 @@ struct MlpSpec;
 // The options of one layer, with where each came from.
 class LayerArgs {
  public:
-  using Value = std::variant<std::int64_t, double, bool, std::string>;
+  // An array of integers: kernel = [3, 5] and the like.
+  using Ints = std::vector<std::int64_t>;
+  using Value = std::variant<std::int64_t, double, bool, std::string, Ints>;
 
   LayerArgs() = default;
   // where: "file.toml:12" (the layer's table), type: the layer's type.
@@ -57,6 +60,10 @@ class LayerArgs {
   double number(const std::string& key, double fallback);  // integer or float
   bool flag(const std::string& key, bool fallback);
   std::string text(const std::string& key, const std::string& fallback);
+  // A (height, width) pair of integers >= `least`: one integer for both, or
+  // an array [h, w] (kernel = 3, padding = [1, 2]), as PyTorch's 2-D layers.
+  std::array<std::size_t, 2> pair(const std::string& key, std::array<std::size_t, 2> fallback,
+                                  std::size_t least);
   // Throws config naming every key no read used (a misspelt option).
   void finish() const;
 

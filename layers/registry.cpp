@@ -2,10 +2,14 @@
 
 #include "backends/error.hpp"
 #include "layers/activation.hpp"
+#include "layers/batchnorm.hpp"
 #include "layers/block.hpp"
+#include "layers/conv2d.hpp"
 #include "layers/dropout.hpp"
+#include "layers/flatten.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
+#include "layers/pool2d.hpp"
 
 #include <algorithm>
 
@@ -16,6 +20,12 @@ const std::map<std::string, LayerFactory<T>>& layer_registry() {
   static const std::map<std::string, LayerFactory<T>> registry{
       {"linear", &Linear<T>::from_args},
       {"layernorm", &LayerNorm<T>::from_args},
+      {"batchnorm", &BatchNorm<T>::from_args},
+      {"conv2d", &Conv2d<T>::from_args},
+      {"maxpool2d", &Pool2d<T>::template from_args<PoolKind::max>},
+      {"avgpool2d", &Pool2d<T>::template from_args<PoolKind::avg>},
+      {"global_avgpool", &Pool2d<T>::template from_args<PoolKind::global_avg>},
+      {"flatten", &Flatten<T>::from_args},
       {"dropout", &Dropout<T>::from_args},
       {"relu", &Activation<T>::template from_args<ActivationKind::relu>},
       {"gelu", &Activation<T>::template from_args<ActivationKind::gelu>},

@@ -26,6 +26,8 @@ struct Saved {
                                 // from 16-bit storage before backward if it reads them)
   std::size_t row_offset = 0;   // the micro-batch's first row in the global batch
   bool training = true;         // the model's mode at this forward
+  bool recomputing = false;     // forward runs again inside backward (a recomputing
+                                // block): state updates (running statistics) are skipped
   Vector<T> scratch;            // Layer::saved_size(rows) values of the caller's
                                 // memory, the layer's alone until its backward
   // Written by the layer's forward.

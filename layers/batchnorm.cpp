@@ -1,0 +1,191 @@
+#include "layers/batchnorm.hpp"
+
+#include "backends/error.hpp"
+#include "backends/launch.hpp"
+#include "layers/model_spec.hpp"
+#include "layers/registry.hpp"
+
+#include <cmath>
+
+namespace strata {
+
+template <class T>
+BatchNorm<T>::BatchNorm(std::size_t channels, double eps, double momentum)
+    : channels_(channels), eps_(eps), momentum_(momentum) {
+  STRATA_REQUIRE(channels > 0, config, "BatchNorm: channels must be positive");
+  STRATA_REQUIRE(eps > 0, config, "BatchNorm: eps must be positive, got ", eps);
+  STRATA_REQUIRE(momentum >= 0 && momentum <= 1, config,
+                 "BatchNorm: momentum must lie in [0, 1], got ", momentum);
+  running_mean_ = VectorBuffer<T>("strata::BatchNorm::running_mean", channels);
+  running_var_ = VectorBuffer<T>("strata::BatchNorm::running_var", channels);
+  Kokkos::deep_copy(running_var_, T(1));
+  sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels);
+}
+
+template <class T>
+LayerPtr<T> BatchNorm<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild&) {
+  return std::make_unique<BatchNorm<T>>(in[0], args.number("eps", 1e-5),
+                                        args.number("momentum", 0.1));
+}
+
+template <class T>
+std::string BatchNorm<T>::name() const {
+  const std::size_t rank = this->in_shape_.rank();  // 0 until the model sets it
+  return (rank == 3 ? "BatchNorm2d(" : rank > 0 ? "BatchNorm1d(" : "BatchNorm(") +
+         std::to_string(channels_) + ")";
+}
+
+template <class T>
+Shape BatchNorm<T>::output_shape(const Shape& in) const {
+  STRATA_REQUIRE(in[0] == channels_, config, name(), " expects ", channels_,
+                 " channels in the first dimension but gets shape ", in.str());
+  return in;
+}
+
+template <class T>
+std::vector<ParamInfo> BatchNorm<T>::param_table() const {
+  return {{"weight", Shape{channels_}, 0, ParamGroup::no_decay},
+          {"bias", Shape{channels_}, channels_, ParamGroup::no_decay}};
+}
+
+template <class T>
+void BatchNorm<T>::bind(Vector<T> params, Vector<T> grads) {
+  const auto g = Kokkos::make_pair(std::size_t(0), channels_);
+  const auto b = Kokkos::make_pair(channels_, 2 * channels_);
+  gamma_ = Kokkos::subview(params, g);
+  beta_ = Kokkos::subview(params, b);
+  dgamma_ = Kokkos::subview(grads, g);
+  dbeta_ = Kokkos::subview(grads, b);
+}
+
+template <class T>
+void BatchNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t) const {
+  for (std::size_t i = 0; i < channels_; ++i) {
+    params(i) = T(1);
+    params(channels_ + i) = T(0);
+  }
+}
+
+template <class T>
+std::vector<BufferInfo> BatchNorm<T>::buffer_table() const {
+  return {{"running_mean", channels_}, {"running_var", channels_}, {"num_batches_tracked", 1}};
+}
+
+template <class T>
+std::vector<double> BatchNorm<T>::read_buffer(std::size_t k) const {
+  if (k == 2) return {static_cast<double>(tracked_)};
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
+                                                  k == 0 ? running_mean_ : running_var_);
+  return std::vector<double>(host.data(), host.data() + channels_);
+}
+
+template <class T>
+void BatchNorm<T>::write_buffer(std::size_t k, const std::vector<double>& values) {
+  STRATA_REQUIRE(k <= 2 && values.size() == (k == 2 ? 1 : channels_), runtime, name(), ": buffer ",
+                 k, " takes ", k == 2 ? 1 : channels_, " values, got ", values.size());
+  if (k == 2) {
+    tracked_ = static_cast<std::uint64_t>(values[0]);
+    return;
+  }
+  auto host = Kokkos::create_mirror_view(k == 0 ? running_mean_ : running_var_);
+  for (std::size_t i = 0; i < channels_; ++i) host(i) = static_cast<T>(values[i]);
+  Kokkos::deep_copy(k == 0 ? running_mean_ : running_var_, host);
+}
+
+template <class T>
+void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
+  const std::size_t batch = x.extent(0), C = channels_, S = positions();
+  const std::size_t n = batch * S;
+  STRATA_REQUIRE(saved.scratch.extent(0) >= 2 * C, runtime, name(), ": ", saved.scratch.extent(0),
+                 " saved values, needs ", 2 * C);
+  Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  const T eps = static_cast<T>(eps_);
+  auto rm = running_mean_, rv = running_var_;
+  if (saved.training) {
+    STRATA_REQUIRE(n > 1, runtime, name(), ": training needs more than one value per channel, ",
+                   "got a micro-batch of ", batch, " samples of ", S,
+                   " positions (as PyTorch: use a larger micro-batch)");
+    const bool update = !saved.recomputing;
+    const T m = static_cast<T>(momentum_), nt = static_cast<T>(n);
+    const T unbias = static_cast<T>(static_cast<double>(n) / static_cast<double>(n - 1));
+    // One item per channel: samples, then positions, in order (two passes).
+    for_range(ctx, "strata::BatchNorm::statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
+          T sum = 0;
+          for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t s = 0; s < S; ++s) sum += x(b, c * S + s);
+          const T mu = sum / nt;
+          T ss = 0;
+          for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t s = 0; s < S; ++s) {
+              const T d = x(b, c * S + s) - mu;
+              ss += d * d;
+            }
+          const T var = ss / nt;
+          mean(c) = mu;
+          rstd(c) = T(1) / kmath::sqrt(var + eps);
+          if (update) {
+            rm(c) = (T(1) - m) * rm(c) + m * mu;
+            rv(c) = (T(1) - m) * rv(c) + m * var * unbias;
+          }
+        },
+        2 * n);
+    if (update) ++tracked_;
+  } else {
+    for_range(ctx, "strata::BatchNorm::running", C, KOKKOS_LAMBDA(const std::size_t c) {
+      mean(c) = rm(c);
+      rstd(c) = T(1) / kmath::sqrt(rv(c) + eps);
+    });
+  }
+  auto gamma = gamma_, beta = beta_;
+  for_range(ctx, "strata::BatchNorm::normalise", batch * C, KOKKOS_LAMBDA(const std::size_t item) {
+        const std::size_t b = item / C, c = item % C;
+        const T scale = rstd(c) * gamma(c), shift = beta(c) - mean(c) * scale;
+        for (std::size_t s = 0; s < S; ++s) y(b, c * S + s) = x(b, c * S + s) * scale + shift;
+      },
+      S);
+}
+
+template <class T>
+void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  const ConstMatrix<T> x = saved.x;
+  const std::size_t batch = dy.extent(0), C = channels_, S = positions();
+  const T nt = static_cast<T>(batch * S);
+  ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
+  Vector<T> sums = sums_;
+  for_range(ctx, "strata::BatchNorm::param_grad", C, KOKKOS_LAMBDA(const std::size_t c) {
+        T s1 = 0, s2 = 0;  // sums of dy and dy xhat
+        for (std::size_t b = 0; b < batch; ++b)
+          for (std::size_t s = 0; s < S; ++s) {
+            const T d = dy(b, c * S + s);
+            s1 += d;
+            s2 += d * (x(b, c * S + s) - mean(c)) * rstd(c);
+          }
+        dgamma(c) += s2;
+        dbeta(c) += s1;
+        sums(c) = s1 / nt;
+        sums(C + c) = s2 / nt;
+      },
+      2 * batch * S);
+  if (dx.data() == nullptr) return;
+  const bool batch_stats = saved.training;
+  for_range(ctx, "strata::BatchNorm::input_grad", batch * C, KOKKOS_LAMBDA(const std::size_t item) {
+        const std::size_t b = item / C, c = item % C;
+        const T r = rstd(c), k = gamma(c) * r;
+        for (std::size_t s = 0; s < S; ++s) {
+          const T d = dy(b, c * S + s);
+          if (batch_stats) {
+            const T xhat = (x(b, c * S + s) - mean(c)) * r;
+            dx(b, c * S + s) = k * (d - sums(c) - xhat * sums(C + c));
+          } else {
+            dx(b, c * S + s) = k * d;
+          }
+        }
+      },
+      S);
+}
+
+template class BatchNorm<float>;
+template class BatchNorm<double>;
+
+}  // namespace strata

@@ -1,0 +1,70 @@
+// Batch normalisation over the channel dimension (the first of the
+// per-sample shape: {C}, {C, L} or {C, H, W}), as PyTorch's BatchNorm1d /
+// BatchNorm2d with affine = true and track_running_stats = true:
+//
+// training:   statistics of each channel over the micro-batch's samples and
+//             positions (n values): mean, biased variance var;
+//             y = (x - mean) / sqrt(var + eps) * gamma + beta;
+//             running_mean = (1 - momentum) running_mean + momentum mean,
+//             running_var  = (1 - momentum) running_var + momentum var n / (n - 1)
+//             (the unbiased variance), num_batches_tracked += 1.
+// evaluation: the running statistics instead of the micro-batch's.
+// backward:   dgamma += sum dy xhat; dbeta += sum dy;
+//             training: dx = gamma rstd (dy - mean(dy) - xhat mean(dy xhat)),
+//             evaluation: dx = gamma rstd dy.
+//
+// Each rank (and each pipeline micro-batch) normalises with the statistics of
+// the samples it holds, as PyTorch's BatchNorm under DDP or GPipe. The running
+// statistics are buffers (checkpointed by name: running_mean, running_var,
+// num_batches_tracked). A recomputing block's second forward does not update
+// them (Saved::recomputing).
+#pragma once
+
+#include "layers/layer.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+template <class T>
+class BatchNorm final : public Layer<T> {
+ public:
+  BatchNorm(std::size_t channels, double eps = 1e-5, double momentum = 0.1);
+
+  // The layer a model file describes: "batchnorm" (eps, momentum).
+  static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
+
+  std::string name() const override;
+  Shape output_shape(const Shape& in) const override;
+  std::vector<ParamInfo> param_table() const override;
+  std::size_t num_params() const override { return 2 * channels_; }
+  void bind(Vector<T> params, Vector<T> grads) override;
+  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+            std::uint64_t layer_index) const override;
+  std::vector<BufferInfo> buffer_table() const override;
+  std::vector<double> read_buffer(std::size_t k) const override;
+  void write_buffer(std::size_t k, const std::vector<double>& values) override;
+  double flops() const override { return 4.0 * static_cast<double>(this->in_shape_.numel()); }
+  // Kept per micro-batch: the mean and 1 / sqrt(var + eps) of each channel.
+  std::size_t saved_size(std::size_t batch) const override { return batch > 0 ? 2 * channels_ : 0; }
+  std::size_t workspace_bytes(std::size_t) const override { return 2 * channels_ * sizeof(T); }
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  bool backward_reads_output() const override { return false; }
+
+  std::uint64_t batches_tracked() const { return tracked_; }
+
+ private:
+  std::size_t channels_;
+  double eps_, momentum_;
+  Vector<T> gamma_, beta_, dgamma_, dbeta_;
+  VectorBuffer<T> running_mean_, running_var_;
+  VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel
+  std::uint64_t tracked_ = 0;
+  std::size_t positions() const {
+    return this->in_shape_.rank() ? this->in_shape_.numel() / channels_ : 1;
+  }
+};
+
+}  // namespace strata

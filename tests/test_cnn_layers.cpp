@@ -1,0 +1,406 @@
+// The image layers (Conv2d, pooling, BatchNorm, Flatten) against naive host
+// references written from PyTorch's definitions (forward), and against
+// central finite differences in double precision (input and parameter
+// gradients), over stride, padding, dilation and groups edge cases and odd
+// sizes; bad shapes and options as clear errors.
+#include "backends/error.hpp"
+#include "layers/batchnorm.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/flatten.hpp"
+#include "layers/pool2d.hpp"
+#include "layers/registry.hpp"
+#include "layer_harness.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace strata {
+namespace {
+
+using test::Bound;
+using test::Vec;
+using test::check_gradients;
+using test::expect_near;
+
+Window2d window(std::size_t kh, std::size_t kw, std::size_t s = 1, std::size_t p = 0,
+                std::size_t d = 1) {
+  Window2d w;
+  w.kh = kh, w.kw = kw, w.sh = w.sw = s, w.ph = w.pw = p, w.dh = w.dw = d;
+  return w;
+}
+
+// ------------------------------------------------------------------ Conv2d
+struct ConvCase {
+  std::size_t batch, c, h, w, out;
+  Window2d win;
+  std::size_t groups;
+  bool bias;
+};
+
+// Direct convolution: y[b][o][oh][ow] = bias[o] + sum over the group's input
+// channels and the kernel of W[o][c][kh][kw] x[b][c][ih][iw] (zero padding).
+Vec conv_reference(const ConvCase& k, const Vec& x, const Vec& p) {
+  const auto& w = k.win;
+  const std::size_t oh = (k.h + 2 * w.ph - w.dh * (w.kh - 1) - 1) / w.sh + 1;
+  const std::size_t ow = (k.w + 2 * w.pw - w.dw * (w.kw - 1) - 1) / w.sw + 1;
+  const std::size_t cg = k.c / k.groups, og = k.out / k.groups;
+  const std::size_t nw = k.out * cg * w.kh * w.kw;
+  Vec y(k.batch * k.out * oh * ow);
+  for (std::size_t b = 0; b < k.batch; ++b)
+    for (std::size_t o = 0; o < k.out; ++o)
+      for (std::size_t i = 0; i < oh; ++i)
+        for (std::size_t j = 0; j < ow; ++j) {
+          double s = k.bias ? p[nw + o] : 0.0;
+          const std::size_t g = o / og;
+          for (std::size_t c = 0; c < cg; ++c)
+            for (std::size_t a = 0; a < w.kh; ++a)
+              for (std::size_t e = 0; e < w.kw; ++e) {
+                const long ih = long(i * w.sh + a * w.dh) - long(w.ph);
+                const long iw = long(j * w.sw + e * w.dw) - long(w.pw);
+                if (ih < 0 || iw < 0 || ih >= long(k.h) || iw >= long(k.w)) continue;
+                s += p[((o * cg + c) * w.kh + a) * w.kw + e] *
+                     x[((b * k.c + g * cg + c) * k.h + ih) * k.w + iw];
+              }
+          y[((b * k.out + o) * oh + i) * ow + j] = s;
+        }
+  return y;
+}
+
+LayerPtr<double> make_conv(const ConvCase& k, std::size_t workspace_limit = 0) {
+  auto conv = std::make_unique<Conv2d<double>>(k.c, k.out, k.win, k.groups, k.bias);
+  if (workspace_limit > 0) conv->set_workspace_limit(workspace_limit);
+  return conv;
+}
+
+std::vector<ConvCase> conv_cases() {
+  Window2d asym = window(3, 2, 1, 0);
+  asym.ph = 2, asym.pw = 1, asym.sh = 2, asym.sw = 1;
+  Window2d dil = window(3, 3, 1, 2, 2);
+  dil.dw = 1;
+  return {
+      {2, 1, 5, 5, 3, window(3, 3), 1, true},             // valid convolution
+      {3, 2, 7, 6, 4, window(3, 3, 1, 1), 1, true},       // "same" padding, odd sizes
+      {2, 3, 9, 8, 2, window(3, 3, 2, 1), 1, false},      // stride 2, no bias
+      {2, 2, 6, 7, 3, asym, 1, true},                     // per-axis kernel, stride, padding
+      {2, 2, 9, 7, 2, dil, 1, true},                      // dilation 2 (rows), padding 2
+      {2, 4, 5, 5, 6, window(3, 3, 1, 1), 2, true},       // groups 2
+      {3, 3, 5, 4, 3, window(3, 3, 1, 1), 3, true},       // depthwise (groups = channels)
+      {2, 3, 4, 4, 5, window(1, 1), 1, true},             // 1x1
+      {1, 1, 3, 3, 1, window(3, 3), 1, true},             // output 1x1
+      {2, 2, 2, 3, 2, window(1, 1, 3, 0), 1, false},      // stride larger than the image
+  };
+}
+
+TEST(Conv2d, ForwardMatchesDirectConvolution) {
+  for (GemmBackend gemm : {GemmBackend::portable, GemmBackend::vendor}) {
+    if (gemm == GemmBackend::vendor && !Blas::vendor_available()) continue;
+    std::size_t seed = 1;
+    for (const ConvCase& k : conv_cases()) {
+      Bound b(make_conv(k), k.batch, Shape{k.c, k.h, k.w}, ++seed, gemm);
+      const Vec x = test::randn<double>(k.batch * k.c * k.h * k.w, seed + 50);
+      // Sums of at most 4 x 9 products of N(0, 1) values in double.
+      expect_near(b.forward(x), conv_reference(k, x, b.param_values()), 1e-12,
+                  b.layer->name() + " forward (" + to_string(gemm) + ")");
+    }
+  }
+}
+
+TEST(Conv2d, ChunksOfOneSampleGiveTheSameResult) {
+  const ConvCase k{5, 3, 6, 5, 4, window(3, 3, 1, 1), 1, true};
+  Bound whole(make_conv(k), k.batch, Shape{k.c, k.h, k.w}, 3);
+  Bound chunked(make_conv(k, 1), k.batch, Shape{k.c, k.h, k.w}, 3);
+  EXPECT_EQ(static_cast<Conv2d<double>&>(*chunked.layer).chunk_samples(k.batch), 1u);
+  EXPECT_EQ(static_cast<Conv2d<double>&>(*whole.layer).chunk_samples(k.batch), k.batch);
+  const Vec x = test::randn<double>(k.batch * k.c * k.h * k.w, 4);
+  const Vec dy = test::randn<double>(k.batch * k.out * k.h * k.w, 5);
+  expect_near(chunked.forward(x), whole.forward(x), 1e-13, "chunked forward");
+  expect_near(chunked.backward(x, dy), whole.backward(x, dy), 1e-13, "chunked dx");
+  expect_near(test::to_host(chunked.grads), test::to_host(whole.grads), 1e-13, "chunked dW");
+}
+
+TEST(Conv2d, GradientsMatchFiniteDifferences) {
+  std::size_t seed = 10;
+  for (ConvCase k : conv_cases()) {
+    k.batch = std::min<std::size_t>(k.batch, 2);
+    Bound b(make_conv(k, 1), k.batch, Shape{k.c, k.h, k.w}, ++seed);
+    check_gradients(b, test::randn<double>(k.batch * k.c * k.h * k.w, seed + 7), seed);
+  }
+}
+
+TEST(Conv2d, ParameterTableIsPyTorchsLayout) {
+  Conv2d<float> conv(4, 6, window(3, 5), 2, true);
+  conv.set_input_shape(Shape{4, 8, 8});
+  const auto t = conv.param_table();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name, "weight");
+  EXPECT_EQ(t[0].shape, (Shape{6, 2, 3, 5}));
+  EXPECT_EQ(t[1].name, "bias");
+  EXPECT_EQ(t[1].offset, 6u * 2 * 3 * 5);
+  EXPECT_EQ(conv.num_params(), 6u * 2 * 3 * 5 + 6);
+  EXPECT_EQ(conv.output_shape(Shape{4, 8, 8}), (Shape{6, 6, 4}));
+  EXPECT_DOUBLE_EQ(conv.flops(), 2.0 * 6 * 6 * 4 * (2 * 3 * 5));
+}
+
+// -------------------------------------------------------------- Pooling
+struct PoolCase {
+  PoolKind kind;
+  std::size_t batch, c, h, w;
+  Window2d win;
+  bool include_pad;
+};
+
+Vec pool_reference(const PoolCase& k, const Vec& x) {
+  Window2d w = k.win;
+  if (k.kind == PoolKind::global_avg) w = window(k.h, k.w, 1, 0), w.sh = k.h, w.sw = k.w;
+  const std::size_t oh = (k.h + 2 * w.ph - w.dh * (w.kh - 1) - 1) / w.sh + 1;
+  const std::size_t ow = (k.w + 2 * w.pw - w.dw * (w.kw - 1) - 1) / w.sw + 1;
+  Vec y;
+  for (std::size_t b = 0; b < k.batch; ++b)
+    for (std::size_t c = 0; c < k.c; ++c)
+      for (std::size_t i = 0; i < oh; ++i)
+        for (std::size_t j = 0; j < ow; ++j) {
+          double best = -std::numeric_limits<double>::infinity(), sum = 0;
+          std::size_t inside = 0;
+          for (std::size_t a = 0; a < w.kh; ++a)
+            for (std::size_t e = 0; e < w.kw; ++e) {
+              const long ih = long(i * w.sh + a * w.dh) - long(w.ph);
+              const long iw = long(j * w.sw + e * w.dw) - long(w.pw);
+              if (ih < 0 || iw < 0 || ih >= long(k.h) || iw >= long(k.w)) continue;
+              const double v = x[((b * k.c + c) * k.h + ih) * k.w + iw];
+              best = std::max(best, v);
+              sum += v;
+              ++inside;
+            }
+          const double divisor = k.include_pad ? double(w.kh * w.kw) : double(inside);
+          y.push_back(k.kind == PoolKind::max ? best : sum / divisor);
+        }
+  return y;
+}
+
+std::vector<PoolCase> pool_cases() {
+  Window2d asym = window(3, 2, 2, 1);
+  asym.pw = 0, asym.sw = 1;
+  Window2d dil = window(2, 2, 1, 0, 2);
+  return {
+      {PoolKind::max, 2, 3, 6, 6, window(2, 2, 2), true},     // the usual 2x2
+      {PoolKind::max, 2, 2, 7, 5, window(3, 3, 2, 1), true},  // padding, odd sizes
+      {PoolKind::max, 2, 2, 6, 5, asym, true},                // per-axis window
+      {PoolKind::max, 1, 2, 6, 6, dil, true},                 // dilation 2
+      {PoolKind::avg, 2, 3, 6, 6, window(2, 2, 2), true},
+      {PoolKind::avg, 2, 2, 7, 5, window(3, 3, 2, 1), true},  // padding counted
+      {PoolKind::avg, 2, 2, 7, 5, window(3, 3, 2, 1), false}, // padding not counted
+      {PoolKind::avg, 2, 2, 5, 6, window(3, 2, 1), true},     // overlapping windows
+      {PoolKind::global_avg, 3, 4, 5, 3, Window2d{}, true},
+  };
+}
+
+TEST(Pool2d, ForwardMatchesReference) {
+  std::size_t seed = 30;
+  for (const PoolCase& k : pool_cases()) {
+    Bound b(std::make_unique<Pool2d<double>>(k.kind, k.win, k.include_pad), k.batch,
+            Shape{k.c, k.h, k.w}, ++seed);
+    const Vec x = test::randn<double>(k.batch * k.c * k.h * k.w, seed);
+    expect_near(b.forward(x), pool_reference(k, x), 1e-14, b.layer->name());
+  }
+}
+
+TEST(Pool2d, GradientsMatchFiniteDifferences) {
+  std::size_t seed = 40;
+  for (const PoolCase& k : pool_cases()) {
+    Bound b(std::make_unique<Pool2d<double>>(k.kind, k.win, k.include_pad), k.batch,
+            Shape{k.c, k.h, k.w}, ++seed);
+    // Random N(0, 1) inputs: no two values in a window within 1e-6 of each
+    // other (a maximum's kink inside the difference step of 1e-6),
+    // checked here rather than assumed.
+    const Vec x = test::randn<double>(k.batch * k.c * k.h * k.w, seed);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      for (std::size_t j = i + 1; j < x.size(); ++j) ASSERT_GT(std::fabs(x[i] - x[j]), 2e-6);
+    check_gradients(b, x, seed);
+  }
+}
+
+TEST(Pool2d, MaxPoolTiesAndNaNsFollowPyTorch) {
+  // One 2x2 window: ties pick the first in row-major order; a NaN wins.
+  Bound b(std::make_unique<Pool2d<double>>(PoolKind::max, window(2, 2, 2)), 1, Shape{1, 2, 2}, 1);
+  const Vec dy{1.0};
+  EXPECT_EQ(b.backward({1.0, 3.0, 3.0, 2.0}, dy), (Vec{0, 1, 0, 0}));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(b.forward({1.0, nan, 5.0, 2.0})[0]));
+  EXPECT_EQ(b.backward({1.0, nan, 5.0, 2.0}, dy), (Vec{0, 1, 0, 0}));
+}
+
+TEST(Pool2d, OutputShapes) {
+  Pool2d<float> max(PoolKind::max, window(2, 2, 2));
+  EXPECT_EQ(max.output_shape(Shape{8, 28, 28}), (Shape{8, 14, 14}));
+  EXPECT_EQ(max.output_shape(Shape{8, 7, 7}), (Shape{8, 3, 3}));  // floor, as PyTorch
+  Pool2d<float> global(PoolKind::global_avg, Window2d{});
+  EXPECT_EQ(global.output_shape(Shape{8, 7, 5}), (Shape{8}));
+}
+
+// ------------------------------------------------------------ BatchNorm
+// Training-mode batch normalisation of (batch, C, S) with the parameters
+// p = [gamma, beta]; also the running statistics after one update.
+Vec batchnorm_reference(const Vec& x, const Vec& p, std::size_t batch, std::size_t C,
+                        std::size_t S, double eps, Vec* mean_out, Vec* var_out) {
+  Vec y(x.size());
+  for (std::size_t c = 0; c < C; ++c) {
+    double mean = 0, var = 0;
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t s = 0; s < S; ++s) mean += x[(b * C + c) * S + s];
+    mean /= double(batch * S);
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t s = 0; s < S; ++s) {
+        const double d = x[(b * C + c) * S + s] - mean;
+        var += d * d;
+      }
+    var /= double(batch * S);
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t s = 0; s < S; ++s) {
+        const std::size_t i = (b * C + c) * S + s;
+        y[i] = (x[i] - mean) / std::sqrt(var + eps) * p[c] + p[C + c];
+      }
+    if (mean_out) (*mean_out)[c] = mean;
+    if (var_out) (*var_out)[c] = var;
+  }
+  return y;
+}
+
+TEST(BatchNorm, TrainingForwardAndRunningStatisticsMatchReference) {
+  const std::size_t batch = 5, C = 3, H = 4, W = 3, S = H * W, n = batch * S;
+  Bound b(std::make_unique<BatchNorm<double>>(C, 1e-5, 0.1), batch, Shape{C, H, W}, 2);
+  Vec x = test::randn<double>(batch * C * S, 3);
+  for (double& v : x) v = 3.0 + 2.0 * v;  // a mean and a scale to remove
+  Vec mean(C), var(C);
+  const Vec want = batchnorm_reference(x, b.param_values(), batch, C, S, 1e-5, &mean, &var);
+  expect_near(b.forward(x), want, 1e-12, "BatchNorm2d forward");
+  auto& bn = static_cast<BatchNorm<double>&>(*b.layer);
+  const Vec rm = bn.read_buffer(0), rv = bn.read_buffer(1);
+  for (std::size_t c = 0; c < C; ++c) {
+    EXPECT_NEAR(rm[c], 0.1 * mean[c], 1e-14) << "running_mean";
+    // The unbiased variance n / (n - 1) var, as PyTorch.
+    EXPECT_NEAR(rv[c], 0.9 + 0.1 * var[c] * double(n) / double(n - 1), 1e-14) << "running_var";
+  }
+  EXPECT_EQ(bn.read_buffer(2), Vec{1.0});  // num_batches_tracked
+  EXPECT_EQ(bn.name(), "BatchNorm2d(3)");
+}
+
+TEST(BatchNorm, EvaluationUsesTheRunningStatistics) {
+  const std::size_t batch = 4, C = 2, S = 3;
+  Bound b(std::make_unique<BatchNorm<double>>(C), batch, Shape{C, S}, 5);
+  auto& bn = static_cast<BatchNorm<double>&>(*b.layer);
+  bn.write_buffer(0, {0.5, -1.0});
+  bn.write_buffer(1, {4.0, 0.25});
+  bn.set_training(false);
+  const Vec x = test::randn<double>(batch * C * S, 6);
+  const Vec p = b.param_values();
+  Vec want(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::size_t c = (i / S) % C;
+    const double m = c == 0 ? 0.5 : -1.0, v = c == 0 ? 4.0 : 0.25;
+    want[i] = (x[i] - m) / std::sqrt(v + 1e-5) * p[c] + p[C + c];
+  }
+  expect_near(b.forward(x), want, 1e-13, "BatchNorm1d evaluation");
+  EXPECT_EQ(bn.read_buffer(0), (Vec{0.5, -1.0}));  // not updated
+  EXPECT_EQ(bn.read_buffer(2), Vec{0.0});
+}
+
+TEST(BatchNorm, GradientsMatchFiniteDifferences) {
+  // Training mode: the statistics depend on the whole batch, so the finite
+  // differences of each input see them move (the full Jacobian).
+  for (bool training : {true, false}) {
+    Bound b(std::make_unique<BatchNorm<double>>(3), 4, Shape{3, 2, 3}, 7);
+    b.layer->set_training(training);
+    check_gradients(b, test::randn<double>(4 * 3 * 6, 8), 9);
+  }
+  Bound flat(std::make_unique<BatchNorm<double>>(5), 6, Shape{5}, 10);  // BatchNorm1d on features
+  check_gradients(flat, test::randn<double>(6 * 5, 11), 12);
+}
+
+TEST(BatchNorm, RecomputationDoesNotUpdateTheRunningStatistics) {
+  BatchNorm<double> bn(2);
+  bn.set_input_shape(Shape{2, 2});
+  VectorBuffer<double> params("p", 4), grads("g", 4), scratch("s", bn.saved_size(3));
+  bn.bind(params, grads);
+  Kokkos::deep_copy(params, 1.0);
+  auto x = test::to_device(test::randn<double>(3 * 4, 13), 3, 4);
+  MatrixBuffer<double> y("y", 3, 4);
+  Saved<double> saved;
+  saved.x = x;
+  saved.y = y;
+  saved.scratch = scratch;
+  Context ctx;
+  bn.forward(ctx, x, y, saved);
+  const Vec after_one = bn.read_buffer(0);
+  saved.recomputing = true;
+  bn.forward(ctx, x, y, saved);
+  EXPECT_EQ(bn.read_buffer(0), after_one);
+  EXPECT_EQ(bn.batches_tracked(), 1u);
+}
+
+TEST(BatchNorm, OneValuePerChannelInTrainingIsAnError) {
+  Bound b(std::make_unique<BatchNorm<double>>(3), 1, Shape{3}, 1);
+  try {
+    b.forward({1.0, 2.0, 3.0});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than one value per channel"), std::string::npos)
+        << e.what();
+  }
+}
+
+// --------------------------------------------------------------- Flatten
+TEST(Flatten, CopiesRowsAndFlattensTheShape) {
+  Bound b(std::make_unique<Flatten<double>>(), 2, Shape{2, 3, 2}, 1);
+  EXPECT_EQ(b.layer->output_shape(Shape{2, 3, 2}), Shape{12});
+  const Vec x = test::randn<double>(24, 2), dy = test::randn<double>(24, 3);
+  EXPECT_EQ(b.forward(x), x);
+  EXPECT_EQ(b.backward(x, dy), dy);
+}
+
+// ----------------------------------------------------------- bad input
+// The error a model description gives, or "" when it builds.
+std::string model_error(const std::string& text) {
+  try {
+    build_layers<float>(parse_model(text, "cnn.toml"), 1);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error(const std::string& text, const std::vector<std::string>& parts) {
+  const std::string e = model_error(text);
+  ASSERT_FALSE(e.empty()) << "no error for\n" << text;
+  for (const auto& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "'" << p << "' not in: " << e;
+}
+
+TEST(CnnModels, BadShapesAndOptionsAreClearErrors) {
+  const std::string head = "input = [3, 8, 8]\n[[layers]]\n";
+  // An output that would be empty names the layer, the input shape and the window.
+  expect_error(head + "type = \"conv2d\"\nout = 4\nkernel = 9\n",
+               {"cnn.toml:2", "Conv2d(3, 4, kernel 9x9)", "{3, 8, 8}", "would be empty"});
+  // Channels that do not divide by groups.
+  expect_error(head + "type = \"conv2d\"\nout = 4\nkernel = 3\ngroups = 2\n",
+               {"cnn.toml:2", "input channels (3) do not divide by groups (2)"});
+  // A convolution on a flat input names the shape it got.
+  expect_error("input = [784]\n[[layers]]\ntype = \"conv2d\"\nout = 4\nkernel = 3\n",
+               {"cnn.toml:2", "{channels, height, width}", "{784}"});
+  // Bad option values name the key.
+  expect_error(head + "type = \"conv2d\"\nout = 4\nkernel = [3, 3, 3]\n",
+               {"cnn.toml:5", "key 'kernel'", "[height, width]"});
+  expect_error(head + "type = \"maxpool2d\"\nkernel = 2\npadding = 2\n",
+               {"cnn.toml:2", "padding must be at most half the kernel"});
+  expect_error(head + "type = \"conv2d\"\nout = 4\n", {"cnn.toml:2", "needs the key 'kernel'"});
+  expect_error(head + "type = \"batchnorm\"\n[[layers]]\ntype = \"maxpool2d\"\nkernel = 16\n",
+               {"cnn.toml:4", "MaxPool2d(kernel 16x16, stride 16)", "would be empty"});
+  EXPECT_EQ(model_error(head + "type = \"conv2d\"\nout = 4\nkernel = [3, 1]\npadding = [1, 0]\n"),
+            "");
+}
+
+}  // namespace
+}  // namespace strata
