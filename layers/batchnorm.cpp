@@ -16,10 +16,22 @@ BatchNorm<T>::BatchNorm(std::size_t channels, double eps, double momentum)
   STRATA_REQUIRE(eps > 0, config, "BatchNorm: eps must be positive, got ", eps);
   STRATA_REQUIRE(momentum >= 0 && momentum <= 1, config,
                  "BatchNorm: momentum must lie in [0, 1], got ", momentum);
-  running_mean_ = VectorBuffer<T>("strata::BatchNorm::running_mean", channels);
-  running_var_ = VectorBuffer<T>("strata::BatchNorm::running_var", channels);
+}
+
+template <class T>
+void BatchNorm<T>::reserve(std::size_t, std::size_t) {
+  allocate();
+}
+
+template <class T>
+void BatchNorm<T>::allocate() {
+  if (running_mean_.extent(0) == channels_) return;
+  // Here rather than in the constructor: a model is described (--describe)
+  // before Kokkos starts.
+  running_mean_ = VectorBuffer<T>("strata::BatchNorm::running_mean", channels_);
+  running_var_ = VectorBuffer<T>("strata::BatchNorm::running_var", channels_);
   Kokkos::deep_copy(running_var_, T(1));
-  sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels);
+  sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels_);
 }
 
 template <class T>
@@ -74,6 +86,7 @@ std::vector<BufferInfo> BatchNorm<T>::buffer_table() const {
 template <class T>
 std::vector<double> BatchNorm<T>::read_buffer(std::size_t k) const {
   if (k == 2) return {static_cast<double>(tracked_)};
+  if (running_mean_.extent(0) != channels_) return std::vector<double>(channels_, k == 0 ? 0.0 : 1.0);
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(),
                                                   k == 0 ? running_mean_ : running_var_);
   return std::vector<double>(host.data(), host.data() + channels_);
@@ -87,6 +100,7 @@ void BatchNorm<T>::write_buffer(std::size_t k, const std::vector<double>& values
     tracked_ = static_cast<std::uint64_t>(values[0]);
     return;
   }
+  allocate();
   auto host = Kokkos::create_mirror_view(k == 0 ? running_mean_ : running_var_);
   for (std::size_t i = 0; i < channels_; ++i) host(i) = static_cast<T>(values[i]);
   Kokkos::deep_copy(k == 0 ? running_mean_ : running_var_, host);
@@ -98,6 +112,7 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   const std::size_t n = batch * S;
   STRATA_REQUIRE(saved.scratch.extent(0) >= 2 * C, runtime, name(), ": ", saved.scratch.extent(0),
                  " saved values, needs ", 2 * C);
+  STRATA_REQUIRE(running_mean_.extent(0) == C, runtime, name(), ": forward before reserve()");
   Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   const T eps = static_cast<T>(eps_);
   auto rm = running_mean_, rv = running_var_;

@@ -48,6 +48,7 @@ class BatchNorm final : public Layer<T> {
   double flops() const override { return 4.0 * static_cast<double>(this->in_shape_.numel()); }
   // Kept per micro-batch: the mean and 1 / sqrt(var + eps) of each channel.
   std::size_t saved_size(std::size_t batch) const override { return batch > 0 ? 2 * channels_ : 0; }
+  void reserve(std::size_t batch, std::size_t in) override;
   std::size_t workspace_bytes(std::size_t) const override { return 2 * channels_ * sizeof(T); }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
@@ -62,6 +63,7 @@ class BatchNorm final : public Layer<T> {
   VectorBuffer<T> running_mean_, running_var_;
   VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel
   std::uint64_t tracked_ = 0;
+  void allocate();  // the running statistics and sums_, once
   std::size_t positions() const {
     return this->in_shape_.rank() ? this->in_shape_.numel() / channels_ : 1;
   }

@@ -115,6 +115,27 @@ KOKKOS_INLINE_FUNCTION std::int64_t argmax(const Geometry& g, const T* plane, st
   return best;
 }
 
+// The same for a layer without padding, where every window lies inside the
+// image (the output size rounds down): no bounds to check.
+template <class T>
+KOKKOS_INLINE_FUNCTION std::int64_t argmax_inside(const Geometry& g, const T* plane,
+                                                  std::int64_t oh, std::int64_t ow) {
+  const std::int64_t origin = oh * g.SH * g.W + ow * g.SW;
+  const T* p = plane + origin;
+  std::int64_t best = 0;
+  T m = p[0];
+  for (std::int64_t kh = 0; kh < g.KH; ++kh)
+    for (std::int64_t kw = 0; kw < g.KW; ++kw) {
+      const std::int64_t at = kh * g.DH * g.W + kw * g.DW;
+      const T v = p[at];
+      if (v > m || v != v) {
+        best = at;
+        m = v;
+      }
+    }
+  return origin + best;
+}
+
 // Rows [h0, h1) x columns [w0, w1) of output (oh, ow)'s window inside the
 // image, and the divisor of its mean.
 struct AvgWindow {
@@ -139,6 +160,7 @@ void Pool2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
   const Geometry g(window(h_, w_), h_, w_, oh_, ow_);
   const std::int64_t C = static_cast<std::int64_t>(c_);
   const bool is_max = kind_ == PoolKind::max, include_pad = count_include_pad_;
+  const bool unpadded = g.PH == 0 && g.PW == 0;
   const Window2d win = window(h_, w_);
   // One item per (sample, channel) plane.
   for_range(ctx, "strata::Pool2d::forward", x.extent(0) * c_, KOKKOS_LAMBDA(const std::size_t item) {
@@ -148,7 +170,7 @@ void Pool2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
         for (std::int64_t oh = 0; oh < g.OH; ++oh)
           for (std::int64_t ow = 0; ow < g.OW; ++ow) {
             if (is_max) {
-              const std::int64_t i = argmax(g, plane, oh, ow);
+              const std::int64_t i = unpadded ? argmax_inside(g, plane, oh, ow) : argmax(g, plane, oh, ow);
               out[oh * g.OW + ow] = i >= 0 ? plane[i] : T(0);
             } else {
               const AvgWindow a = avg_window(g, oh, ow, include_pad);
@@ -168,6 +190,7 @@ void Pool2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
   const Geometry g(window(h_, w_), h_, w_, oh_, ow_);
   const std::int64_t C = static_cast<std::int64_t>(c_);
   const bool is_max = kind_ == PoolKind::max, include_pad = count_include_pad_;
+  const bool unpadded = g.PH == 0 && g.PW == 0;
   const Window2d win = window(h_, w_);
   ConstMatrix<T> x = saved.x;
   for_range(ctx, "strata::Pool2d::backward", dy.extent(0) * c_, KOKKOS_LAMBDA(const std::size_t item) {
@@ -179,7 +202,8 @@ void Pool2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
           for (std::int64_t ow = 0; ow < g.OW; ++ow) {
             const T dv = d[oh * g.OW + ow];
             if (is_max) {
-              const std::int64_t i = argmax(g, &x(b, c * g.H * g.W), oh, ow);
+              const T* plane = &x(b, c * g.H * g.W);
+              const std::int64_t i = unpadded ? argmax_inside(g, plane, oh, ow) : argmax(g, plane, oh, ow);
               if (i >= 0) grad[i] += dv;
             } else {
               const AvgWindow a = avg_window(g, oh, ow, include_pad);
