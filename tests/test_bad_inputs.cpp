@@ -278,6 +278,31 @@ const std::vector<Entry>& catalogue() {
          return "--model " + w.write("m.toml", "input = [4]\n[[layers]]\ntype = \"linear\"\nout = 2\nbias_ = false\n") +
                 " --steps 1";
        }},
+      {"a convolution whose output would be empty", 2,
+       {"m.toml:2: layer 0 (conv2d) with input shape {1, 4, 4}", "Conv2d(1, 2, kernel 5x5)",
+        "would be empty"},
+       [](Workspace& w) {
+         return "--model " +
+                w.write("m.toml", "input = [1, 4, 4]\n[[layers]]\ntype = \"conv2d\"\nout = 2\nkernel = 5\n") +
+                " --dataset synthetic --steps 1";
+       }},
+      {"channels that do not divide by groups", 2,
+       {"m.toml:2", "input channels (3) do not divide by groups (2)"},
+       [](Workspace& w) {
+         return "--model " +
+                w.write("m.toml",
+                        "input = [3, 4, 4]\n[[layers]]\ntype = \"conv2d\"\nout = 2\nkernel = 3\ngroups = 2\n") +
+                " --dataset synthetic --steps 1";
+       }},
+      {"images whose size disagrees with the model's input", 2,
+       {"takes inputs of shape {3, 32, 32} (3072 values)", "784 features per sample"},
+       [](Workspace& w) {
+         return "--model " +
+                w.write("m.toml",
+                        "input = [3, 32, 32]\n[[layers]]\ntype = \"conv2d\"\nout = 2\nkernel = 3\n"
+                        "[[layers]]\ntype = \"global_avgpool\"\n[[layers]]\ntype = \"linear\"\nout = 10\n") +
+                " --steps 1";
+       }},
       {"a residual block that changes the shape", 2,
        {"m.toml:2: layer 0 (residual) with input shape {4}", "must keep the shape of its input {4}"},
        [](Workspace& w) {

@@ -324,6 +324,7 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
 TEST(BatchNorm, RecomputationDoesNotUpdateTheRunningStatistics) {
   BatchNorm<double> bn(2);
   bn.set_input_shape(Shape{2, 2});
+  bn.reserve(3, 4);
   VectorBuffer<double> params("p", 4), grads("g", 4), scratch("s", bn.saved_size(3));
   bn.bind(params, grads);
   Kokkos::deep_copy(params, 1.0);
