@@ -80,6 +80,7 @@ class DataParallelEngine final : public Engine {
   double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
     return strategy_->step(micro, global);
   }
+  void set_lr(double lr) override { optimizer_->set_lr(lr); }
   std::string first_nonfinite() override { return model_.first_nonfinite(ctx_); }
   const StepInfo& last_info() const override { return strategy_->last_info(); }
   bool collective() const override { return false; }
@@ -154,6 +155,7 @@ class ModelParallelEngine final : public Engine {
   double step(const std::vector<data::Batch<T>>& micro, std::size_t global) override {
     return mp_->step(micro.at(0), global);
   }
+  void set_lr(double lr) override { mp_->optimizer().set_lr(lr); }
   std::string first_nonfinite() override {
     return "stage " + std::to_string(mp_->mesh().pp_rank()) + ": " +
            mp_->stage().first_nonfinite(ctx_);

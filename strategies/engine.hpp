@@ -61,6 +61,8 @@ class Engine {
   // One optimizer step over this rank's micro-batches; global: samples of
   // the step over every rank. Returns the mean loss, the same on every rank.
   virtual double step(const std::vector<data::Batch<float>>& micro, std::size_t global) = 0;
+  // The learning rate of the steps that follow (a schedule sets it before each).
+  virtual void set_lr(double lr) = 0;
   // After a non-finite loss or a skipped step: where the first non-finite
   // values are.
   virtual std::string first_nonfinite() = 0;

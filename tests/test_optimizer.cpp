@@ -2,6 +2,7 @@
 // implementation of PyTorch's update rules over several steps.
 #include "backends/error.hpp"
 #include "layers/loss_scaler.hpp"
+#include "layers/lr_schedule.hpp"
 #include "layers/optimizer.hpp"
 #include "test_utils.hpp"
 
@@ -340,6 +341,51 @@ TEST(LossScaler, ScriptedGrowthOverflowSkipAndFloor) {
   c = LossScalerConfig{};
   c.min_scale = 0;
   EXPECT_THROW(DynamicLossScaler{c}, Error);
+}
+
+}  // namespace
+}  // namespace strata
+
+// ------------------------------------------------------ learning-rate schedules
+namespace strata {
+namespace {
+
+TEST(LrSchedule, ConstantWithLinearWarmup) {
+  LrSchedule s;
+  s.lr = 0.1;
+  s.warmup = 4;
+  // Warm-up: lr (k + 1) / 4 for steps 0..3, then lr.
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 0, 100), 0.025);
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 3, 100), 0.1);
+  EXPECT_DOUBLE_EQ(scheduled_lr(s, 50, 100), 0.1);
+}
+
+TEST(LrSchedule, CosineFollowsPyTorchsCosineAnnealing) {
+  // CosineAnnealingLR(T_max = 8, eta_min = 0.01) from lr 0.09: eta_min +
+  // 0.08 (1 + cos(pi e / 8)) / 2 at e = 0, 2, 4, 6, 8 is 0.09,
+  // 0.01 + 0.04 (1 + sqrt(2) / 2), 0.05, 0.01 + 0.04 (1 - sqrt(2) / 2), 0.01.
+  LrSchedule s;
+  s.kind = LrScheduleKind::cosine;
+  s.lr = 0.09;
+  s.lr_min = 0.01;
+  const double r = std::sqrt(2.0) / 2;
+  EXPECT_NEAR(scheduled_lr(s, 0, 8), 0.09, 1e-15);
+  EXPECT_NEAR(scheduled_lr(s, 2, 8), 0.01 + 0.04 * (1 + r), 1e-15);
+  EXPECT_NEAR(scheduled_lr(s, 4, 8), 0.05, 1e-15);
+  EXPECT_NEAR(scheduled_lr(s, 6, 8), 0.01 + 0.04 * (1 - r), 1e-15);
+  EXPECT_NEAR(scheduled_lr(s, 8, 8), 0.01, 1e-15);
+  // With a warm-up of 2 steps the cosine starts after it, over the 8 left.
+  s.warmup = 2;
+  EXPECT_NEAR(scheduled_lr(s, 0, 10), 0.045, 1e-15);
+  EXPECT_NEAR(scheduled_lr(s, 6, 10), 0.05, 1e-15);
+}
+
+TEST(LrSchedule, BadSettingsAreConfigErrors) {
+  EXPECT_THROW(parse_lr_schedule("linear"), Error);
+  LrSchedule s;
+  s.lr = 0.1;
+  s.lr_min = 0.2;
+  EXPECT_THROW(validate(s), Error);
 }
 
 }  // namespace

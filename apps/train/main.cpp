@@ -129,6 +129,8 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
         global += loaders[m]->global_size();
       }
       const auto t0 = Clock::now();
+      const double lr = scheduled_lr(c.lr_schedule, step, total);
+      engine->set_lr(lr);
       last_loss = engine->step(micro, global);
       ++step;
       // "; the first non-finite values are in ..." (empty when none was found).
@@ -162,7 +164,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
       const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
       if (log) {
         if (rep.writes_metrics)
-          metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", last_loss}});
+          metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", last_loss}, {"lr", lr}});
         if (!progress.tty())
           progress.line(rep.prefix + "epoch " + std::to_string(epoch + 1) + " step " +
                         std::to_string(step) + "/" + std::to_string(total) + " loss " +

@@ -108,6 +108,15 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(whole_number(1));
   app.add_option("--optimizer", optimizer, "sgd | adam | adamw")->capture_default_str();
   auto* lr_option = app.add_option("--lr", lr, "learning rate (default 0.01 for sgd, 0.001 for adam/adamw)");
+  std::string lr_schedule = "constant";
+  app.add_option("--lr-schedule", lr_schedule,
+                 "constant | cosine (to --lr-min at the last step, as PyTorch's CosineAnnealingLR)")
+      ->capture_default_str();
+  app.add_option("--lr-min", c.lr_schedule.lr_min, "cosine: the learning rate at the last step")
+      ->capture_default_str();
+  app.add_option("--lr-warmup-steps", c.lr_schedule.warmup,
+                 "steps of linear warm-up from --lr / N to --lr before the schedule")
+      ->capture_default_str();
   app.add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum (SGD)");
   app.add_option("--weight-decay", c.optimizer.weight_decay, "weight decay")
@@ -252,6 +261,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   c.loss = parse_loss(loss);
   c.optimizer.kind = parse_optimizer(optimizer);
   c.optimizer.lr = lr_option->count() > 0 ? lr : (c.optimizer.kind == OptimizerKind::sgd ? 0.01 : 0.001);
+  c.lr_schedule.kind = parse_lr_schedule(lr_schedule);
+  c.lr_schedule.lr = c.optimizer.lr;
+  validate(c.lr_schedule);
   c.init = parse_init(init);
   if (normalize == "auto") c.normalize = Normalize::automatic;
   else if (normalize == "none") c.normalize = Normalize::none;

@@ -6,6 +6,7 @@
 #include "layers/activation.hpp"
 #include "layers/loss.hpp"
 #include "layers/model_spec.hpp"
+#include "layers/lr_schedule.hpp"
 #include "layers/optimizer.hpp"
 
 #include <cstdint>
@@ -33,6 +34,7 @@ struct TrainConfig {
   std::size_t steps = 0;  // > 0: stop after this many steps (overrides epochs)
   std::size_t batch_size = 128;
   OptimizerConfig optimizer;
+  LrSchedule lr_schedule;  // --lr-schedule, --lr-min, --lr-warmup-steps (lr: optimizer.lr)
   Init init = Init::kaiming_uniform;
   Normalize normalize = Normalize::automatic;
   bool shuffle = true;
