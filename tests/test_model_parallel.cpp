@@ -113,6 +113,67 @@ TEST(ResidualModel, PipelinesAndMeshesMatchSingleRank) {
   EXPECT_EQ(test::compare(on_threads(2, c, mesh(1, 1, 2)), single, 1e-5), "") << "tp2";
 }
 
+// A small CNN on 3 x 2 x 2 "images" (the 12 features of DpConfig): a
+// padded 2x2 convolution, ReLU, max and average pooling, flatten and a
+// head; with `batchnorm`, BatchNorm2d after the convolution.
+std::string cnn_model(bool batchnorm) {
+  return std::string(R"(
+input = [3, 2, 2]
+[[layers]]
+type = "conv2d"
+out = 4
+kernel = 2
+padding = 1
+)") + (batchnorm ? "[[layers]]\ntype = \"batchnorm\"\n" : "") + R"(
+[[layers]]
+type = "relu"
+[[layers]]
+type = "maxpool2d"
+kernel = 2
+stride = 1
+[[layers]]
+type = "avgpool2d"
+kernel = [1, 2]
+[[layers]]
+type = "flatten"
+[[layers]]
+name = "head"
+type = "linear"
+out = 3
+)";
+}
+
+// Convolutions and pooling through pipelines, ZeRO-1, data parallelism and
+// a dp x pp mesh (tensor parallelism replicates them).
+TEST(CnnModel, PipelinesAndMeshesMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c;
+  c.model = cnn_model(false);
+  const auto single = test::train_single(c);
+  auto p = mesh(1, 2, 1);
+  p.micro_batches = 3;
+  EXPECT_EQ(test::compare(on_threads(2, c, p), single, 1e-5), "") << "2 stages";
+  auto z = mesh(2, 1, 1);
+  z.zero = 1;
+  EXPECT_EQ(test::compare(on_threads(2, c, z), single, 1e-5), "") << "ZeRO-1";
+  EXPECT_EQ(test::compare(on_threads(2, c, mesh(2, 1, 1)), single, 1e-5), "") << "dp2";
+  auto m = mesh(2, 2, 1);
+  m.micro_batches = 2;
+  EXPECT_EQ(test::compare(on_threads(4, c, m), single, 1e-5), "") << "dp2 x pp2";
+  EXPECT_EQ(test::compare(on_threads(2, c, mesh(1, 1, 2)), single, 1e-5), "") << "tp2";
+}
+
+// BatchNorm normalises with the samples a micro-batch holds: a pipeline of
+// one micro-batch is the single-rank computation, bitwise.
+TEST(CnnModel, BatchNormPipelineOfOneMicroBatchIsBitwiseSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c;
+  c.model = cnn_model(true);
+  auto p = mesh(1, 3, 1);
+  p.micro_batches = 1;
+  EXPECT_EQ(test::compare(on_threads(3, c, p), test::train_single(c), 0.0), "");
+}
+
 // Recomputation changes where the blocks' inner activations live, not what
 // is computed: bitwise the same losses and parameters on one rank, on data
 // parallel thread ranks and on pipelines (micro-batches in flight share the
