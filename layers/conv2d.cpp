@@ -156,6 +156,7 @@ void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_
   const I DH = static_cast<I>(win_.dh), DW = static_cast<I>(win_.dw);
   const I CK = C * KH * KW, b0 = static_cast<I>(first);
   const T* col = col_.data();
+  const bool unit = SH == 1 && SW == 1;  // no divisions (the common case)
   // One item per input row (sample, channel, ih); each pixel adds the patch
   // entries that read it, kernel rows and columns in order.
   for_range(ctx, "strata::Conv2d::col2im", n * in_ * h_, KOKKOS_LAMBDA(const std::size_t item) {
@@ -165,12 +166,15 @@ void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_
           T sum = 0;
           for (I kh = 0; kh < KH; ++kh) {
             const I th = ih + PH - kh * DH;  // = oh * SH
-            if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
-            const I oh = th / SH;
+            if (th < 0 || (!unit && th % SH != 0)) continue;
+            const I oh = unit ? th : th / SH;
+            if (oh >= OH) continue;
             for (I kw = 0; kw < KW; ++kw) {
               const I tw = iw + PW - kw * DW;
-              if (tw < 0 || tw % SW != 0 || tw / SW >= OW) continue;
-              sum += col[(b * P + oh * OW + tw / SW) * CK + (c * KH + kh) * KW + kw];
+              if (tw < 0 || (!unit && tw % SW != 0)) continue;
+              const I ow = unit ? tw : tw / SW;
+              if (ow >= OW) continue;
+              sum += col[(b * P + oh * OW + ow) * CK + (c * KH + kh) * KW + kw];
             }
           }
           dx(b0 + b, (c * H + ih) * W + iw) = sum;
