@@ -263,7 +263,6 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   c.optimizer.lr = lr_option->count() > 0 ? lr : (c.optimizer.kind == OptimizerKind::sgd ? 0.01 : 0.001);
   c.lr_schedule.kind = parse_lr_schedule(lr_schedule);
   c.lr_schedule.lr = c.optimizer.lr;
-  validate(c.lr_schedule);
   c.init = parse_init(init);
   if (normalize == "auto") c.normalize = Normalize::automatic;
   else if (normalize == "none") c.normalize = Normalize::none;
@@ -339,6 +338,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   }
   // Validates the optimizer settings now rather than after loading data.
   validate(c.optimizer);
+  validate(c.lr_schedule);  // after the learning rate itself
   return c;
 }
 
