@@ -58,6 +58,12 @@ class Conv2d final : public Layer<T> {
   // set before reserve().
   void set_workspace_limit(std::size_t values) { workspace_limit_ = values; }
 
+  // Samples [first, first + n) of x unfolded into the workspace's col, and
+  // col folded back into those samples of dx. (Public: nvcc refuses
+  // extended lambdas in private or protected member functions.)
+  void im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::size_t n) const;
+  void col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_t n) const;
+
  private:
   std::size_t in_, out_, groups_;
   Window2d win_;
@@ -70,8 +76,6 @@ class Conv2d final : public Layer<T> {
   std::size_t weights() const { return out_ * patch(); }
   std::size_t patch() const { return in_ / groups_ * win_.kh * win_.kw; }  // per group
   std::size_t positions() const { return oh_ * ow_; }
-  void im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::size_t n) const;
-  void col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_t n) const;
 };
 
 }  // namespace strata
