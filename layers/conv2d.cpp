@@ -10,6 +10,11 @@
 
 namespace strata {
 
+// Host: 2^18 values (1 MiB of float) per chunk; device: 2^23 (32 MiB).
+template <class T>
+const std::size_t Conv2d<T>::default_workspace_limit =
+    host_kernels ? std::size_t(1) << 18 : std::size_t(1) << 23;
+
 template <class T>
 Conv2d<T>::Conv2d(std::size_t in_channels, std::size_t out_channels, const Window2d& window,
                   std::size_t groups, bool bias)
@@ -104,80 +109,105 @@ std::size_t Conv2d<T>::chunk_samples(std::size_t batch) const {
 
 template <class T>
 void Conv2d<T>::reserve(std::size_t batch, std::size_t) {
-  const std::size_t rows = chunk_samples(batch) * positions();
+  const std::size_t cols = chunk_samples(batch) * positions();
   const std::size_t ck = in_ * win_.kh * win_.kw;
-  if (col_.extent(0) < rows * ck) col_ = VectorBuffer<T>("strata::Conv2d::col", rows * ck);
-  if (yt_.extent(0) < rows * out_) yt_ = VectorBuffer<T>("strata::Conv2d::yt", rows * out_);
+  if (col_.extent(0) < cols * ck) col_ = VectorBuffer<T>("strata::Conv2d::col", cols * ck);
+  if (yt_.extent(0) < cols * out_) yt_ = VectorBuffer<T>("strata::Conv2d::yt", cols * out_);
 }
 
 template <class T>
 std::size_t Conv2d<T>::workspace_bytes(std::size_t max_batch) const {
-  const std::size_t rows = chunk_samples(max_batch) * positions();
-  return rows * (in_ * win_.kh * win_.kw + out_) * sizeof(T);
+  const std::size_t cols = chunk_samples(max_batch) * positions();
+  return cols * (in_ * win_.kh * win_.kw + out_) * sizeof(T);
 }
+
+namespace {
+// The window geometry of one convolution in kernel-friendly integers, and the
+// output columns [lo, hi) whose input column ow SW + iw0 lies inside the image
+// (iw0 = kw DW - PW: the kernel column's offset).
+struct ConvGeometry {
+  using I = std::int64_t;
+  I C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
+  KOKKOS_INLINE_FUNCTION I lo(I iw0) const {
+    const I l = iw0 >= 0 ? 0 : (-iw0 + SW - 1) / SW;  // the first ow with ow SW + iw0 >= 0
+    return l < OW ? l : OW;
+  }
+  KOKKOS_INLINE_FUNCTION I hi(I iw0) const {
+    if (W - iw0 <= 0) return 0;
+    const I h = (W - iw0 + SW - 1) / SW;  // the first ow with ow SW + iw0 >= W
+    return h < OW ? h : OW;
+  }
+};
+
+ConvGeometry geometry(const Window2d& w, std::size_t c, std::size_t h, std::size_t wd,
+                      std::size_t oh, std::size_t ow) {
+  using I = std::int64_t;
+  return {static_cast<I>(c),    static_cast<I>(h),    static_cast<I>(wd),   static_cast<I>(oh),
+          static_cast<I>(ow),   static_cast<I>(w.kh), static_cast<I>(w.kw), static_cast<I>(w.sh),
+          static_cast<I>(w.sw), static_cast<I>(w.ph), static_cast<I>(w.pw), static_cast<I>(w.dh),
+          static_cast<I>(w.dw)};
+}
+}  // namespace
 
 template <class T>
 void Conv2d<T>::im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::size_t n) const {
   using I = std::int64_t;
-  const I C = static_cast<I>(in_), H = static_cast<I>(h_), W = static_cast<I>(w_);
-  const I OW = static_cast<I>(ow_), P = static_cast<I>(positions());
-  const I KH = static_cast<I>(win_.kh), KW = static_cast<I>(win_.kw);
-  const I SH = static_cast<I>(win_.sh), SW = static_cast<I>(win_.sw);
-  const I PH = static_cast<I>(win_.ph), PW = static_cast<I>(win_.pw);
-  const I DH = static_cast<I>(win_.dh), DW = static_cast<I>(win_.dw);
-  const I CK = C * KH * KW, b0 = static_cast<I>(first);
+  const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
+  const I CK = g.C * g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P;
+  const I b0 = static_cast<I>(first), nb = static_cast<I>(n);
   T* col = col_.data();
-  for_range(ctx, "strata::Conv2d::im2col", n * positions(), KOKKOS_LAMBDA(const std::size_t r) {
-        const I b = b0 + static_cast<I>(r) / P, p = static_cast<I>(r) % P;
-        const I oh = p / OW, ow = p % OW;
-        T* row = col + static_cast<I>(r) * CK;
-        for (I c = 0; c < C; ++c)
-          for (I kh = 0; kh < KH; ++kh) {
-            const I ih = oh * SH - PH + kh * DH;
-            const bool in_rows = ih >= 0 && ih < H;
-            for (I kw = 0; kw < KW; ++kw) {
-              const I iw = ow * SW - PW + kw * DW;
-              row[(c * KH + kh) * KW + kw] =
-                  in_rows && iw >= 0 && iw < W ? x(b, (c * H + ih) * W + iw) : T(0);
-            }
+  // One item per (patch entry (c, kh, kw), sample): a run of P columns of
+  // col's row, each output row a shifted copy of an input row.
+  for_range(ctx, "strata::Conv2d::im2col", n * static_cast<std::size_t>(CK), KOKKOS_LAMBDA(const std::size_t item) {
+        const I ck = static_cast<I>(item) / nb, b = static_cast<I>(item) % nb;
+        const I c = ck / (g.KH * g.KW), kh = (ck / g.KW) % g.KH, kw = ck % g.KW;
+        const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
+        const T* plane = &x(b0 + b, c * g.H * g.W);
+        T* out = col + ck * N + b * P;
+        for (I oh = 0; oh < g.OH; ++oh, out += g.OW) {
+          const I ih = oh * g.SH - g.PH + kh * g.DH;
+          if (ih < 0 || ih >= g.H || hi <= lo) {
+            for (I ow = 0; ow < g.OW; ++ow) out[ow] = T(0);
+            continue;
           }
+          const T* in = plane + ih * g.W + iw0;
+          for (I ow = 0; ow < lo; ++ow) out[ow] = T(0);
+          if (g.SW == 1)
+            for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow];
+          else
+            for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow * g.SW];
+          for (I ow = hi; ow < g.OW; ++ow) out[ow] = T(0);
+        }
       },
-      in_ * win_.kh * win_.kw);
+      oh_ * ow_);
 }
 
 template <class T>
 void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_t n) const {
   using I = std::int64_t;
-  const I C = static_cast<I>(in_), H = static_cast<I>(h_), W = static_cast<I>(w_);
-  const I OH = static_cast<I>(oh_), OW = static_cast<I>(ow_), P = static_cast<I>(positions());
-  const I KH = static_cast<I>(win_.kh), KW = static_cast<I>(win_.kw);
-  const I SH = static_cast<I>(win_.sh), SW = static_cast<I>(win_.sw);
-  const I PH = static_cast<I>(win_.ph), PW = static_cast<I>(win_.pw);
-  const I DH = static_cast<I>(win_.dh), DW = static_cast<I>(win_.dw);
-  const I CK = C * KH * KW, b0 = static_cast<I>(first);
+  const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
+  const I P = g.OH * g.OW, N = static_cast<I>(n) * P, b0 = static_cast<I>(first);
   const T* col = col_.data();
-  const bool unit = SH == 1 && SW == 1;  // no divisions (the common case)
-  // One item per input row (sample, channel, ih); each pixel adds the patch
-  // entries that read it, kernel rows and columns in order.
+  // One item per input row (sample, channel, ih): the row starts at zero and
+  // adds, kernel rows then kernel columns in order, the output row of each
+  // patch entry that reads it (a gather: no atomics, a fixed order per pixel).
   for_range(ctx, "strata::Conv2d::col2im", n * in_ * h_, KOKKOS_LAMBDA(const std::size_t item) {
         const I i = static_cast<I>(item);
-        const I b = i / (C * H), c = (i / H) % C, ih = i % H;
-        for (I iw = 0; iw < W; ++iw) {
-          T sum = 0;
-          for (I kh = 0; kh < KH; ++kh) {
-            const I th = ih + PH - kh * DH;  // = oh * SH
-            if (th < 0 || (!unit && th % SH != 0)) continue;
-            const I oh = unit ? th : th / SH;
-            if (oh >= OH) continue;
-            for (I kw = 0; kw < KW; ++kw) {
-              const I tw = iw + PW - kw * DW;
-              if (tw < 0 || (!unit && tw % SW != 0)) continue;
-              const I ow = unit ? tw : tw / SW;
-              if (ow >= OW) continue;
-              sum += col[(b * P + oh * OW + ow) * CK + (c * KH + kh) * KW + kw];
-            }
+        const I b = i / (g.C * g.H), c = (i / g.H) % g.C, ih = i % g.H;
+        T* row = &dx(b0 + b, (c * g.H + ih) * g.W);
+        for (I iw = 0; iw < g.W; ++iw) row[iw] = T(0);
+        for (I kh = 0; kh < g.KH; ++kh) {
+          const I th = ih + g.PH - kh * g.DH;  // = oh SH
+          if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
+          const I oh = th / g.SH;
+          for (I kw = 0; kw < g.KW; ++kw) {
+            const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
+            const T* src = col + ((c * g.KH + kh) * g.KW + kw) * N + b * P + oh * g.OW;
+            if (g.SW == 1)
+              for (I ow = lo; ow < hi; ++ow) row[ow + iw0] += src[ow];
+            else
+              for (I ow = lo; ow < hi; ++ow) row[ow * g.SW + iw0] += src[ow];
           }
-          dx(b0 + b, (c * H + ih) * W + iw) = sum;
         }
       },
       w_ * win_.kh * win_.kw);
@@ -187,24 +217,28 @@ template <class T>
 void Conv2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) {
   const std::size_t batch = x.extent(0), chunk = chunk_samples(batch), P = positions();
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
-  const int ck = static_cast<int>(in_ * win_.kh * win_.kw), o = static_cast<int>(out_);
-  STRATA_REQUIRE(col_.extent(0) >= chunk * P * static_cast<std::size_t>(ck), runtime, name(),
-                 ": forward of ", batch, " samples before reserve()");
+  const std::size_t ck = in_ * win_.kh * win_.kw;
+  STRATA_REQUIRE(col_.extent(0) >= chunk * P * ck, runtime, name(), ": forward of ", batch,
+                 " samples before reserve()");
   const T* yt = yt_.data();
   const auto bias = b_;
   const bool has_bias = bias_;
   const std::size_t on = out_;
   for (std::size_t first = 0; first < batch; first += chunk) {
-    const std::size_t n = std::min(chunk, batch - first);
+    const std::size_t n = std::min(chunk, batch - first), N = n * P;
+    const int cols = static_cast<int>(N);
     im2col(ctx, x, first, n);
+    // yt(O, n P) = W col: one GEMM per group.
     for (std::size_t g = 0; g < groups_; ++g)
-      ctx.blas.gemm(Op::N, Op::T, static_cast<int>(n * P), og, kg, T(1), col_.data() + g * kg, ck,
-                    weight_.data() + g * og * kg, kg, T(0), yt_.data() + g * og, o);
-    // (sample, channel) rows of the NCHW output from the position rows of yt.
+      ctx.blas.gemm(Op::N, Op::N, og, cols, kg, T(1), weight_.data() + g * og * kg, kg,
+                    col_.data() + g * kg * N, cols, T(0), yt_.data() + g * og * N, cols);
+    // The (sample, channel) rows of the NCHW output: runs of P values.
     for_range(ctx, "strata::Conv2d::to_nchw", n * out_, KOKKOS_LAMBDA(const std::size_t item) {
           const std::size_t b = item / on, c = item % on;
           const T add = has_bias ? bias(c) : T(0);
-          for (std::size_t p = 0; p < P; ++p) y(first + b, c * P + p) = yt[(b * P + p) * on + c] + add;
+          const T* src = yt + c * N + b * P;
+          T* dst = &y(first + b, c * P);
+          for (std::size_t p = 0; p < P; ++p) dst[p] = src[p] + add;
         },
         P);
   }
@@ -214,7 +248,6 @@ template <class T>
 void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   const std::size_t batch = dy.extent(0), chunk = chunk_samples(batch), P = positions();
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
-  const int ck = static_cast<int>(in_ * win_.kh * win_.kw), o = static_cast<int>(out_);
   if (bias_) {  // one item per channel: samples, then positions, in order
     auto db = db_;
     for_range(ctx, "strata::Conv2d::bias_grad", out_, KOKKOS_LAMBDA(const std::size_t c) {
@@ -228,21 +261,26 @@ void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
   T* yt = yt_.data();
   const std::size_t on = out_;
   for (std::size_t first = 0; first < batch; first += chunk) {
-    const std::size_t n = std::min(chunk, batch - first);
-    const int rows = static_cast<int>(n * P);
+    const std::size_t n = std::min(chunk, batch - first), N = n * P;
+    const int cols = static_cast<int>(N);
     im2col(ctx, saved.x, first, n);
-    for_range(ctx, "strata::Conv2d::from_nchw", n * P, KOKKOS_LAMBDA(const std::size_t r) {
-          const std::size_t b = first + r / P, p = r % P;
-          for (std::size_t c = 0; c < on; ++c) yt[r * on + c] = dy(b, c * P + p);
+    // dyt(O, n P): the chunk's output gradient with channels as rows.
+    for_range(ctx, "strata::Conv2d::from_nchw", n * out_, KOKKOS_LAMBDA(const std::size_t item) {
+          const std::size_t b = item / on, c = item % on;
+          const T* src = &dy(first + b, c * P);
+          T* dst = yt + c * N + b * P;
+          for (std::size_t p = 0; p < P; ++p) dst[p] = src[p];
         },
-        out_);
+        P);
+    // dW(O, C K) += dyt col^T, per group.
     for (std::size_t g = 0; g < groups_; ++g)
-      ctx.blas.gemm(Op::T, Op::N, og, kg, rows, T(1), yt_.data() + g * og, o, col_.data() + g * kg,
-                    ck, T(1), dweight_.data() + g * og * kg, kg);
+      ctx.blas.gemm(Op::N, Op::T, og, kg, cols, T(1), yt_.data() + g * og * N, cols,
+                    col_.data() + g * kg * N, cols, T(1), dweight_.data() + g * og * kg, kg);
     if (dx.data() == nullptr) continue;
+    // dcol(C K, n P) = W^T dyt, per group, into col's buffer; then folded.
     for (std::size_t g = 0; g < groups_; ++g)
-      ctx.blas.gemm(Op::N, Op::N, rows, kg, og, T(1), yt_.data() + g * og, o,
-                    weight_.data() + g * og * kg, kg, T(0), col_.data() + g * kg, ck);
+      ctx.blas.gemm(Op::T, Op::N, kg, cols, og, T(1), weight_.data() + g * og * kg, kg,
+                    yt_.data() + g * og * N, cols, T(0), col_.data() + g * kg * N, cols);
     col2im(ctx, dx, first, n);
   }
 }

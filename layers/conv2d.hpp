@@ -3,20 +3,25 @@
 // bias. Weight layout (out, in / groups, kernel_h, kernel_w), row-major, then
 // the bias (out): PyTorch's state_dict layout.
 //
-// Computed as GEMMs over unfolded patches (im2col), the whole micro-batch at
-// once (in chunks of samples that bound the workspace), with the same GEMM
-// backends as Linear:
-//   col(B P, C K)   = im2col(x)                    P = out_h out_w, K = kernel_h kernel_w;
-//                                                  row r = (sample, position), column (c, kh, kw)
-//   yt(B P, O)      = col W^T                      one GEMM (N, T) per group
-//   y(b, o, p)      = yt(b P + p, o) + bias(o)     the NCHW output
+// Computed as GEMMs over unfolded patches (im2col), in chunks of samples
+// whose unfolded patches fit the workspace, with the same GEMM backends as
+// Linear (N = n P for a chunk of n samples):
+//   col(C K, N)     = im2col(x)                    P = out_h out_w, K = kernel_h kernel_w;
+//                                                  row (c, kh, kw), column (sample, position):
+//                                                  each run of out_w columns a shifted copy
+//                                                  of an input row
+//   yt(O, N)        = W col                        one GEMM (N, N) per group
+//   y(b, o, p)      = yt(o, b P + p) + bias(o)     the NCHW output, runs of P values
 // backward:
-//   dyt(B P, O)     = the transpose of dy
-//   dW             += dyt^T col                    GEMM (T, N) per group, col unfolded again
+//   dyt(O, N)       = dy with channels as rows
+//   dW             += dyt col^T                    GEMM (N, T) per group, col unfolded again
 //   db(o)          += sum over b, p of dy(b, o, p)
-//   dcol(B P, C K)  = dyt W                        GEMM (N, N) per group, into col's buffer
-//   dx              = col2im(dcol)                 each input pixel sums the patch entries
-//                                                  that read it (a gather: no atomics)
+//   dcol(C K, N)    = W^T dyt                      GEMM (T, N) per group, into col's buffer
+//   dx              = col2im(dcol)                 each input row sums the patch rows that
+//                                                  read it, in kernel order (no atomics)
+// On the host the workspace is sized for the caches (a chunk's col is
+// unfolded, multiplied and folded while it is still in the last-level
+// cache); on a device it is large, for wide GEMMs.
 #pragma once
 
 #include "layers/layer.hpp"
@@ -54,9 +59,10 @@ class Conv2d final : public Layer<T> {
   // Samples per im2col chunk for a micro-batch of `batch`: as many as keep
   // the unfolded patches within the workspace limit (at least one sample).
   std::size_t chunk_samples(std::size_t batch) const;
-  // Values of col the workspace may hold (default 2^23: 32 MiB of float);
+  // Values the workspace may hold per chunk (default: default_workspace_limit);
   // set before reserve().
   void set_workspace_limit(std::size_t values) { workspace_limit_ = values; }
+  static const std::size_t default_workspace_limit;
 
   // Samples [first, first + n) of x unfolded into the workspace's col, and
   // col folded back into those samples of dx. (Public: nvcc refuses
@@ -68,7 +74,7 @@ class Conv2d final : public Layer<T> {
   std::size_t in_, out_, groups_;
   Window2d win_;
   bool bias_;
-  std::size_t workspace_limit_ = std::size_t(1) << 23;
+  std::size_t workspace_limit_ = default_workspace_limit;
   std::size_t h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;  // set_input_shape
   Vector<T> weight_, dweight_, b_, db_;
   VectorBuffer<T> col_, yt_;  // workspace: (chunk P, C K) and (chunk P, O)

@@ -155,33 +155,58 @@ KOKKOS_INLINE_FUNCTION AvgWindow avg_window(const Geometry& g, std::int64_t oh, 
 }
 }  // namespace
 
+namespace {
+// The index (0-3, window order) of the maximum of a 2x2 window by PyTorch's
+// rule, for the unpadded 2x2 windows of stride 2 almost every CNN uses.
+template <class T>
+KOKKOS_INLINE_FUNCTION int argmax4(T a, T b, T c, T d) {
+  int best = 0;
+  T m = a;
+  if (b > m || b != b) best = 1, m = b;
+  if (c > m || c != c) best = 2, m = c;
+  if (d > m || d != d) best = 3;
+  return best;
+}
+}  // namespace
+
 template <class T>
 void Pool2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) {
   const Geometry g(window(h_, w_), h_, w_, oh_, ow_);
   const std::int64_t C = static_cast<std::int64_t>(c_);
   const bool is_max = kind_ == PoolKind::max, include_pad = count_include_pad_;
   const bool unpadded = g.PH == 0 && g.PW == 0;
+  const bool two_by_two = is_max && unpadded && g.KH == 2 && g.KW == 2 && g.SH == 2 &&
+                          g.SW == 2 && g.DH == 1 && g.DW == 1;
   const Window2d win = window(h_, w_);
-  // One item per (sample, channel) plane.
-  for_range(ctx, "strata::Pool2d::forward", x.extent(0) * c_, KOKKOS_LAMBDA(const std::size_t item) {
-        const std::int64_t b = static_cast<std::int64_t>(item) / C, c = static_cast<std::int64_t>(item) % C;
+  // One item per output row (sample, channel, oh).
+  for_range(ctx, "strata::Pool2d::forward", x.extent(0) * c_ * oh_, KOKKOS_LAMBDA(const std::size_t item) {
+        const std::int64_t i = static_cast<std::int64_t>(item);
+        const std::int64_t oh = i % g.OH, bc = i / g.OH, b = bc / C, c = bc % C;
         const T* plane = &x(b, c * g.H * g.W);
-        T* out = &y(b, c * g.OH * g.OW);
-        for (std::int64_t oh = 0; oh < g.OH; ++oh)
+        T* out = &y(b, (c * g.OH + oh) * g.OW);
+        if (two_by_two) {
+          const T* r0 = plane + 2 * oh * g.W;
+          const T* r1 = r0 + g.W;
           for (std::int64_t ow = 0; ow < g.OW; ++ow) {
-            if (is_max) {
-              const std::int64_t i = unpadded ? argmax_inside(g, plane, oh, ow) : argmax(g, plane, oh, ow);
-              out[oh * g.OW + ow] = i >= 0 ? plane[i] : T(0);
-            } else {
-              const AvgWindow a = avg_window(g, oh, ow, include_pad);
-              T sum = 0;
-              for (std::int64_t ih = a.h0; ih < a.h1; ++ih)
-                for (std::int64_t iw = a.w0; iw < a.w1; ++iw) sum += plane[ih * g.W + iw];
-              out[oh * g.OW + ow] = sum / static_cast<T>(a.divisor);
-            }
+            const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+            out[ow] = v[argmax4(v[0], v[1], v[2], v[3])];
           }
+          return;
+        }
+        for (std::int64_t ow = 0; ow < g.OW; ++ow) {
+          if (is_max) {
+            const std::int64_t at = unpadded ? argmax_inside(g, plane, oh, ow) : argmax(g, plane, oh, ow);
+            out[ow] = at >= 0 ? plane[at] : T(0);
+          } else {
+            const AvgWindow a = avg_window(g, oh, ow, include_pad);
+            T sum = 0;
+            for (std::int64_t ih = a.h0; ih < a.h1; ++ih)
+              for (std::int64_t iw = a.w0; iw < a.w1; ++iw) sum += plane[ih * g.W + iw];
+            out[ow] = sum / static_cast<T>(a.divisor);
+          }
+        }
       },
-      oh_ * ow_ * win.kh * win.kw);
+      ow_ * win.kh * win.kw);
 }
 
 template <class T>
@@ -191,8 +216,39 @@ void Pool2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
   const std::int64_t C = static_cast<std::int64_t>(c_);
   const bool is_max = kind_ == PoolKind::max, include_pad = count_include_pad_;
   const bool unpadded = g.PH == 0 && g.PW == 0;
+  const bool two_by_two = is_max && unpadded && g.KH == 2 && g.KW == 2 && g.SH == 2 &&
+                          g.SW == 2 && g.DH == 1 && g.DW == 1;
   const Window2d win = window(h_, w_);
   ConstMatrix<T> x = saved.x;
+  if (two_by_two) {
+    // Windows that do not overlap: one item per output row writes its two
+    // input rows whole (the gradient at each window's maximum, zeros
+    // elsewhere; the last item also zeros an odd last row).
+    for_range(ctx, "strata::Pool2d::backward", dy.extent(0) * c_ * oh_, KOKKOS_LAMBDA(const std::size_t item) {
+          const std::int64_t i = static_cast<std::int64_t>(item);
+          const std::int64_t oh = i % g.OH, bc = i / g.OH, b = bc / C, c = bc % C;
+          const T* r0 = &x(b, c * g.H * g.W) + 2 * oh * g.W;
+          const T* r1 = r0 + g.W;
+          T* d0 = &dx(b, c * g.H * g.W) + 2 * oh * g.W;
+          T* d1 = d0 + g.W;
+          const T* d = &dy(b, (c * g.OH + oh) * g.OW);
+          for (std::int64_t ow = 0; ow < g.OW; ++ow) {
+            const int at = argmax4(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]);
+            const T dv = d[ow];
+            d0[2 * ow] = at == 0 ? dv : T(0);
+            d0[2 * ow + 1] = at == 1 ? dv : T(0);
+            d1[2 * ow] = at == 2 ? dv : T(0);
+            d1[2 * ow + 1] = at == 3 ? dv : T(0);
+          }
+          if (g.W % 2 != 0) d0[g.W - 1] = d1[g.W - 1] = T(0);
+          if (oh == g.OH - 1)
+            for (std::int64_t ih = 2 * g.OH; ih < g.H; ++ih)
+              for (std::int64_t iw = 0; iw < g.W; ++iw) d1[(ih - 2 * oh - 1) * g.W + iw] = T(0);
+        },
+        4 * ow_);
+    return;
+  }
+  // Windows may overlap: one item per (sample, channel) plane.
   for_range(ctx, "strata::Pool2d::backward", dy.extent(0) * c_, KOKKOS_LAMBDA(const std::size_t item) {
         const std::int64_t b = static_cast<std::int64_t>(item) / C, c = static_cast<std::int64_t>(item) % C;
         T* grad = &dx(b, c * g.H * g.W);

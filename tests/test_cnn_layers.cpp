@@ -188,6 +188,7 @@ std::vector<PoolCase> pool_cases() {
   Window2d dil = window(2, 2, 1, 0, 2);
   return {
       {PoolKind::max, 2, 3, 6, 6, window(2, 2, 2), true},     // the usual 2x2
+      {PoolKind::max, 2, 2, 7, 5, window(2, 2, 2), true},     // 2x2, odd sizes (last row and column unread)
       {PoolKind::max, 2, 2, 7, 5, window(3, 3, 2, 1), true},  // padding, odd sizes
       {PoolKind::max, 2, 2, 6, 5, asym, true},                // per-axis window
       {PoolKind::max, 1, 2, 6, 6, dil, true},                 // dilation 2
