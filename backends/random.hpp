@@ -56,6 +56,7 @@ enum Stream : std::uint64_t {
   stream_shuffle = 1000, // data-loader shuffles (+ epoch)
   stream_dropout = 2000, // dropout masks (+ layer index), index offset by call
   stream_synthetic = 3000,
+  stream_augment = std::uint64_t(1) << 32,  // image augmentation (+ epoch)
 };
 
 }  // namespace strata::random

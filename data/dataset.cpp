@@ -40,6 +40,27 @@ Dataset make_synthetic(std::size_t samples, std::size_t features, CsvTask task,
   return d;
 }
 
+std::string shape_str(const Dataset& d) {
+  if (d.shape.empty()) return "{" + std::to_string(d.features) + "}";
+  std::string s = "{";
+  for (std::size_t i = 0; i < d.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(d.shape[i]);
+  return s + "}";
+}
+
+void set_shape(Dataset& d, const std::vector<std::size_t>& shape, const std::string& option) {
+  std::size_t n = 1;
+  std::string text;
+  for (std::size_t v : shape) {
+    STRATA_REQUIRE(v > 0 && n <= (std::size_t(1) << 40) / v, config, option,
+                   ": every dimension must be positive (and the product below 2^40)");
+    n *= v;
+    text += (text.empty() ? "" : ",") + std::to_string(v);
+  }
+  STRATA_REQUIRE(!shape.empty() && n == d.features, config, option, " ", text, " has ", n,
+                 " values per sample but ", d.name, " has ", d.features);
+  d.shape = shape;
+}
+
 Split split_tail(Dataset all, double fraction) {
   STRATA_REQUIRE(fraction >= 0.0 && fraction < 1.0, config, "test fraction ", fraction,
                  " is not in [0, 1)");
@@ -54,6 +75,8 @@ Split split_tail(Dataset all, double fraction) {
   Dataset& t = s.test;
   t.name = all.name + " (test split)";
   t.features = all.features;
+  t.shape = all.shape;
+  t.zero = all.zero;
   t.classes = all.classes;
   t.label_width = all.label_width;
   t.target_width = all.target_width;
@@ -113,6 +136,7 @@ void Normalizer::apply(Dataset& d) const {
   if (mean.size() == 1) {
     const float m = mean[0], s = inv_std[0];
     for (float& v : d.x) v = (v - m) * s;
+    d.zero = (0.0f - m) * s;
     return;
   }
   STRATA_REQUIRE(mean.size() == f, config, "normalizer fitted to ", mean.size(),

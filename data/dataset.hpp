@@ -19,6 +19,12 @@ namespace strata::data {
 struct Dataset {
   std::string name;               // for messages: file name or "synthetic"
   std::size_t features = 0;       // width of one sample
+  // The shape of one sample when it has one (images: {channels, height,
+  // width}; empty: a flat row of `features`). Its product is `features`.
+  std::vector<std::size_t> shape;
+  // The value a raw 0 has after normalisation with one scalar mean and
+  // deviation (image augmentation pads with it: black stays black); 0 else.
+  float zero = 0;
   std::vector<float> x;           // (size(), features) row-major
   // Classification: labels in [0, classes), label_width per sample
   // ((size(), label_width) row-major; > 1: per-position targets).
@@ -39,7 +45,9 @@ struct Split {
 };
 
 // Reads an IDX image file (magic 0x00000803, uint8 pixels, any rank >= 2:
-// every dimension after the first is flattened into features) and an IDX label
+// every dimension after the first is flattened into features; the sample
+// shape is {1, rows, cols} for rank 3, the dimensions after the first
+// otherwise) and an IDX label
 // file (magic 0x00000801, uint8). Both may be gzip-compressed or plain. Pixels
 // are scaled to [0, 1]. Labels must lie in [0, classes).
 Dataset read_idx(const std::string& images_path, const std::string& labels_path,
@@ -74,6 +82,14 @@ Dataset parse_csv(std::string text, const std::string& name, CsvTask task,
 // the same data on every machine.
 Dataset make_synthetic(std::size_t samples, std::size_t features, CsvTask task,
                        std::size_t classes_or_width, std::uint64_t seed);
+
+// `shape` as text: "{1, 28, 28}", or "{784}" for a flat sample.
+std::string shape_str(const Dataset& d);
+
+// Gives `d` the sample shape `shape` (e.g. --input-shape 3,32,32); its
+// product must be the data's width per sample (a `config` error otherwise,
+// naming `option` and both).
+void set_shape(Dataset& d, const std::vector<std::size_t>& shape, const std::string& option);
 
 // Splits off the last `fraction` of the samples (at least one when fraction >
 // 0) as a test set.

@@ -232,6 +232,8 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
   out.name = images_path;
   out.features = features;
   out.classes = classes;
+  if (ih.dims.size() == 3) out.shape = {1, ih.dims[1], ih.dims[2]};  // one channel
+  else if (ih.dims.size() > 3) out.shape.assign(ih.dims.begin() + 1, ih.dims.end());
 
   std::array<float, 256> scale;
   for (std::size_t v = 0; v < scale.size(); ++v) scale[v] = static_cast<float>(v) / 255.0f;

@@ -62,6 +62,14 @@ BatchLoader<T>::~BatchLoader() {
 }
 
 template <class T>
+void BatchLoader<T>::set_augment(const Augment& augment) {
+  augment.check(data_);
+  wait_idle();  // the worker reads augment_
+  augment_ = augment;
+  for (Slot& s : slots_) s.filled = false;
+}
+
+template <class T>
 std::size_t BatchLoader<T>::batches_per_epoch() const {
   const std::size_t n = data_.size();
   return drop_last_ ? n / batch_ : (n + batch_ - 1) / batch_;
@@ -113,7 +121,10 @@ void BatchLoader<T>::gather(Slot& slot, std::size_t index) {
     const std::size_t s = order_[first + r];
     const float* src = data_.x.data() + s * f;
     T* dst = slot.x_host.data() + r * f;
-    for (std::size_t j = 0; j < f; ++j) dst[j] = static_cast<T>(src[j]);
+    if (augment_.active())
+      augment_.apply(src, dst, data_.shape, seed_, epoch_, s);
+    else
+      for (std::size_t j = 0; j < f; ++j) dst[j] = static_cast<T>(src[j]);
     if (data_.is_classification()) {
       const std::size_t w = data_.label_width;
       for (std::size_t j = 0; j < w; ++j) slot.labels_host(r * w + j) = data_.labels[s * w + j];

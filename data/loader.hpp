@@ -9,12 +9,16 @@
 // every sample is used exactly once per epoch. A shard may be empty when the
 // last global batch has fewer samples than ranks.
 //
-// A background thread gathers the next batch into a second set of buffers
-// while the current one is in use, so a step does not wait for the host-side
-// shuffle and copy (only the copy to the device, when there is one).
+// A background thread gathers (and augments, data/augment.hpp) the next batch
+// into a second set of buffers while the current one is in use, so a step
+// does not wait for the host-side shuffle, augmentation and copy (only the
+// copy to the device, when there is one). One thread is enough: gathering
+// and augmenting a batch of 128 Fashion-MNIST images takes well under 1% of
+// a CNN step (docs/benchmarks.md, W4's data-wait column).
 #pragma once
 
 #include "backends/kokkos.hpp"
+#include "data/augment.hpp"
 #include "data/dataset.hpp"
 #include "layers/loss.hpp"
 
@@ -46,6 +50,10 @@ class BatchLoader {
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // Augments every training sample this loader gathers from now on (checked
+  // against the data set's shape).
+  void set_augment(const Augment& augment);
 
   std::size_t batches_per_epoch() const;
   std::size_t batch_size() const { return batch_; }
@@ -84,6 +92,7 @@ class BatchLoader {
   std::size_t batch_;
   bool shuffle_, drop_last_;
   std::uint64_t seed_;
+  Augment augment_;
   int rank_, ranks_;
   std::size_t epoch_ = 0, index_ = 0, global_size_ = 0;
   std::vector<std::size_t> order_;

@@ -81,6 +81,8 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   for (std::size_t m = 0; m < c.accumulate; ++m)
     loaders.push_back(std::make_unique<data::BatchLoader<T>>(
         d.train, batch, c.shuffle, c.seed, false, engine->data_rank(), engine->data_ranks()));
+  const data::Augment augment{c.random_crop, c.random_flip, d.train.zero};
+  for (auto& l : loaders) l->set_augment(augment);
   const std::size_t per_epoch = loaders[0]->batches_per_epoch();  // micro-batches
   const std::size_t steps_per_epoch = (per_epoch + c.accumulate - 1) / c.accumulate;
   const std::size_t total = c.steps > 0 ? c.steps : c.epochs * steps_per_epoch;
@@ -105,7 +107,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     progress.line(rep.prefix + "nothing to train: the checkpoint is at step " +
                   std::to_string(step) + ", where this run ends (raise --steps or --epochs); "
                   "evaluating the restored model");
-  double timed_s = 0, last_loss = 0;
+  double timed_s = 0, timed_data_s = 0, last_loss = 0;  // timed: after the warm-up steps
   std::size_t skipped_in_a_row = 0;
   Evaluation eval;
   const auto train0 = Clock::now();
@@ -122,12 +124,14 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
       const std::size_t k = std::min(c.accumulate, per_epoch - index);
       micro.resize(k);
       std::size_t global = 0;
+      const auto data0 = Clock::now();
       for (std::size_t m = 0; m < k; ++m) {
         STRATA_SPAN("data", "next batch");
         loaders[m]->seek(epoch, index++);
         loaders[m]->next(micro[m]);
         global += loaders[m]->global_size();
       }
+      const double data_s = seconds_since(data0);
       const auto t0 = Clock::now();
       const double lr = scheduled_lr(c.lr_schedule, step, total);
       engine->set_lr(lr);
@@ -158,6 +162,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
         save(pos);
       if (step > first_step + c.warmup_steps) {
         timed_s += seconds_since(t0);
+        timed_data_s += data_s;
         timed_samples += global;
       }
       const bool log = c.log_every > 0 && (step % c.log_every == 0 || step == total);
@@ -211,12 +216,16 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   }
   // No rate when no step ran after the warm-up steps (--warmup-steps).
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
+  // The share of a step spent waiting for the next batch (its gathering,
+  // augmentation and copy to the device beyond what overlapped the step).
+  const double data_wait = timed_s > 0 ? timed_data_s / (timed_s + timed_data_s) : 0;
   const double wall = seconds_since(wall0);
   if (rep.writes_metrics)
     metrics.write({{"steps", step},
                    {"final_loss", trained ? nlohmann::json(last_loss) : nlohmann::json()},
                    {"ranks", comm.size()},
                    {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
+                   {"data_wait_fraction", timed_s > 0 ? nlohmann::json(data_wait) : nlohmann::json()},
                    {"wall_s", wall}});
   if (!rep.active) return;
   std::string result = rep.prefix + "done: " + std::to_string(step) + " steps";
@@ -225,7 +234,8 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     result += d.test.is_classification() ? ", test accuracy " + fmt("%.4f", eval.accuracy)
                                          : ", test loss " + fmt("%.6f", eval.loss);
   if (rate > 0)
-    result += ", " + fmt("%.0f", rate) + " samples/s";
+    result += ", " + fmt("%.0f", rate) + " samples/s (" + fmt("%.1f", 100 * data_wait) +
+              "% waiting for data)";
   else if (trained)
     result += ", samples/s n/a (" + std::to_string(step - first_step) +
               " step(s), all of them warm-up: --warmup-steps " + std::to_string(c.warmup_steps) + ")";

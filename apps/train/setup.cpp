@@ -138,6 +138,25 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
     n.apply(s.train);
     if (s.test.size() > 0) n.apply(s.test);
   }
+  // Sample shapes: IDX images carry theirs, a CSV takes --input-shape,
+  // synthetic data the model's.
+  const Shape& model_in = model.shape(0);
+  if (!c.input_shape.empty()) {
+    STRATA_REQUIRE(c.dataset.rfind("csv:", 0) == 0, config, "--input-shape gives CSV data a "
+                   "shape; ", s.train.name, " has samples of shape ", data::shape_str(s.train),
+                   c.dataset == "synthetic" ? " (synthetic data takes the model's input shape)" : "");
+    data::set_shape(s.train, c.input_shape, "--input-shape");
+    s.test.shape = s.train.shape;
+  } else if (c.dataset == "synthetic" && model_in.rank() > 1) {
+    s.train.shape = s.test.shape = model_in.dims();
+  }
+  // An image model and image data must agree on the shape, not only the size.
+  STRATA_REQUIRE(s.train.shape.size() <= 1 || model_in.rank() <= 1 ||
+                     s.train.shape == model_in.dims(),
+                 config, first, " but ", s.train.name, " has samples of shape ",
+                 data::shape_str(s.train),
+                 c.dataset.rfind("csv:", 0) == 0 ? " (--input-shape)" : "",
+                 " (the model file's input = [...] must be the data's shape)");
   // The model must fit the data.
   STRATA_REQUIRE(s.train.features == in, config, first, " but ",
                  s.train.name, " has ", s.train.features, " features per sample",

@@ -82,6 +82,17 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "fraction of synthetic or CSV samples held out for testing")
       ->capture_default_str()
       ->check(number_in(0.0, 0.9));
+  app.add_option("--input-shape", c.input_shape,
+                 "the shape of one sample of a CSV data set, e.g. 3,32,32 (channels, height, "
+                 "width; synthetic data takes the model's input shape)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--random-crop", c.random_crop,
+                 "augment training images: pad by N pixels and crop back at a random offset "
+                 "(torchvision's RandomCrop(size, padding=N))")
+      ->check(whole_number(0));
+  app.add_flag("--random-flip", c.random_flip,
+               "augment training images: mirror left to right with probability 1/2");
   auto* model_option = app.add_option("--model", c.model_file,
                                       "a TOML model file (models/*.toml) instead of --layers");
   app.add_flag("--describe", c.describe,

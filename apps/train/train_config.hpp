@@ -23,6 +23,9 @@ struct TrainConfig {
   std::string data_dir;                   // empty: default directory
   std::size_t samples = 1024;             // synthetic
   double test_fraction = 0.1;             // synthetic and csv
+  std::vector<std::size_t> input_shape;   // --input-shape: the CSV's sample shape
+  std::size_t random_crop = 0;            // augmentation: padding of the random crop
+  bool random_flip = false;               // augmentation: random horizontal flip
   std::string model_file;  // --model: a TOML model description (else the MLP of --layers)
   bool describe = false;   // print the layer table and exit
   bool recompute = false;  // activation recomputation in every top-level block
