@@ -10,8 +10,8 @@
 namespace strata {
 
 template <class T>
-BatchNorm<T>::BatchNorm(std::size_t channels, double eps, double momentum)
-    : channels_(channels), eps_(eps), momentum_(momentum) {
+BatchNorm<T>::BatchNorm(std::size_t channels, double eps, double momentum, bool sync)
+    : channels_(channels), eps_(eps), momentum_(momentum), sync_(sync) {
   STRATA_REQUIRE(channels > 0, config, "BatchNorm: channels must be positive");
   STRATA_REQUIRE(eps > 0, config, "BatchNorm: eps must be positive, got ", eps);
   STRATA_REQUIRE(momentum >= 0 && momentum <= 1, config,
@@ -31,20 +31,20 @@ void BatchNorm<T>::allocate() {
   running_mean_ = VectorBuffer<T>("strata::BatchNorm::running_mean", channels_);
   running_var_ = VectorBuffer<T>("strata::BatchNorm::running_var", channels_);
   Kokkos::deep_copy(running_var_, T(1));
-  sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels_);
+  sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels_ + 1);
 }
 
 template <class T>
-LayerPtr<T> BatchNorm<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild&) {
+LayerPtr<T> BatchNorm<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild& build) {
   return std::make_unique<BatchNorm<T>>(in[0], args.number("eps", 1e-5),
-                                        args.number("momentum", 0.1));
+                                        args.number("momentum", 0.1), build.sync_batchnorm);
 }
 
 template <class T>
 std::string BatchNorm<T>::name() const {
   const std::size_t rank = this->in_shape_.rank();  // 0 until the model sets it
-  return (rank == 3 ? "BatchNorm2d(" : rank > 0 ? "BatchNorm1d(" : "BatchNorm(") +
-         std::to_string(channels_) + ")";
+  const std::string kind = sync_ ? "SyncBatchNorm(" : rank == 3 ? "BatchNorm2d(" : rank > 0 ? "BatchNorm1d(" : "BatchNorm(";
+  return kind + std::to_string(channels_) + ")";
 }
 
 template <class T>
@@ -116,7 +116,57 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   const T eps = static_cast<T>(eps_);
   auto rm = running_mean_, rv = running_var_;
-  if (saved.training) {
+  if (saved.training && group_ != nullptr && group_->size() > 1) {
+    // SyncBatchNorm: the statistics of the samples of every rank. sums_
+    // holds each channel's sum and this rank's count (C + 1), then each
+    // channel's squared deviations (C), each summed over the ranks.
+    Vector<T> sums = sums_;
+    const T local_n = static_cast<T>(n);
+    for_range(ctx, "strata::BatchNorm::local_sums", C + 1, KOKKOS_LAMBDA(const std::size_t c) {
+          if (c == C) {
+            sums(C) = local_n;
+            return;
+          }
+          T sum = 0;
+          for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t s = 0; s < S; ++s) sum += x(b, c * S + s);
+          sums(c) = sum;
+        },
+        n);
+    group_->sum(ctx, Vector<T>(sums_.data(), C + 1));
+    T total = 0;
+    Kokkos::deep_copy(total, Kokkos::subview(sums_, C));
+    const std::size_t global = static_cast<std::size_t>(total + T(0.5));
+    STRATA_REQUIRE(global > 1, runtime, name(), ": training needs more than one value per "
+                   "channel over the ranks, got ", global, " (use a larger batch)");
+    const T nt = static_cast<T>(global);
+    for_range(ctx, "strata::BatchNorm::local_squares", C, KOKKOS_LAMBDA(const std::size_t c) {
+          const T mu = sums(c) / nt;
+          T ss = 0;
+          for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t s = 0; s < S; ++s) {
+              const T d = x(b, c * S + s) - mu;
+              ss += d * d;
+            }
+          sums(C + 1 + c) = ss;
+        },
+        n);
+    group_->sum(ctx, Vector<T>(sums_.data() + C + 1, C));
+    const bool update = !saved.recomputing;
+    const T m = static_cast<T>(momentum_);
+    const T unbias = static_cast<T>(static_cast<double>(global) / static_cast<double>(global - 1));
+    for_range(ctx, "strata::BatchNorm::global_statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
+      const T mu = sums(c) / nt, var = sums(C + 1 + c) / nt;
+      mean(c) = mu;
+      rstd(c) = T(1) / kmath::sqrt(var + eps);
+      if (update) {
+        rm(c) = (T(1) - m) * rm(c) + m * mu;
+        rv(c) = (T(1) - m) * rv(c) + m * var * unbias;
+      }
+    });
+    if (update) ++tracked_;
+    saved.counter = global;
+  } else if (saved.training) {
     STRATA_REQUIRE(n > 1, runtime, name(), ": training needs more than one value per channel, ",
                    "got a micro-batch of ", batch, " samples of ", S,
                    " positions (as PyTorch: use a larger micro-batch)");
@@ -164,7 +214,10 @@ template <class T>
 void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   const ConstMatrix<T> x = saved.x;
   const std::size_t batch = dy.extent(0), C = channels_, S = positions();
-  const T nt = static_cast<T>(batch * S);
+  // SyncBatchNorm: the means of dy and dy xhat are over every rank's values
+  // (forward kept their count in saved.counter).
+  const bool synced = saved.training && group_ != nullptr && group_->size() > 1;
+  const T nt = static_cast<T>(synced ? saved.counter : batch * S);
   ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
   Vector<T> sums = sums_;
@@ -178,10 +231,17 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
           }
         dgamma(c) += s2;
         dbeta(c) += s1;
-        sums(c) = s1 / nt;
-        sums(C + c) = s2 / nt;
+        sums(c) = synced ? s1 : s1 / nt;
+        sums(C + c) = synced ? s2 : s2 / nt;
       },
       2 * batch * S);
+  if (synced) {
+    // Every rank takes part, with or without an input gradient to compute.
+    group_->sum(ctx, Vector<T>(sums_.data(), 2 * C));
+    for_range(ctx, "strata::BatchNorm::global_means", 2 * C, KOKKOS_LAMBDA(const std::size_t i) {
+      sums(i) = sums(i) / nt;
+    });
+  }
   if (dx.data() == nullptr) return;
   const bool batch_stats = saved.training;
   for_range(ctx, "strata::BatchNorm::input_grad", batch * C, KOKKOS_LAMBDA(const std::size_t item) {

@@ -14,12 +14,22 @@
 //             evaluation: dx = gamma rstd dy.
 //
 // Each rank (and each pipeline micro-batch) normalises with the statistics of
-// the samples it holds, as PyTorch's BatchNorm under DDP or GPipe. The running
+// the samples it holds, as PyTorch's BatchNorm under DDP or GPipe, unless the
+// model is trained with SyncBatchNorm (sync_batchnorm = true in the model
+// file, strata-train --sync-bn): then data parallelism gives the layer its
+// BatchGroup, and the statistics are those of the whole batch over every
+// rank, as PyTorch's SyncBatchNorm: forward sums each channel's values and
+// count over the ranks, then the squared deviations from the global mean
+// (two collectives: the same two-pass arithmetic as one rank, weighted by
+// each rank's samples, uneven or empty shards included); backward sums
+// sum(dy) and sum(dy xhat) (one collective). The running statistics are then
+// the same on every rank. The running
 // statistics are buffers (checkpointed by name: running_mean, running_var,
 // num_batches_tracked). A recomputing block's second forward does not update
 // them (Saved::recomputing).
 #pragma once
 
+#include "layers/batch_group.hpp"
 #include "layers/layer.hpp"
 
 #include <cstdint>
@@ -30,7 +40,8 @@ namespace strata {
 template <class T>
 class BatchNorm final : public Layer<T> {
  public:
-  BatchNorm(std::size_t channels, double eps = 1e-5, double momentum = 0.1);
+  // sync: SyncBatchNorm, with the BatchGroup data parallelism gives it.
+  BatchNorm(std::size_t channels, double eps = 1e-5, double momentum = 0.1, bool sync = false);
 
   // The layer a model file describes: "batchnorm" (eps, momentum).
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
@@ -53,15 +64,23 @@ class BatchNorm final : public Layer<T> {
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
+  std::size_t set_batch_group(BatchGroup<T>* group) override {
+    if (!sync_) return 0;
+    group_ = group;
+    return 1;
+  }
 
   std::uint64_t batches_tracked() const { return tracked_; }
 
  private:
   std::size_t channels_;
   double eps_, momentum_;
+  bool sync_;
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
   VectorBuffer<T> running_mean_, running_var_;
-  VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel
+  VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel;
+                          // forward with a group: the sums and the count (2C + 1)
+  BatchGroup<T>* group_ = nullptr;
   std::uint64_t tracked_ = 0;
   void allocate();  // the running statistics and sums_, once
   std::size_t positions() const {

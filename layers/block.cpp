@@ -284,6 +284,13 @@ void Block<T>::set_training(bool training) {
   for (auto& l : layers_) l->set_training(training);
 }
 
+template <class T>
+std::size_t Block<T>::set_batch_group(BatchGroup<T>* group) {
+  std::size_t n = 0;
+  for (auto& l : layers_) n += l->set_batch_group(group);
+  return n;
+}
+
 template class Block<float>;
 template class Block<double>;
 

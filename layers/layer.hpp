@@ -40,6 +40,8 @@ const char* to_string(Init init);
 
 class LayerArgs;      // layers/model_spec.hpp: a layer's options in a model file
 struct LayerBuild;    // layers/registry.hpp: state shared while a model is built
+template <class T>
+class BatchGroup;     // layers/batch_group.hpp: the ranks sharing a batch
 
 // Optimizer groups: weight decay applies to `decay` parameters only when the
 // optimizer is told to spare the others (biases and normalisation scales).
@@ -148,6 +150,10 @@ class Layer {
   virtual TensorSplit tensor_split() const { return TensorSplit::none; }
   virtual void set_column_shard(std::size_t /*first*/, std::size_t /*total*/) {}
   virtual void set_training(bool training) { training_ = training; }
+  // The data-parallel ranks sharing the batch (layers/batch_group.hpp), for
+  // layers whose forward needs statistics of the whole batch (SyncBatchNorm);
+  // nullptr: this rank's samples alone. Returns the layers that use it.
+  virtual std::size_t set_batch_group(BatchGroup<T>* /*group*/) { return 0; }
   bool training() const { return training_; }
 
  protected:

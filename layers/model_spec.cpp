@@ -263,8 +263,12 @@ ModelSpec parse_model(const std::string& text, const std::string& source) {
       has_input = true;
     } else if (key == "layers") {
       m.layers = parse_layers(v, source, at);
+    } else if (key == "sync_batchnorm") {
+      STRATA_REQUIRE(v.is_boolean(), config, at, ": expected true or false");
+      m.sync_batchnorm = v.value<bool>().value();
     } else {
-      STRATA_THROW(config, at, ": unknown key (a model file has name, input and [[layers]])");
+      STRATA_THROW(config, at, ": unknown key (a model file has name, input, sync_batchnorm and "
+                   "[[layers]])");
     }
   }
   STRATA_REQUIRE(has_input, config, source,

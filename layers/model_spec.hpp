@@ -100,6 +100,9 @@ struct ModelSpec {
   Shape input;
   std::vector<LayerSpec> layers;
   bool mlp = false;  // made by mlp_model (the --layers shorthand)
+  // sync_batchnorm = true: BatchNorm layers normalise over the whole batch
+  // of every data-parallel rank (SyncBatchNorm; strata-train --sync-bn too).
+  bool sync_batchnorm = false;
 };
 
 // Reads a model file; throws config naming the file (and line and key) for

@@ -118,6 +118,7 @@ ModelLayers<T> build_layers(const ModelSpec& spec, std::uint64_t seed) {
   m.input = spec.input;
   LayerBuild build;
   build.seed = seed;
+  build.sync_batchnorm = spec.sync_batchnorm;
   Shape shape = spec.input;
   expand<T>(spec.layers, shape, build, m.layers, m.names, false);
   return m;

@@ -22,6 +22,7 @@ struct LayerBuild {
   std::uint64_t seed = 0;     // the run's seed
   std::size_t dropouts = 0;   // Dropout layers made so far: the k-th draws with seed + k
   std::size_t layers = 0;     // layers made so far (at most kMaxLayers)
+  bool sync_batchnorm = false;  // the model's sync_batchnorm (BatchNorm layers)
 };
 
 template <class T>

@@ -378,6 +378,13 @@ void Sequential<T>::set_recompute(bool on) {
 }
 
 template <class T>
+std::size_t Sequential<T>::set_batch_group(BatchGroup<T>* group) {
+  std::size_t n = 0;
+  for (auto& l : layers_) n += l->set_batch_group(group);
+  return n;
+}
+
+template <class T>
 void Sequential<T>::set_training(bool training) {
   training_ = training;
   for (auto& l : layers_) l->set_training(training);

@@ -109,6 +109,9 @@ class Sequential {
     return i == 0 || !weights_rounded_ ? Precision::fp32 : storage_;
   }
   void set_training(bool training);
+  // The data-parallel ranks sharing each batch, for SyncBatchNorm
+  // (Layer::set_batch_group; nullptr: none). Returns the layers that use it.
+  std::size_t set_batch_group(BatchGroup<T>* group);
   // Position of the next forward's first row in the global batch (data
   // parallelism gives each rank a shard): layers that draw per-sample random
   // numbers (Dropout) index them globally (Saved::row_offset), so that a

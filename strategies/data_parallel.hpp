@@ -10,6 +10,9 @@
 // Gradients are summed by GradientSync (strategies/gradient_sync.hpp):
 // buckets whose allreduce starts during backward, optional 16-bit
 // compression; the optimizer waits for all.
+// SyncBatchNorm: the model gets a BatchGroup over this communicator
+// (strategies/comm_batch_group.hpp), which the BatchNorm layers of a model
+// with sync_batchnorm = true use (layers/batchnorm.hpp).
 // Gradient accumulation: with several micro-batches per step, the backward
 // passes of all but the last accumulate locally without communication.
 #pragma once
@@ -21,6 +24,7 @@
 #include "layers/loss_scaler.hpp"
 #include "layers/optimizer.hpp"
 #include "layers/sequential.hpp"
+#include "strategies/comm_batch_group.hpp"
 #include "strategies/gradient_sync.hpp"
 #include "strategies/mixed_precision.hpp"
 
@@ -78,6 +82,7 @@ class DataParallel {
   Context& ctx_;
   comm::Communicator& comm_;
   Sequential<T>& model_;
+  std::unique_ptr<CommBatchGroup<T>> batch_group_;  // SyncBatchNorm
   Loss<T>& loss_;
   Optimizer<T>& optimizer_;
   DataParallelOptions options_;

@@ -128,6 +128,10 @@ class ModelParallelEngine final : public Engine {
                       std::size_t batch)
       : ctx_(ctx), world_(world), options_(o.mesh) {
     options_.recompute = options_.recompute || o.recompute;
+    STRATA_REQUIRE(!o.model.sync_batchnorm, config, o.model.source, ": SyncBatchNorm "
+                   "(sync_batchnorm, --sync-bn) works with data parallelism (--strategy dp); "
+                   "with --pp, --tp or --zero each rank's BatchNorm normalises its own "
+                   "micro-batch (drop --sync-bn or sync_batchnorm)");
     // The single-rank model's names (nothing allocated: the model is not built).
     table_ = model_table(build_model<T>(o.model, o.seed), o.model);
     validate_mesh(options_.mesh, world.size());

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,41 @@ out = 3
 )";
 }
 
+// A small CNN as the SyncBatchNorm tests train it: 2 x 6 x 6 images (72
+// features of DpConfig), a convolution, BatchNorm2d, ReLU, 2x2 max pooling, a
+// second convolution with BatchNorm and global average pooling, a head of 3.
+// The convolutions have no bias: BatchNorm removes it, its gradient is
+// rounding noise, and Adam would turn that noise into full-size steps.
+inline std::string cnn_model(bool sync) {
+  return std::string(sync ? "sync_batchnorm = true\n" : "") + R"(input = [2, 6, 6]
+[[layers]]
+type = "conv2d"
+out = 4
+kernel = 3
+padding = 1
+bias = false
+[[layers]]
+type = "batchnorm"
+[[layers]]
+type = "relu"
+[[layers]]
+type = "maxpool2d"
+kernel = 2
+[[layers]]
+type = "conv2d"
+out = 5
+kernel = 3
+bias = false
+[[layers]]
+type = "batchnorm"
+[[layers]]
+type = "global_avgpool"
+[[layers]]
+type = "linear"
+out = 3
+)";
+}
+
 // The model a configuration trains.
 inline ModelSpec model_of(const DpConfig& c) {
   if (!c.model.empty()) return parse_model(c.model, "test model");
@@ -75,6 +111,7 @@ inline ModelSpec model_of(const DpConfig& c) {
 struct RunResult {
   std::vector<double> losses;
   std::vector<float> params;
+  std::map<std::string, std::vector<double>> buffers;  // running statistics (by name)
   std::vector<bool> applied;   // DataParallel: whether each step was applied
   std::size_t comm_bytes = 0;  // gradient-sum payload of this rank in the last step
 };
@@ -132,6 +169,7 @@ inline RunResult train_single(const DpConfig& c) {
     }
   }
   r.params = to_host(model.params());
+  r.buffers = model.read_buffers();
   return r;
 }
 
@@ -173,6 +211,7 @@ inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig
     r.comm_bytes = dp.last_info().comm_bytes;
   }
   r.params = to_host(dp.master_params());  // fp32 master weights in mixed precision
+  r.buffers = model.read_buffers();
   return r;
 }
 
@@ -275,6 +314,18 @@ inline std::string compare(const RunResult& a, const RunResult& b, double rel) {
                     std::fabs(double(a.params[i]) - b.params[i]));
       return buf;
     }
+  // Buffers (BatchNorm's running statistics) when both runs kept them.
+  if (!a.buffers.empty() && !b.buffers.empty()) {
+    if (a.buffers.size() != b.buffers.size()) return "buffer counts differ";
+    for (const auto& [name, want] : b.buffers) {
+      const auto it = a.buffers.find(name);
+      if (it == a.buffers.end() || it->second.size() != want.size()) return "buffer " + name + " differs in size";
+      for (std::size_t i = 0; i < want.size(); ++i)
+        if (std::fabs(it->second[i] - want[i]) > rel * std::max(kParamFloor, std::fabs(want[i])))
+          return "buffer " + name + "[" + std::to_string(i) + "]: " + std::to_string(it->second[i]) +
+                 " vs " + std::to_string(want[i]);
+    }
+  }
   return "";
 }
 

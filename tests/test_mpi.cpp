@@ -187,6 +187,17 @@ TEST(DataParallelMpi, ResidualModelFileMatchesSingleRank) {
       << "pipeline over every rank";
 }
 
+TEST(DataParallelMpi, SyncBatchNormMatchesSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  test::DpConfig c;
+  c.features = 72;
+  c.model = test::cnn_model(true);
+  c.batch = 11;  // uneven shards
+  c.steps = 12;
+  Context ctx;
+  EXPECT_EQ(test::compare(test::train_dp(ctx, world, c), test::train_single(c), 1e-5), "");
+}
+
 TEST(DataParallelMpi, HierarchicalTwoThreadRanksPerProcessMatchesSingleRank) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   comm::MpiComm world(MPI_COMM_WORLD, false);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <thread>
 
@@ -207,6 +208,18 @@ std::vector<std::string> option_notes(const TrainConfig& c, const ModelSpec& mod
   if (c.recompute && !blocks)
     notes.push_back("--recompute: " + model.source + " has no blocks (\"residual\" or \"block\" "
                     "layers), so nothing is recomputed");
+  if (model.sync_batchnorm) {
+    bool norms = false;
+    std::function<void(const std::vector<LayerSpec>&)> find = [&](const std::vector<LayerSpec>& ls) {
+      for (const auto& l : ls) {
+        norms |= l.type == "batchnorm";
+        find(l.layers);
+      }
+    };
+    find(model.layers);
+    if (!norms) notes.push_back("SyncBatchNorm: " + model.source + " has no batchnorm layers, so "
+                                "nothing is synchronised");
+  }
   if (c.optimizer.no_decay_bias_norm && c.optimizer.weight_decay == 0)
     notes.push_back("--no-decay-bias-norm changes nothing without --weight-decay");
   return notes;

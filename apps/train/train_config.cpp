@@ -50,8 +50,10 @@ bool loss_scaling(const TrainConfig& c) {
 }
 
 ModelSpec model_spec(const TrainConfig& c) {
-  if (!c.model_file.empty()) return read_model_file(c.model_file);
-  return mlp_model({c.layers, c.activation, c.dropout, c.seed});
+  ModelSpec m = !c.model_file.empty() ? read_model_file(c.model_file)
+                                      : mlp_model({c.layers, c.activation, c.dropout, c.seed});
+  m.sync_batchnorm = m.sync_batchnorm || c.sync_bn;
+  return m;
 }
 
 std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args) {
@@ -97,6 +99,10 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                                       "a TOML model file (models/*.toml) instead of --layers");
   app.add_flag("--describe", c.describe,
                "print the model's layer table (shapes, parameters, FLOPs, activation bytes) and exit");
+  app.add_flag("--sync-bn", c.sync_bn,
+               "SyncBatchNorm: BatchNorm layers normalise with the statistics of the whole "
+               "global batch over the data-parallel ranks (default: each rank its own shard, as "
+               "PyTorch's BatchNorm under DDP; the model file's sync_batchnorm = true does the same)");
   app.add_flag("--recompute", c.recompute,
                "recompute every block's inside in backward (keeps only block inputs: less "
                "activation memory, one more forward of the blocks)");
