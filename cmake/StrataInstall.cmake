@@ -15,6 +15,8 @@ foreach(dir backends layers data strategies)
   install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir}
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()
+# The model files (strata-train --model, strata-bench-train's W4).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/strata/models FILES_MATCHING PATTERN "*.toml")
 install(FILES "${PROJECT_BINARY_DIR}/generated/strata_config.hpp"
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)
 

@@ -9,7 +9,7 @@ void Augment::check(const Dataset& d) const {
   if (!active()) return;
   STRATA_REQUIRE(d.shape.size() == 3, config, "--random-crop and --random-flip augment images of "
                  "shape {channels, height, width}, but ", d.name, " has samples of shape ",
-                 shape_str(d), " (give CSV or synthetic data a shape with --input-shape C,H,W)");
+                 shape_str(d), " (a CSV takes a shape with --input-shape C,H,W, synthetic data the model file's input shape)");
   STRATA_REQUIRE(crop_pad < d.shape[1] && crop_pad < d.shape[2], config, "--random-crop ",
                  crop_pad, " must be smaller than the images (", shape_str(d), ")");
 }

@@ -62,6 +62,12 @@ class Conv2d final : public Layer<T> {
   // Values the workspace may hold per chunk (default: default_workspace_limit);
   // set before reserve().
   void set_workspace_limit(std::size_t values) { workspace_limit_ = values; }
+
+  std::size_t in_channels() const { return in_; }
+  std::size_t out_channels() const { return out_; }
+  std::size_t groups() const { return groups_; }
+  std::size_t patch() const { return in_ / groups_ * win_.kh * win_.kw; }  // per group
+  std::size_t positions() const { return oh_ * ow_; }  // after set_input_shape
   static const std::size_t default_workspace_limit;
 
   // Samples [first, first + n) of x unfolded into the workspace's col, and
@@ -80,8 +86,6 @@ class Conv2d final : public Layer<T> {
   VectorBuffer<T> col_, yt_;  // workspace: (chunk P, C K) and (chunk P, O)
 
   std::size_t weights() const { return out_ * patch(); }
-  std::size_t patch() const { return in_ / groups_ * win_.kh * win_.kw; }  // per group
-  std::size_t positions() const { return oh_ * ow_; }
 };
 
 }  // namespace strata

@@ -72,7 +72,7 @@ out = 3
 // second convolution with BatchNorm and global average pooling, a head of 3.
 // The convolutions have no bias: BatchNorm removes it, its gradient is
 // rounding noise, and Adam would turn that noise into full-size steps.
-inline std::string cnn_model(bool sync) {
+inline std::string batchnorm_cnn_model(bool sync) {
   return std::string(sync ? "sync_batchnorm = true\n" : "") + R"(input = [2, 6, 6]
 [[layers]]
 type = "conv2d"

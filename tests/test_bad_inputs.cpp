@@ -303,6 +303,32 @@ const std::vector<Entry>& catalogue() {
                         "[[layers]]\ntype = \"global_avgpool\"\n[[layers]]\ntype = \"linear\"\nout = 10\n") +
                 " --steps 1";
        }},
+      {"images whose shape disagrees with the model's input", 2,
+       {"takes inputs of shape {4, 14, 14} (784 values)", "has samples of shape {1, 28, 28}"},
+       [](Workspace& w) {
+         return "--model " +
+                w.write("m.toml",
+                        "input = [4, 14, 14]\n[[layers]]\ntype = \"conv2d\"\nout = 2\nkernel = 3\n"
+                        "[[layers]]\ntype = \"global_avgpool\"\n[[layers]]\ntype = \"linear\"\nout = 10\n") +
+                " --steps 1";
+       }},
+      {"--input-shape that disagrees with the CSV", 2,
+       {"--input-shape 2,2 has 4 values per sample but", "has 3"},
+       [](Workspace& w) {
+         return "--dataset csv:" + w.write("d.csv", "1,2,3,0\n4,5,6,1\n3,2,1,0\n") +
+                " --layers 3,2 --input-shape 2,2 --steps 1";
+       }},
+      {"augmentation of data without an image shape", 2,
+       {"--random-crop and --random-flip augment images", "shape {8}"},
+       [](Workspace&) { return std::string("--dataset synthetic --layers 8,2 --random-flip --steps 1"); }},
+      {"SyncBatchNorm with a pipeline", 2,
+       {"SyncBatchNorm (sync_batchnorm, --sync-bn) works with data parallelism"},
+       [](Workspace& w) {
+         return "--model " +
+                w.write("m.toml", "input = [4]\n[[layers]]\ntype = \"linear\"\nout = 4\n[[layers]]\n"
+                                  "type = \"batchnorm\"\n[[layers]]\ntype = \"linear\"\nout = 2\n") +
+                " --dataset synthetic --sync-bn --strategy pipeline --ranks 2 --steps 1";
+       }},
       {"a residual block that changes the shape", 2,
        {"m.toml:2: layer 0 (residual) with input shape {4}", "must keep the shape of its input {4}"},
        [](Workspace& w) {

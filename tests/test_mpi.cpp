@@ -191,7 +191,7 @@ TEST(DataParallelMpi, SyncBatchNormMatchesSingleRank) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
   test::DpConfig c;
   c.features = 72;
-  c.model = test::cnn_model(true);
+  c.model = test::batchnorm_cnn_model(true);
   c.batch = 11;  // uneven shards
   c.steps = 12;
   Context ctx;

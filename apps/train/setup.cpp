@@ -151,13 +151,6 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
   } else if (c.dataset == "synthetic" && model_in.rank() > 1) {
     s.train.shape = s.test.shape = model_in.dims();
   }
-  // An image model and image data must agree on the shape, not only the size.
-  STRATA_REQUIRE(s.train.shape.size() <= 1 || model_in.rank() <= 1 ||
-                     s.train.shape == model_in.dims(),
-                 config, first, " but ", s.train.name, " has samples of shape ",
-                 data::shape_str(s.train),
-                 c.dataset.rfind("csv:", 0) == 0 ? " (--input-shape)" : "",
-                 " (the model file's input = [...] must be the data's shape)");
   // The model must fit the data.
   STRATA_REQUIRE(s.train.features == in, config, first, " but ",
                  s.train.name, " has ", s.train.features, " features per sample",
@@ -165,6 +158,13 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
                      ? " (with --loss mse the last " + std::to_string(out) +
                            " columns of the CSV are the targets: as many as the output width)"
                      : std::string());
+  // An image model and image data must agree on the shape, not only the size.
+  STRATA_REQUIRE(s.train.shape.size() <= 1 || model_in.rank() <= 1 ||
+                     s.train.shape == model_in.dims(),
+                 config, first, " but ", s.train.name, " has samples of shape ",
+                 data::shape_str(s.train),
+                 c.dataset.rfind("csv:", 0) == 0 ? " (--input-shape)" : "",
+                 " (the model file's input = [...] must be the data's shape)");
   if (task == data::CsvTask::classification) {
     STRATA_REQUIRE(s.train.classes <= out, config, last, " but ",
                    s.train.name, " has ", s.train.classes,

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""PyTorch peer of Strata's MLP workloads, for a speed comparison.
+"""PyTorch peer of Strata's workloads, for a speed comparison.
 
 Trains Linear/activation layers (the same widths, activation, loss and
-optimizer as `strata-train --dataset synthetic` and `strata-bench-train`) on
-synthetic data that lives on the device, times --reps repetitions of --steps
-training steps after a warm-up, and prints samples/s (median [min-max] over the
-repetitions). With --json it also prints one JSON object on the last line.
+optimizer as `strata-train --dataset synthetic` and `strata-bench-train`), or
+with --model the network of a Strata model file (models/*.toml: conv2d,
+batchnorm, pooling, flatten, dropout, linear, activations, layernorm; W4 is
+models/cnn-fashion.toml), on synthetic data that lives on the device, times
+--reps repetitions of --steps training steps after a warm-up, and prints
+samples/s (median [min-max] over the repetitions). With --json it also prints
+one JSON object on the last line.
 
 With --ddp N it runs DistributedDataParallel on N local processes (gloo on
 the CPU, nccl on CUDA devices), started with torch.multiprocessing and a
@@ -17,6 +20,8 @@ Examples (workload W2; W1 is --layers 10,5,2 --loss mse --batch-size 32):
       --batch-size 256 --steps 200 --device cuda
   OMP_WAIT_POLICY=PASSIVE python3 benchmarks/peers/torch_mlp.py --device cpu --threads 2 --reps 5
   python3 benchmarks/peers/torch_mlp.py --device cpu --threads 1 --ddp 2 --reps 5 --json
+  python3 benchmarks/peers/torch_mlp.py --model models/cnn-fashion.toml --batch-size 128 \\
+      --device cpu --threads 1 --steps 10 --reps 5
 
 Exit codes: 0 done, 2 bad options or the device is not available,
 3 PyTorch is not installed, 4 a DDP process failed.
@@ -36,6 +41,8 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", default="784,1024,1024,10",
                    help="layer widths, input first (default: %(default)s)")
+    p.add_argument("--model", default=None,
+                   help="a Strata model file (TOML) to train instead of the MLP of --layers")
     p.add_argument("--batch-size", type=int, default=256, help="global batch (default: %(default)s)")
     p.add_argument("--steps", type=int, default=200, help="timed training steps per repetition")
     p.add_argument("--reps", type=int, default=1, help="timed repetitions (default: %(default)s)")
@@ -80,6 +87,62 @@ def parse_args(argv):
     return a
 
 
+def model_from_file(path):
+    """(nn.Sequential, input shape, classes) of a Strata model file, layer by
+    layer as layers/registry.cpp builds it (names as the file's, so that
+    state_dict keys match Strata's parameter names)."""
+    import tomllib
+    from torch import nn
+    with open(path, "rb") as f:
+        spec = tomllib.load(f)
+    shape = list(spec["input"])
+    layers = []
+
+    def pair(v, default):
+        v = default if v is None else v
+        return tuple(v) if isinstance(v, list) else (v, v)
+
+    for i, l in enumerate(spec["layers"]):
+        t, name = l["type"], l.get("name", str(i))
+        if t == "conv2d":
+            k = pair(l.get("kernel"), 1)
+            m = nn.Conv2d(shape[0], l["out"], k, stride=pair(l.get("stride"), 1),
+                          padding=pair(l.get("padding"), 0), dilation=pair(l.get("dilation"), 1),
+                          groups=l.get("groups", 1), bias=l.get("bias", True))
+        elif t in ("maxpool2d", "avgpool2d"):
+            k = pair(l.get("kernel"), 1)
+            cls = nn.MaxPool2d if t == "maxpool2d" else nn.AvgPool2d
+            kw = {"dilation": pair(l.get("dilation"), 1)} if t == "maxpool2d" else \
+                {"count_include_pad": l.get("count_include_pad", True)}
+            m = cls(k, stride=pair(l.get("stride"), k), padding=pair(l.get("padding"), 0), **kw)
+        elif t == "global_avgpool":
+            m = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        elif t == "batchnorm":
+            cls = nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d
+            m = cls(shape[0], eps=l.get("eps", 1e-5), momentum=l.get("momentum", 0.1))
+        elif t == "flatten":
+            m = nn.Flatten()
+        elif t == "dropout":
+            m = nn.Dropout(l.get("p", 0.5))
+        elif t == "linear":
+            m = nn.Linear(shape[-1], l["out"], bias=l.get("bias", True))
+        elif t == "layernorm":
+            m = nn.LayerNorm(shape[-1], eps=l.get("eps", 1e-5))
+        elif t in ("relu", "gelu", "tanh", "sigmoid"):
+            m = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[t]()
+        else:
+            raise SystemExit("torch_mlp: %s: layer %d: type %r has no PyTorch peer here" % (path, i, t))
+        layers.append((name, m))
+        # The output shape, from a dry run of one sample.
+        import torch
+        with torch.no_grad():
+            m.eval()
+            shape = list(m(torch.zeros([1] + shape)).shape[1:])
+            m.train()
+    from collections import OrderedDict
+    return nn.Sequential(OrderedDict(layers)), list(spec["input"]), shape[-1]
+
+
 def shard(batch, rank, size):
     """(first row, rows) of `rank`'s shard of a global batch, as Strata's BatchLoader."""
     base, extra = divmod(batch, size)
@@ -99,13 +162,18 @@ def train(a, rank=0, size=1):
     dtype = getattr(torch, a.dtype)
     torch.manual_seed(a.seed)
 
-    act = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[a.activation]
-    layers = []
-    for i in range(len(a.widths) - 1):
-        layers.append(nn.Linear(a.widths[i], a.widths[i + 1]))
-        if i + 2 < len(a.widths):
-            layers.append(act())
-    model = nn.Sequential(*layers).to(device=device, dtype=dtype)
+    if a.model:
+        model, in_shape, classes = model_from_file(a.model)
+    else:
+        act = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[a.activation]
+        layers = []
+        for i in range(len(a.widths) - 1):
+            layers.append(nn.Linear(a.widths[i], a.widths[i + 1]))
+            if i + 2 < len(a.widths):
+                layers.append(act())
+        model = nn.Sequential(*layers)
+        in_shape, classes = [a.widths[0]], a.widths[-1]
+    model = model.to(device=device, dtype=dtype)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -117,11 +185,11 @@ def train(a, rank=0, size=1):
     # The same global batches on every rank (same seed); each rank keeps its rows.
     g = torch.Generator(device="cpu").manual_seed(a.seed)
     first, rows = shard(a.batch_size, rank, size)
-    xs = torch.randn(a.batches, a.batch_size, a.widths[0], generator=g)
+    xs = torch.randn([a.batches, a.batch_size] + in_shape, generator=g)
     if a.loss == "cross-entropy":
-        ys = torch.randint(0, a.widths[-1], (a.batches, a.batch_size), generator=g)
+        ys = torch.randint(0, classes, (a.batches, a.batch_size), generator=g)
     else:
-        ys = torch.randn(a.batches, a.batch_size, a.widths[-1], generator=g).to(dtype=dtype)
+        ys = torch.randn(a.batches, a.batch_size, classes, generator=g).to(dtype=dtype)
     xs = xs[:, first:first + rows].contiguous().to(device=device, dtype=dtype)
     ys = ys[:, first:first + rows].contiguous().to(device)
 
@@ -165,7 +233,7 @@ def train(a, rank=0, size=1):
     return {"peer": "torch-ddp" if size > 1 else "torch", "torch": torch.__version__, "device": name,
             "processes": size, "threads": torch.get_num_threads() if device.type == "cpu" else None,
             "backend": torch.distributed.get_backend() if size > 1 else None,
-            "layers": a.widths, "loss": a.loss, "batch_size": a.batch_size, "steps": a.steps,
+            "layers": [] if a.model else a.widths, "model": a.model, "loss": a.loss, "batch_size": a.batch_size, "steps": a.steps,
             "reps": a.reps, "warmup": a.warmup, "dtype": a.dtype, "optimizer": a.optimizer,
             "parameters": params, "seconds": elapsed_total,
             "samples_per_sec": statistics.median(rates), "min": min(rates), "max": max(rates),
@@ -230,8 +298,9 @@ def main(argv=None):
     else:
         r = train(a)
 
-    print("torch_mlp: torch %s on %s, %s, layers %s, %d parameters, batch %d, %s, %s loss"
-          % (r["torch"], r["device"], a.dtype, a.layers, r["parameters"], a.batch_size, a.optimizer, a.loss))
+    print("torch_mlp: torch %s on %s, %s, %s, %d parameters, batch %d, %s, %s loss"
+          % (r["torch"], r["device"], a.dtype, a.model or "layers " + a.layers, r["parameters"],
+             a.batch_size, a.optimizer, a.loss))
     print("torch_mlp: %d x %d steps in %.3f s after %d warm-up steps: %.0f [%.0f-%.0f] samples/s "
           "(median [min-max]; final loss %.4f)"
           % (a.reps, a.steps, r["seconds"], a.warmup, r["samples_per_sec"], r["min"], r["max"],

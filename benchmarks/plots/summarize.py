@@ -84,8 +84,13 @@ def collect(out):
         e["sgemm"].append(r["sgemm_gflops"])
     peer_by = {}
     for r in peers:
-        # Map the peer's shapes back to a workload through Strata's widths.
-        w = next((x["workload"] for x in strata if x["widths"] == r["layers"] and x["batch"] == r["batch_size"]), None)
+        # Map the peer's shapes back to a workload through Strata's widths
+        # (MLPs) or model file (W4).
+        def same_model(x):
+            if r.get("model"):
+                return os.path.basename(x.get("model") or "") == os.path.basename(r["model"])
+            return not x.get("model") and x["widths"] == r["layers"]
+        w = next((x["workload"] for x in strata if same_model(x) and x["batch"] == r["batch_size"]), None)
         if w is None:
             continue
         e = peer_by.setdefault((w, peer_label(r)), {"rates": [], "info": r})

@@ -1,16 +1,18 @@
 // strata-bench-train: training throughput of the workloads (docs/benchmarks.md)
-// (W1 tutorial, W2 Fashion-MNIST-shaped MLP, W3 wide MLP) for each strategy and
-// rank count, with the sgemm rate of the same GEMM shapes measured in the same
-// run. Under mpirun the "mpi" configuration runs (one rank per process).
+// (W1 tutorial, W2 Fashion-MNIST-shaped MLP, W3 wide MLP, W4 the CNN of
+// models/cnn-fashion.toml) for each strategy and rank count, with the sgemm
+// rate of the same GEMM shapes measured in the same run. Under mpirun the
+// "mpi" configuration runs (one rank per process). --breakdown adds a table
+// per layer (benchmarks/training/layer_breakdown.hpp).
 //
 //   strata-bench-train                       local 1x1, local 1x2, dp threads 2x1
 //   mpirun -np 2 strata-bench-train          dp mpi 2x1 (and --configs to choose)
 //
 // Each configuration: warm-up steps, then --reps repetitions of --steps steps;
 // samples/s median [min-max]. GFLOP/s counts the GEMM multiply-adds a step
-// performs (step_flops: forward, weight gradient, and input gradient for all
-// but the first layer, whose input gradient is never computed; 2 per
-// multiply-add). "of sgemm" divides it by the rate of the same GEMMs on the
+// performs (step_gemms: forward, weight gradient, and input gradient for all
+// but the first GEMM layer, whose input gradient is never computed; 2 per
+// multiply-add; a convolution's as the GEMMs of its unfolded patches). "of sgemm" divides it by the rate of the same GEMMs on the
 // same threads, measured just before and just after the configuration's
 // repetitions (both printed; the ratio uses their mean), so that both sides
 // are taken under the same conditions and a figure above 100% means a
@@ -22,8 +24,10 @@
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
+#include "benchmarks/training/layer_breakdown.hpp"
 #include "data/dataset.hpp"
 #include "layers/mlp.hpp"
+#include "layers/registry.hpp"
 #include "strategies/data_parallel.hpp"
 
 #include <CLI/CLI.hpp>
@@ -31,6 +35,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -40,33 +46,51 @@ namespace {
 
 struct Workload {
   std::string name;
-  std::vector<std::size_t> widths;
+  std::vector<std::size_t> widths;  // an MLP, or
+  std::string model;                // a model file of models/ (W4)
   LossKind loss;
   std::size_t batch;
   std::size_t steps;  // per repetition
 };
 
 std::vector<Workload> workloads() {
-  return {{"W1", {10, 5, 2}, LossKind::mse, 32, 2000},
-          {"W2", {784, 1024, 1024, 10}, LossKind::cross_entropy, 256, 20},
-          {"W3", {4096, 4096, 4096, 4096, 4096, 10}, LossKind::cross_entropy, 512, 2}};
+  return {{"W1", {10, 5, 2}, "", LossKind::mse, 32, 2000},
+          {"W2", {784, 1024, 1024, 10}, "", LossKind::cross_entropy, 256, 20},
+          {"W3", {4096, 4096, 4096, 4096, 4096, 10}, "", LossKind::cross_entropy, 512, 2},
+          {"W4", {}, "cnn-fashion.toml", LossKind::cross_entropy, 128, 10}};
 }
 
-std::size_t weights(const Workload& w) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i + 1 < w.widths.size(); ++i) n += w.widths[i] * w.widths[i + 1];
-  return n;
+// The model files' folder: $STRATA_MODELS_DIR, the installed share/strata/models
+// beside this program's bin/, or the source tree's models/.
+std::string model_path(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("STRATA_MODELS_DIR")) dirs.emplace_back(env);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "strata" / "models");
+  dirs.emplace_back(STRATA_SOURCE_MODELS_DIR);
+  for (const auto& d : dirs)
+    if (fs::exists(d / file)) return (d / file).string();
+  STRATA_THROW(config, "model file ", file, " not found in $STRATA_MODELS_DIR, ",
+               dirs.size() > 1 ? dirs[dirs.size() - 2].string() : std::string(), " or ",
+               STRATA_SOURCE_MODELS_DIR, " (set STRATA_MODELS_DIR to the models/ folder)");
 }
 
-// GEMM floating-point operations of one training step per sample: forward
-// (2 per weight), weight gradient (2) and input gradient (2) except for the
-// first layer, whose input gradient no one needs. (6 x weights, as often
-// quoted, overcounts by the first layer's 2 x weights: 17% for W2.)
+// The workload's model, not built.
+Sequential<float> make_model(const Workload& w) {
+  if (w.model.empty()) return make_mlp<float>({w.widths});
+  return build_model<float>(read_model_file(model_path(w.model)), 1);
+}
+
+// GEMM floating-point operations of one training step per sample
+// (layer_breakdown.hpp's step_gemms: the first GEMM layer's input gradient
+// is not computed; 6 x weights, as often quoted for an MLP, overcounts by the
+// first layer's 2 x weights: 17% for W2).
 double step_flops(const Workload& w) {
   double f = 0;
-  for (std::size_t i = 0; i + 1 < w.widths.size(); ++i)
-    f += 2.0 * static_cast<double>(w.widths[i] * w.widths[i + 1]) * (i > 0 ? 3 : 2);
-  return f;
+  for (const auto& g : step_gemms(make_model(w), w.batch)) f += g.flops();
+  return f / static_cast<double>(w.batch);
 }
 
 struct Config {
@@ -84,7 +108,7 @@ struct Result {
 Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int reps, int warmup,
                 bool overlap, double bucket_mb) {
   const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
-  auto model = make_mlp<float>({w.widths});
+  auto model = make_model(w);
   model.build(std::max<std::size_t>(1, shard.second));
   model.init(Init::kaiming_uniform, 1);
   auto loss = make_loss<float>(w.loss);
@@ -96,7 +120,7 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   // Synthetic data drawn once (seeded normal inputs, uniform labels).
   const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
                                                       : data::CsvTask::regression;
-  auto d = data::make_synthetic(w.batch, w.widths.front(), task, w.widths.back(), 3);
+  auto d = data::make_synthetic(w.batch, model.in_features(), task, model.out_features(), 3);
   data::BatchLoader<float> loader(d, w.batch, false, 0, false, comm.rank(), comm.size());
   data::Batch<float> b;
   loader.next(b);
@@ -120,49 +144,11 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   return res;
 }
 
-// The step's GEMMs (forward, weight gradient, input gradient except the first
-// layer) with the vendor BLAS, GFLOP/s on the calling rank's threads. The
-// matrices are allocated (and first touched) before timing; each repetition
-// repeats the step's GEMMs for at least 20 ms so that tiny shapes (W1) are
-// timed above the clock's resolution. Median of 5 repetitions.
+// The step's GEMMs (step_gemms) with the vendor BLAS, GFLOP/s on the calling
+// rank's threads (layer_breakdown.hpp's gemm_rate: matrices allocated and
+// touched first, each repetition at least 20 ms, median of 5).
 double sgemm_rate(const Workload& w, Context& ctx) {
-  struct Layer {
-    MatrixBuffer<float> x, W, y, dW, dx;
-  };
-  std::vector<Layer> layers;
-  const double flops = step_flops(w) * static_cast<double>(w.batch);
-  for (std::size_t i = 0; i + 1 < w.widths.size(); ++i) {
-    const std::size_t b = w.batch, in = w.widths[i], out = w.widths[i + 1];
-    layers.push_back({MatrixBuffer<float>("x", b, in), MatrixBuffer<float>("w", out, in),
-                      MatrixBuffer<float>("y", b, out), MatrixBuffer<float>("dw", out, in),
-                      MatrixBuffer<float>("dx", b, in)});
-  }
-  // The BLAS itself, also at shapes Strata runs as plain loops.
-  Blas blas(ctx.blas.backend(), ctx.exec);
-  blas.set_inline_small(false);
-  auto step_gemms = [&] {
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      const Layer& l = layers[i];
-      blas.gemm<float>(Op::N, Op::T, 1.0f, l.x, l.W, 0.0f, l.y);
-      blas.gemm<float>(Op::T, Op::N, 1.0f, l.y, l.x, 1.0f, l.dW);
-      if (i > 0) blas.gemm<float>(Op::N, Op::N, 1.0f, l.y, l.W, 0.0f, l.dx);
-    }
-  };
-  step_gemms();  // warm-up (first use of the BLAS threads)
-  ctx.exec.fence();
-  auto t0 = Clock::now();
-  step_gemms();
-  ctx.exec.fence();
-  const double once = std::max(1e-9, seconds(t0, Clock::now()));
-  const int iters = static_cast<int>(std::clamp(0.02 / once, 1.0, 100000.0));
-  std::vector<double> rates;
-  for (int r = 0; r < 5; ++r) {
-    t0 = Clock::now();
-    for (int it = 0; it < iters; ++it) step_gemms();
-    ctx.exec.fence();
-    rates.push_back(iters * flops / seconds(t0, Clock::now()) / 1e9);
-  }
-  return stats(rates).median;
+  return gemm_rate(step_gemms(make_model(w), w.batch), ctx);
 }
 
 }  // namespace
@@ -175,12 +161,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<comm::Communicator> world;
   return app::guarded("strata-bench-train", [&] {
     auto args = app::split_kokkos_args(argc, argv);
-    std::string which = "W1,W2,W3", configs, json_path;
+    std::string which = "W1,W2,W3,W4", configs, json_path;
+    bool breakdown = false;
     int reps = 5, warmup = 5;
     double scale = 1.0, bucket_mb = 25;
     CLI::App cli{"Training throughput of the benchmark workloads per strategy, with the sgemm "
                  "rate of the same shapes measured in the same run.", "strata-bench-train"};
-    cli.add_option("--workloads", which, "comma-separated: W1, W2, W3")->capture_default_str();
+    cli.add_option("--workloads", which, "comma-separated: W1, W2, W3, W4")->capture_default_str();
+    cli.add_flag("--breakdown", breakdown,
+                 "after each workload, a table per layer (forward, backward-data, backward-weights; "
+                 "GEMM layers against the rate of their GEMM shapes) on 1 and 2 threads");
     cli.add_option("--configs", configs,
                    "comma-separated: local-1x1, local-1x2, dp-threads-2x1, dp-mpi (default: "
                    "the first three; dp-mpi under mpirun)");
@@ -210,7 +200,7 @@ int main(int argc, char** argv) {
       const auto all = workloads();
       for (std::string name; std::getline(ws, name, ',');)
         STRATA_REQUIRE(std::any_of(all.begin(), all.end(), [&](const Workload& w) { return w.name == name; }),
-                       config, "--workloads: unknown workload '", name, "' (expected W1, W2 or W3)");
+                       config, "--workloads: unknown workload '", name, "' (expected W1, W2, W3 or W4)");
     }
     std::string threads = kokkos_threads_option(mpi ? 1 : 2);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());
@@ -286,11 +276,25 @@ int main(int argc, char** argv) {
                                  {"sgemm_gflops_after", sgemm_after}, {"rates", res.rates},
                                  {"reps", reps}, {"warmup", warmup}, {"steps", w.steps},
                                  {"batch", w.batch}, {"widths", w.widths}, {"loss", to_string(w.loss)},
-                                 {"weights", weights(w)}, {"step_flops_per_sample", step_flops(w)},
+                                 {"model", w.model.empty() ? nlohmann::json() : nlohmann::json(model_path(w.model))},
+                                 {"input", make_model(w).shape(0).dims()},
+                                 {"parameters", make_model(w).num_params()}, {"step_flops_per_sample", step_flops(w)},
                                  {"configuration", configuration()}}.dump()
                << "\n";
       }
     }
+    // Per layer, on one rank of 1 and of 2 threads (not under mpirun).
+    if (breakdown && world->size() == 1 && !mpi)
+      for (auto w : workloads()) {
+        if (which.find(w.name) == std::string::npos) continue;
+        for (int t : {1, 2})
+          run_ranks(1, t, [&](Context& ctx, comm::Communicator&) {
+            auto model = make_model(w);
+            model.build(w.batch);
+            model.init(Init::kaiming_uniform, 1);
+            layer_breakdown(model, w.batch, ctx, reps, w.name);
+          });
+      }
     world->barrier();
     world.reset();
     return app::exit_ok;

@@ -1,0 +1,169 @@
+#include "benchmarks/training/layer_breakdown.hpp"
+
+#include "backends/launch.hpp"
+#include "benchmarks/common/bench_utils.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/linear.hpp"
+
+#include <algorithm>
+#include <functional>
+
+namespace strata::bench {
+namespace {
+
+bool is_gemm_layer(const Layer<float>& l) {
+  return dynamic_cast<const Linear<float>*>(&l) != nullptr ||
+         dynamic_cast<const Conv2d<float>*>(&l) != nullptr;
+}
+
+// The three GEMMs of layer `l` (forward, weight gradient, input gradient)
+// for `batch` samples, one per group.
+std::vector<GemmShape> layer_gemms(const Layer<float>& l, std::size_t batch, const std::string& name) {
+  const int b = static_cast<int>(batch);
+  if (const auto* lin = dynamic_cast<const Linear<float>*>(&l)) {
+    const int in = static_cast<int>(lin->in()), out = static_cast<int>(lin->out());
+    return {{Op::N, Op::T, b, out, in, name + " forward"},
+            {Op::T, Op::N, out, in, b, name + " weight gradient"},
+            {Op::N, Op::N, b, in, out, name + " input gradient"}};
+  }
+  if (const auto* conv = dynamic_cast<const Conv2d<float>*>(&l)) {
+    const int og = static_cast<int>(conv->out_channels() / conv->groups());
+    const int kg = static_cast<int>(conv->patch()), n = b * static_cast<int>(conv->positions());
+    std::vector<GemmShape> g;
+    for (std::size_t i = 0; i < conv->groups(); ++i) {
+      g.push_back({Op::N, Op::N, og, n, kg, name + " forward"});
+      g.push_back({Op::N, Op::T, og, kg, n, name + " weight gradient"});
+      g.push_back({Op::T, Op::N, kg, n, og, name + " input gradient"});
+    }
+    return g;
+  }
+  return {};
+}
+
+// Deterministic values in [-0.5, 0.5).
+void fill(float* p, std::size_t n, unsigned salt) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned h = static_cast<unsigned>(i) * 2654435761u + salt * 40503u;
+    p[i] = static_cast<float>((h >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+}
+
+// Median seconds of `op` (fenced), each repetition repeating it for >= 20 ms.
+double time_op(Context& ctx, int reps, const std::function<void()>& op) {
+  op();
+  ctx.exec.fence();
+  auto t0 = Clock::now();
+  op();
+  ctx.exec.fence();
+  const double once = std::max(1e-9, seconds(t0, Clock::now()));
+  const int iters = static_cast<int>(std::clamp(0.02 / once, 1.0, 100000.0));
+  std::vector<double> s;
+  for (int r = 0; r < reps; ++r) {
+    t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) op();
+    ctx.exec.fence();
+    s.push_back(seconds(t0, Clock::now()) / iters);
+  }
+  return stats(s).median;
+}
+
+}  // namespace
+
+std::vector<GemmShape> step_gemms(const Sequential<float>& model, std::size_t batch) {
+  std::vector<GemmShape> out;
+  bool first = true;
+  for (std::size_t i = 0; i < model.num_layers(); ++i) {
+    auto g = layer_gemms(model.layer(i), batch, model.layer_name(i));
+    if (g.empty()) continue;
+    for (const auto& s : g)
+      if (!first || s.what.find("input gradient") == std::string::npos) out.push_back(s);
+    first = false;
+  }
+  return out;
+}
+
+double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps) {
+  struct Operands {
+    MatrixBuffer<float> a, b, c;
+  };
+  std::vector<Operands> ops;
+  double flops = 0;
+  for (const auto& s : shapes) {
+    const std::size_t ar = s.ta == Op::N ? s.m : s.k, ac = s.ta == Op::N ? s.k : s.m;
+    const std::size_t br = s.tb == Op::N ? s.k : s.n, bc = s.tb == Op::N ? s.n : s.k;
+    Operands o{MatrixBuffer<float>("a", ar, ac), MatrixBuffer<float>("b", br, bc),
+               MatrixBuffer<float>("c", s.m, s.n)};
+    fill(o.a.data(), o.a.size(), 1);
+    fill(o.b.data(), o.b.size(), 2);
+    ops.push_back(o);
+    flops += s.flops();
+  }
+  Blas blas(ctx.blas.backend(), ctx.exec);
+  blas.set_inline_small(false);
+  const double t = time_op(ctx, reps, [&] {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const auto& s = shapes[i];
+      blas.gemm<float>(s.ta, s.tb, 1.0f, ops[i].a, ops[i].b, 0.0f, ops[i].c);
+    }
+  });
+  return flops / t / 1e9;
+}
+
+void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, int reps,
+                     const std::string& workload) {
+  std::printf("# %s per layer, batch %zu, %d thread(s): ms per step, median of %d; GEMM layers: "
+              "GFLOP/s and %% of the same GEMM shape alone (measured just before)\n",
+              workload.c_str(), batch, ctx.threads, reps);
+  std::printf("%-4s %-10s %-34s %9s %9s %9s %18s %18s %18s\n", "", "layer", "type", "forward",
+              "bwd-data", "bwd-wts", "fwd GF/s (%)", "bwd-data GF/s (%)", "bwd-wts GF/s (%)");
+  model.set_training(true);
+  double total = 0;
+  for (std::size_t i = 0; i < model.num_layers(); ++i) {
+    Layer<float>& l = model.layer(i);
+    const std::size_t in = model.width(i), out = model.width(i + 1);
+    MatrixBuffer<float> x("x", batch, in), y("y", batch, out), dy("dy", batch, out), dx("dx", batch, in);
+    VectorBuffer<float> scratch("scratch", std::max<std::size_t>(1, l.saved_size(batch)));
+    fill(x.data(), x.size(), 3 + static_cast<unsigned>(i));
+    fill(dy.data(), dy.size(), 5 + static_cast<unsigned>(i));
+    Saved<float> s;
+    s.x = x;
+    s.y = y;
+    s.scratch = scratch;
+    const double fwd = time_op(ctx, reps, [&] { l.forward(ctx, x, y, s); });
+    // Backward with and without the input gradient (the weight part alone).
+    const double bwd = time_op(ctx, reps, [&] { l.backward(ctx, dy, dx, s); });
+    // (Layers without parameters have no weight part; not every one takes a
+    // missing input gradient, which only the first layer gets.)
+    const double wts = l.num_params() == 0
+                           ? 0.0
+                           : time_op(ctx, reps, [&] { l.backward(ctx, dy, Matrix<float>(), s); });
+    const double data = std::max(0.0, bwd - wts);
+    total += fwd + bwd;
+    char cols[3][32] = {"-", "-", "-"};
+    if (is_gemm_layer(l)) {
+      const auto g = layer_gemms(l, batch, model.layer_name(i));
+      const double t[3] = {fwd, data, wts};
+      const char* part[3] = {"forward", "input gradient", "weight gradient"};
+      for (int k = 0; k < 3; ++k) {
+        std::vector<GemmShape> mine;
+        for (const auto& s : g)
+          if (s.what.find(part[k]) != std::string::npos) mine.push_back(s);
+        double flops = 0;
+        for (const auto& s : mine) flops += s.flops();
+        // The input gradient is a difference of two timings: below 2% of the
+        // backward it is noise, not a rate.
+        if (mine.empty() || t[k] <= 0.02 * bwd) continue;
+        const double rate = flops / t[k] / 1e9, ref = gemm_rate(mine, ctx, reps);
+        std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
+      }
+    }
+    std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),
+                model.layer_name(i).c_str(), l.name().substr(0, 34).c_str(), 1e3 * fwd, 1e3 * data,
+                1e3 * wts, cols[0], cols[1], cols[2]);
+    std::fflush(stdout);
+  }
+  std::printf("%-4s %-10s %-34s %9.3f ms forward + backward of all layers\n", workload.c_str(),
+              "total", "", 1e3 * total);
+}
+
+}  // namespace strata::bench

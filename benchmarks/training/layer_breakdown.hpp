@@ -1,0 +1,46 @@
+// The GEMMs of a model's training step and a per-layer timing of one step,
+// for strata-bench-train (W4, the CNN).
+//
+// step_gemms: every GEMM a step of `batch` samples performs, as the single
+// GEMM of the whole batch (Linear: y = x W^T, dW += dy^T x, dx = dy W;
+// Conv2d per group: y(O, B P) = W col(C K, B P), dW += dy col^T,
+// dcol = W^T dy), without the first GEMM layer's input gradient (nobody
+// needs it). The sgemm reference of a workload times exactly these.
+//
+// layer_breakdown: each layer of a built model alone on a batch of seeded
+// values, median of repetitions: forward, backward-data (backward minus a
+// backward without input gradient) and backward-weights, in ms; for Conv2d
+// and Linear also GFLOP/s of each part and its fraction of the rate of the
+// same GEMM shape timed alone just before (so that im2col, col2im and the
+// layout copies show as the gap to 100%).
+#pragma once
+
+#include "backends/blas.hpp"
+#include "backends/context.hpp"
+#include "layers/sequential.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace strata::bench {
+
+struct GemmShape {
+  Op ta, tb;
+  int m, n, k;
+  std::string what;  // "conv1 forward", ...
+  double flops() const { return 2.0 * m * n * k; }
+};
+
+std::vector<GemmShape> step_gemms(const Sequential<float>& model, std::size_t batch);
+
+// GFLOP/s of `shapes` run back to back on ctx's threads with the vendor BLAS
+// (matrices allocated and touched first; each repetition at least 20 ms;
+// median of `reps`).
+double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps = 5);
+
+// Prints the per-layer table of `model` (built for `batch`) to stdout.
+void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, int reps,
+                     const std::string& workload);
+
+}  // namespace strata::bench
