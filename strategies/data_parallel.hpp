@@ -68,6 +68,8 @@ class DataParallel {
   const StepTiming& last_timing() const { return timing_; }
   const StepInfo& last_info() const { return info_; }
   comm::Communicator& communicator() { return comm_; }
+  // BatchNorm layers that normalise over every rank (SyncBatchNorm).
+  std::size_t synced_layers() const { return synced_layers_; }
   const DataParallelOptions& options() const { return options_; }
 
   // The weights the optimizer updates: fp32 master weights with a 16-bit
@@ -83,6 +85,7 @@ class DataParallel {
   comm::Communicator& comm_;
   Sequential<T>& model_;
   std::unique_ptr<CommBatchGroup<T>> batch_group_;  // SyncBatchNorm
+  std::size_t synced_layers_ = 0;                   // the layers that use it
   Loss<T>& loss_;
   Optimizer<T>& optimizer_;
   DataParallelOptions options_;

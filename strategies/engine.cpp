@@ -72,6 +72,8 @@ class DataParallelEngine final : public Engine {
     std::string s = comm_.size() == 1 ? "local (one rank)"
                                       : "data parallel over " + std::to_string(comm_.size()) + " ranks";
     const auto& o = strategy_->options();
+    if (comm_.size() > 1 && strategy_->synced_layers() > 0)
+      s += ", SyncBatchNorm (" + std::to_string(strategy_->synced_layers()) + " layers)";
     return s + describe_mixed_precision(o) + describe_grad_sync(o);
   }
   std::size_t num_params() const override { return model_.num_params(); }

@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace strata {
 namespace {
@@ -299,6 +300,25 @@ TEST(ModelFile, EveryShippedModelBuilds) {
     ++n;
   }
   EXPECT_GE(n, 3u);
+}
+
+// The parameter counts and names the CNN files' comments state (counted by
+// hand there from the layer shapes).
+TEST(ModelFile, CnnFilesHaveTheParametersTheirCommentsState) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/";
+  auto cnn = build_model<float>(read_model_file(dir + "cnn-fashion.toml"), 1);
+  EXPECT_EQ(cnn.num_params(), 421738u);
+  auto resnet = build_model<float>(read_model_file(dir + "resnet-fashion.toml"), 1);
+  std::set<std::string> names;
+  std::size_t n = 0;
+  for (const auto& p : resnet.parameters()) {
+    names.insert(p.name);
+    n += p.shape.numel();
+  }
+  EXPECT_EQ(n, resnet.num_params());
+  for (const char* name : {"stem.weight", "stem_bn.weight", "stage1.0.0.0.weight", "down.weight",
+                           "stage2.1.0.4.bias", "head.bias"})
+    EXPECT_EQ(names.count(name), 1u) << name;
 }
 
 // Each bad file: the error names the file, the line and the key.
