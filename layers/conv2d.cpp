@@ -10,10 +10,10 @@
 
 namespace strata {
 
-// Host: 2^18 values (1 MiB of float) per chunk; device: 2^23 (32 MiB).
+// Host: 2^20 values (4 MiB of float) per chunk; device: 2^23 (32 MiB).
 template <class T>
 const std::size_t Conv2d<T>::default_workspace_limit =
-    host_kernels ? std::size_t(1) << 18 : std::size_t(1) << 23;
+    host_kernels ? std::size_t(1) << 20 : std::size_t(1) << 23;
 
 template <class T>
 Conv2d<T>::Conv2d(std::size_t in_channels, std::size_t out_channels, const Window2d& window,

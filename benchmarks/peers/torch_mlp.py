@@ -100,7 +100,7 @@ def model_from_file(path):
 
     def pair(v, default):
         v = default if v is None else v
-        return tuple(v) if isinstance(v, list) else (v, v)
+        return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
 
     for i, l in enumerate(spec["layers"]):
         t, name = l["type"], l.get("name", str(i))

@@ -103,7 +103,7 @@ def collect(out):
                 continue
             info = s["info"]
             # per sample: the GEMM operations a step performs (older files: 6 x weights)
-            flops = info.get("step_flops_per_sample", 6.0 * info["weights"])
+            flops = info["step_flops_per_sample"] if "step_flops_per_sample" in info else 6.0 * info["weights"]
             sgemm = statistics.median(s["sgemm"])
             ss, ps = summary(s["rates"]), summary(p["rates"]) if p else None
             row = {"workload": w, "config": config, "ranks": info["ranks"], "threads": info["threads"],
