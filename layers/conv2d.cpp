@@ -137,6 +137,27 @@ struct ConvGeometry {
     const I h = (W - iw0 + SW - 1) / SW;  // the first ow with ow SW + iw0 >= W
     return h < OW ? h : OW;
   }
+  // Unit strides and as many output as input columns: the patch entry
+  // (kh, kw) of output position p = oh OW + ow reads input pixel p + ih0 W +
+  // iw0 (ih0 = kh DH - PH) whenever that pixel is inside the image, so a
+  // patch row is the input plane shifted (the "same" convolutions of CNNs).
+  bool shifted_plane() const { return SH == 1 && SW == 1 && OW == W; }
+  // The output rows [row_lo, row_hi) whose input row oh + ih0 is inside.
+  KOKKOS_INLINE_FUNCTION I row_lo(I ih0) const {
+    const I l = ih0 >= 0 ? 0 : -ih0;
+    return l < OH ? l : OH;
+  }
+  KOKKOS_INLINE_FUNCTION I row_hi(I ih0) const {
+    const I h = H - ih0 < OH ? H - ih0 : OH;
+    const I l = row_lo(ih0);
+    return h > l ? h : l;
+  }
+  // Zeros the columns of one output row outside [lo, hi).
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static void zero_outside(T* row, I lo, I hi, I ow) {
+    for (I i = 0; i < lo; ++i) row[i] = T(0);
+    for (I i = hi; i < ow; ++i) row[i] = T(0);
+  }
 };
 
 ConvGeometry geometry(const Window2d& w, std::size_t c, std::size_t h, std::size_t wd,
@@ -156,6 +177,7 @@ void Conv2d<T>::im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::s
   const I CK = g.C * g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P;
   const I b0 = static_cast<I>(first), nb = static_cast<I>(n);
   T* col = col_.data();
+  const bool shifted = g.shifted_plane();
   // One item per (patch entry (c, kh, kw), sample): a run of P columns of
   // col's row, each output row a shifted copy of an input row.
   for_range(ctx, "strata::Conv2d::im2col", n * static_cast<std::size_t>(CK), KOKKOS_LAMBDA(const std::size_t item) {
@@ -164,6 +186,21 @@ void Conv2d<T>::im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::s
         const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
         const T* plane = &x(b0 + b, c * g.H * g.W);
         T* out = col + ck * N + b * P;
+        if (shifted) {
+          // The run is the plane shifted by (ih0, iw0): one contiguous copy,
+          // then zeros where the window leaves the image (the rows above or
+          // below it, the columns that wrapped to the next row).
+          const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
+          const bool any = r1 > r0 && hi > lo;
+          const I begin = any ? r0 * g.OW + lo : 0, end = any ? (r1 - 1) * g.OW + hi : 0;
+          const I shift = ih0 * g.W + iw0;
+          for (I p = 0; p < begin; ++p) out[p] = T(0);
+          for (I p = begin; p < end; ++p) out[p] = plane[p + shift];
+          for (I p = end; p < P; ++p) out[p] = T(0);
+          if (any && (lo > 0 || hi < g.OW))
+            for (I oh = r0; oh < r1; ++oh) ConvGeometry::zero_outside(out + oh * g.OW, lo, hi, g.OW);
+          return;
+        }
         for (I oh = 0; oh < g.OH; ++oh, out += g.OW) {
           const I ih = oh * g.SH - g.PH + kh * g.DH;
           if (ih < 0 || ih >= g.H || hi <= lo) {
@@ -187,7 +224,34 @@ void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_
   using I = std::int64_t;
   const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
   const I P = g.OH * g.OW, N = static_cast<I>(n) * P, b0 = static_cast<I>(first);
-  const T* col = col_.data();
+  T* col = col_.data();
+  if (g.shifted_plane()) {
+    // One item per input plane (sample, channel): the plane starts at zero
+    // and adds the runs of its patch entries in kernel order, each a
+    // contiguous shifted add once the entries that fall outside the image
+    // (those that would wrap to the next row) are zeroed. Each pixel sums
+    // the same terms in the same order as the row-wise fold below.
+    for_range(ctx, "strata::Conv2d::col2im", n * in_, KOKKOS_LAMBDA(const std::size_t item) {
+          const I i = static_cast<I>(item);
+          const I b = i / g.C, c = i % g.C;
+          T* plane = &dx(b0 + b, c * g.H * g.W);
+          for (I p = 0; p < g.H * g.W; ++p) plane[p] = T(0);
+          for (I kh = 0; kh < g.KH; ++kh) {
+            const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
+            for (I kw = 0; kw < g.KW; ++kw) {
+              const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
+              if (r1 <= r0 || hi <= lo) continue;
+              T* src = col + ((c * g.KH + kh) * g.KW + kw) * N + b * P;
+              if (lo > 0 || hi < g.OW)
+                for (I oh = r0; oh < r1; ++oh) ConvGeometry::zero_outside(src + oh * g.OW, lo, hi, g.OW);
+              const I shift = ih0 * g.W + iw0;
+              for (I p = r0 * g.OW + lo; p < (r1 - 1) * g.OW + hi; ++p) plane[p + shift] += src[p];
+            }
+          }
+        },
+        w_ * h_ * win_.kh * win_.kw);
+    return;
+  }
   // One item per input row (sample, channel, ih): the row starts at zero and
   // adds, kernel rows then kernel columns in order, the output row of each
   // patch entry that reads it (a gather: no atomics, a fixed order per pixel).

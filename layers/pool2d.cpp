@@ -158,15 +158,33 @@ KOKKOS_INLINE_FUNCTION AvgWindow avg_window(const Geometry& g, std::int64_t oh, 
 namespace {
 // The index (0-3, window order) of the maximum of a 2x2 window by PyTorch's
 // rule, for the unpadded 2x2 windows of stride 2 almost every CNN uses.
-template <class T>
-KOKKOS_INLINE_FUNCTION int argmax4(T a, T b, T c, T d) {
-  int best = 0;
-  T m = a;
-  if (b > m || b != b) best = 1, m = b;
-  if (c > m || c != c) best = 2, m = c;
-  if (d > m || d != d) best = 3;
-  return best;
-}
+// Which of a 2x2 window's values (v0, v1 / v2, v3 in window order) PyTorch's
+// rule picks: s_i says v_i replaces the running maximum (greater, or NaN), so
+// the pick is the last i with s_i (0 when none). Written as float selects
+// that compilers vectorise, not branches: on training data the comparisons
+// are a coin toss, and mispredicted branches made the backward pass slow.
+struct Pick4 {
+  bool s1, s2, s3;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T max(T v0, T v1, T v2, T v3) {
+    s1 = (v1 > v0) | (v1 != v1);
+    const T m1 = s1 ? v1 : v0;
+    s2 = (v2 > m1) | (v2 != v2);
+    const T m2 = s2 ? v2 : m1;
+    s3 = (v3 > m2) | (v3 != v3);
+    return s3 ? v3 : m2;
+  }
+  // dv at the pick, zeros elsewhere.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void route(T dv, T& g0, T& g1, T& g2, T& g3) const {
+    g3 = s3 ? dv : T(0);
+    const T r3 = s3 ? T(0) : dv;  // left for v0..v2
+    g2 = s2 ? r3 : T(0);
+    const T r2 = s2 ? T(0) : r3;
+    g1 = s1 ? r2 : T(0);
+    g0 = s1 ? T(0) : r2;
+  }
+};
 }  // namespace
 
 template <class T>
@@ -188,8 +206,9 @@ void Pool2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
           const T* r0 = plane + 2 * oh * g.W;
           const T* r1 = r0 + g.W;
           for (std::int64_t ow = 0; ow < g.OW; ++ow) {
-            const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
-            out[ow] = v[argmax4(v[0], v[1], v[2], v[3])];
+            const T v0 = r0[2 * ow], v1 = r0[2 * ow + 1], v2 = r1[2 * ow], v3 = r1[2 * ow + 1];
+            Pick4 pick;
+            out[ow] = pick.max(v0, v1, v2, v3);
           }
           return;
         }
@@ -233,12 +252,9 @@ void Pool2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
           T* d1 = d0 + g.W;
           const T* d = &dy(b, (c * g.OH + oh) * g.OW);
           for (std::int64_t ow = 0; ow < g.OW; ++ow) {
-            const int at = argmax4(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]);
-            const T dv = d[ow];
-            d0[2 * ow] = at == 0 ? dv : T(0);
-            d0[2 * ow + 1] = at == 1 ? dv : T(0);
-            d1[2 * ow] = at == 2 ? dv : T(0);
-            d1[2 * ow + 1] = at == 3 ? dv : T(0);
+            Pick4 pick;
+            pick.max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]);
+            pick.route(d[ow], d0[2 * ow], d0[2 * ow + 1], d1[2 * ow], d1[2 * ow + 1]);
           }
           if (g.W % 2 != 0) d0[g.W - 1] = d1[g.W - 1] = T(0);
           if (oh == g.OH - 1)

@@ -82,6 +82,14 @@ std::vector<ConvCase> conv_cases() {
   asym.ph = 2, asym.pw = 1, asym.sh = 2, asym.sw = 1;
   Window2d dil = window(3, 3, 1, 2, 2);
   dil.dw = 1;
+  // Unit strides with as many output as input columns (the shifted-plane
+  // unfold): rows padded less than "same", rows padded beyond the kernel,
+  // dilation 2 with "same" padding.
+  Window2d narrow = window(3, 3, 1, 1);
+  narrow.ph = 0;
+  Window2d tall = window(5, 1, 1, 0);
+  tall.ph = 3;
+  const Window2d dil_same = window(3, 3, 1, 2, 2);
   return {
       {2, 1, 5, 5, 3, window(3, 3), 1, true},             // valid convolution
       {3, 2, 7, 6, 4, window(3, 3, 1, 1), 1, true},       // "same" padding, odd sizes
@@ -93,6 +101,10 @@ std::vector<ConvCase> conv_cases() {
       {2, 3, 4, 4, 5, window(1, 1), 1, true},             // 1x1
       {1, 1, 3, 3, 1, window(3, 3), 1, true},             // output 1x1
       {2, 2, 2, 3, 2, window(1, 1, 3, 0), 1, false},      // stride larger than the image
+      {2, 2, 6, 5, 3, narrow, 1, true},                   // padding (0, 1): output rows H - 2
+      {2, 1, 4, 3, 2, tall, 1, true},                     // 5x1, padding (3, 0): empty rows
+      {2, 2, 7, 6, 2, dil_same, 1, false},                // dilation 2, padding 2 ("same")
+      {1, 2, 3, 1, 2, window(3, 3, 1, 1), 1, true},       // one column: every kw but the centre empty
   };
 }
 
@@ -233,6 +245,13 @@ TEST(Pool2d, MaxPoolTiesAndNaNsFollowPyTorch) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_TRUE(std::isnan(b.forward({1.0, nan, 5.0, 2.0})[0]));
   EXPECT_EQ(b.backward({1.0, nan, 5.0, 2.0}, dy), (Vec{0, 1, 0, 0}));
+  // PyTorch's test, v > max || isnan(v): the first of equal maxima, the last
+  // of several NaNs, and a NaN first stays (no number exceeds it).
+  const std::vector<std::pair<Vec, Vec>> picks{
+      {{2.0, 2.0, 2.0, 2.0}, {1, 0, 0, 0}}, {{0.0, 0.0, 4.0, 4.0}, {0, 0, 1, 0}},
+      {{1.0, 2.0, 3.0, 4.0}, {0, 0, 0, 1}}, {{nan, 1.0, nan, 0.0}, {0, 0, 1, 0}},
+      {{nan, 7.0, 8.0, 9.0}, {1, 0, 0, 0}}, {{4.0, 3.0, 2.0, nan}, {0, 0, 0, 1}}};
+  for (const auto& [x, grad] : picks) EXPECT_EQ(b.backward(x, dy), grad) << x[0] << " " << x[3];
 }
 
 TEST(Pool2d, OutputShapes) {
