@@ -29,6 +29,25 @@ Blas::~Blas() {
 std::string Blas::vendor_name() { return detail::vendor_name(); }
 bool Blas::vendor_available() { return detail::vendor_available(); }
 
+bool Blas::vendor_sequential_in_kernels() {
+  if constexpr (!host_kernels) {
+    return false;
+  } else {
+#ifdef KOKKOS_ENABLE_OPENMP
+    constexpr bool openmp = std::is_same_v<ExecSpace, Kokkos::OpenMP>;
+#else
+    constexpr bool openmp = false;
+#endif
+#ifdef KOKKOS_ENABLE_SERIAL
+    constexpr bool serial = std::is_same_v<ExecSpace, Kokkos::Serial>;
+#else
+    constexpr bool serial = false;
+#endif
+    return (openmp || serial) && detail::vendor_available() &&
+           detail::vendor_sequential_in_parallel();
+  }
+}
+
 namespace {
 // C = alpha op(A) op(B) + beta C as plain loops on the calling thread, for
 // GEMMs too small to pay for a BLAS call or a kernel launch. Each element is

@@ -63,6 +63,17 @@ class Blas {
   // Name of the compiled-in vendor BLAS ("none" when there is none).
   static std::string vendor_name();
   static bool vendor_available();
+  // Whether this Blas may be called from inside a host kernel, each call
+  // running sequentially on its calling thread: the vendor backend of a host
+  // build whose kernels run on OpenMP (or Serial) threads, with a CBLAS known
+  // to run sequentially there (OpenBLAS built sequential or with OpenMP,
+  // which runs one thread inside a parallel region). Layers use it to give
+  // each thread its own samples and small GEMMs (Conv2d).
+  bool sequential_in_kernels() const {
+    return backend_ == GemmBackend::vendor && vendor_sequential_in_kernels();
+  }
+  // The same for this build's vendor backend.
+  static bool vendor_sequential_in_kernels();
 
  private:
   GemmBackend backend_;
@@ -103,6 +114,9 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
 namespace detail {
 // Implemented by exactly one of blas_cblas.cpp, blas_cublas.cpp, blas_none.cpp.
 bool vendor_available();
+// Whether a vendor GEMM called inside an OpenMP parallel region runs on the
+// calling thread alone (see Blas::sequential_in_kernels).
+bool vendor_sequential_in_parallel();
 std::string vendor_name();
 void* vendor_create(const ExecSpace& exec);
 void vendor_destroy(void* handle);

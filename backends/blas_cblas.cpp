@@ -10,6 +10,15 @@ static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessibl
               "the CBLAS backend needs host-accessible kernel memory");
 
 bool vendor_available() { return true; }
+
+// OpenBLAS says how it was built (0 sequential, 1 its own threads, 2 OpenMP).
+// With OpenMP it runs one thread inside a parallel region; with its own
+// threads, calls from several threads at once would each start a team.
+// Other CBLAS libraries (BLIS, MKL, ...) are not assumed to be safe.
+extern "C" int openblas_get_parallel(void) __attribute__((weak));
+bool vendor_sequential_in_parallel() {
+  return openblas_get_parallel != nullptr && openblas_get_parallel() != 1;
+}
 std::string vendor_name() { return STRATA_CBLAS_NAME; }
 void* vendor_create(const ExecSpace&) { return nullptr; }
 void vendor_destroy(void*) {}

@@ -21,6 +21,7 @@ cublasOperation_t op(Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
 }  // namespace
 
 bool vendor_available() { return true; }
+bool vendor_sequential_in_parallel() { return false; }  // device kernels call no BLAS
 std::string vendor_name() { return "cuBLAS"; }
 
 void* vendor_create(const ExecSpace& exec) {

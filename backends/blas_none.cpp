@@ -7,6 +7,7 @@
 namespace strata::detail {
 
 bool vendor_available() { return false; }
+bool vendor_sequential_in_parallel() { return false; }
 std::string vendor_name() { return "none"; }
 void* vendor_create(const ExecSpace&) { return nullptr; }
 void vendor_destroy(void*) {}

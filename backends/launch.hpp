@@ -94,6 +94,24 @@ void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
   }
 }
 
+// f(i) for i in [0, n) on the host threads of ctx, for items that call host
+// libraries (a sequential BLAS, see Blas::sequential_in_kernels): f is a
+// host lambda, and a build whose kernels run on a device never gets here.
+template <class F>
+void for_host_items(const Context& ctx, const char* name, std::size_t n, const F& f,
+                    std::size_t work_per_item) {
+  if constexpr (host_kernels) {
+    if (runs_inline(ctx, n * work_per_item)) {
+      for (std::size_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+    Kokkos::parallel_for(name, Range(ctx.exec, 0, n), f);
+  } else {
+    (void)ctx, (void)n, (void)f, (void)work_per_item;
+    Kokkos::abort(name);  // unreachable: callers check host_kernels
+  }
+}
+
 // sum = sum over i in [0, n) of what f(i, acc) adds to acc (acc starts at 0).
 template <class F, class S>
 void sum_range(const Context& ctx, const char* name, std::size_t n, const F& f, S& sum,

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace strata {
 
@@ -108,25 +110,68 @@ std::size_t Conv2d<T>::chunk_samples(std::size_t batch) const {
 }
 
 template <class T>
+std::size_t Conv2d<T>::sample_blocks(std::size_t batch) {
+  const std::size_t b = std::max<std::size_t>(batch, 1);
+  const std::size_t per = (b + max_sample_blocks - 1) / max_sample_blocks;
+  return (b + per - 1) / per;
+}
+
+ConvAlgorithm default_conv_algorithm() {
+  static const ConvAlgorithm a = [] {
+    const char* v = std::getenv("STRATA_CONV_ALGORITHM");
+    const std::string s = v != nullptr ? v : "";
+    if (s.empty() || s == "auto") return ConvAlgorithm::automatic;
+    if (s == "chunks") return ConvAlgorithm::chunks;
+    if (s == "samples") return ConvAlgorithm::samples;
+    STRATA_THROW(config, "STRATA_CONV_ALGORITHM='", s, "': expected auto, chunks or samples");
+  }();
+  return a;
+}
+
+template <class T>
+bool Conv2d<T>::samples_possible() const {
+  return host_kernels && algorithm_ != ConvAlgorithm::chunks &&
+         Blas::vendor_sequential_in_kernels();
+}
+
+template <class T>
+bool Conv2d<T>::runs_samples(const Context& ctx, std::size_t batch) const {
+  return samples_possible() && ctx.blas.sequential_in_kernels() &&
+         col_.extent(0) >= sample_blocks(batch) * patch_rows() * positions() &&
+         parts_.extent(0) >= sample_blocks(batch) * weights();
+}
+
+template <class T>
 void Conv2d<T>::reserve(std::size_t batch, std::size_t) {
   const std::size_t cols = chunk_samples(batch) * positions();
-  const std::size_t ck = in_ * win_.kh * win_.kw;
-  if (col_.extent(0) < cols * ck) col_ = VectorBuffer<T>("strata::Conv2d::col", cols * ck);
+  std::size_t col = cols * patch_rows(), parts = 0;
+  if (samples_possible()) {
+    col = std::max(col, sample_blocks(batch) * patch_rows() * positions());
+    parts = sample_blocks(batch) * weights();
+  }
+  if (col_.extent(0) < col) col_ = VectorBuffer<T>("strata::Conv2d::col", col);
   if (yt_.extent(0) < cols * out_) yt_ = VectorBuffer<T>("strata::Conv2d::yt", cols * out_);
+  if (parts_.extent(0) < parts) parts_ = VectorBuffer<T>("strata::Conv2d::dw_parts", parts);
 }
 
 template <class T>
 std::size_t Conv2d<T>::workspace_bytes(std::size_t max_batch) const {
   const std::size_t cols = chunk_samples(max_batch) * positions();
-  return cols * (in_ * win_.kh * win_.kw + out_) * sizeof(T);
+  std::size_t col = cols * patch_rows(), parts = 0;
+  if (samples_possible()) {
+    col = std::max(col, sample_blocks(max_batch) * patch_rows() * positions());
+    parts = sample_blocks(max_batch) * weights();
+  }
+  return (col + cols * out_ + parts) * sizeof(T);
 }
 
 namespace {
+using I = std::int64_t;
+
 // The window geometry of one convolution in kernel-friendly integers, and the
 // output columns [lo, hi) whose input column ow SW + iw0 lies inside the image
 // (iw0 = kw DW - PW: the kernel column's offset).
 struct ConvGeometry {
-  using I = std::int64_t;
   I C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
   KOKKOS_INLINE_FUNCTION I lo(I iw0) const {
     const I l = iw0 >= 0 ? 0 : (-iw0 + SW - 1) / SW;  // the first ow with ow SW + iw0 >= 0
@@ -141,7 +186,7 @@ struct ConvGeometry {
   // (kh, kw) of output position p = oh OW + ow reads input pixel p + ih0 W +
   // iw0 (ih0 = kh DH - PH) whenever that pixel is inside the image, so a
   // patch row is the input plane shifted (the "same" convolutions of CNNs).
-  bool shifted_plane() const { return SH == 1 && SW == 1 && OW == W; }
+  KOKKOS_INLINE_FUNCTION bool shifted_plane() const { return SH == 1 && SW == 1 && OW == W; }
   // The output rows [row_lo, row_hi) whose input row oh + ih0 is inside.
   KOKKOS_INLINE_FUNCTION I row_lo(I ih0) const {
     const I l = ih0 >= 0 ? 0 : -ih0;
@@ -152,138 +197,155 @@ struct ConvGeometry {
     const I l = row_lo(ih0);
     return h > l ? h : l;
   }
-  // Zeros the columns of one output row outside [lo, hi).
-  template <class T>
-  KOKKOS_INLINE_FUNCTION static void zero_outside(T* row, I lo, I hi, I ow) {
-    for (I i = 0; i < lo; ++i) row[i] = T(0);
-    for (I i = hi; i < ow; ++i) row[i] = T(0);
-  }
 };
 
 ConvGeometry geometry(const Window2d& w, std::size_t c, std::size_t h, std::size_t wd,
                       std::size_t oh, std::size_t ow) {
-  using I = std::int64_t;
   return {static_cast<I>(c),    static_cast<I>(h),    static_cast<I>(wd),   static_cast<I>(oh),
           static_cast<I>(ow),   static_cast<I>(w.kh), static_cast<I>(w.kw), static_cast<I>(w.sh),
           static_cast<I>(w.sw), static_cast<I>(w.ph), static_cast<I>(w.pw), static_cast<I>(w.dh),
           static_cast<I>(w.dw)};
 }
+
+// Zeros the columns of rows [r0, r1) of a patch row outside [lo, hi).
+template <class T>
+KOKKOS_INLINE_FUNCTION void zero_outside(const ConvGeometry& g, T* out, I r0, I r1, I lo, I hi) {
+  if (lo == 0 && hi == g.OW) return;
+  for (I oh = r0; oh < r1; ++oh) {
+    T* row = out + oh * g.OW;
+    for (I i = 0; i < lo; ++i) row[i] = T(0);
+    for (I i = hi; i < g.OW; ++i) row[i] = T(0);
+  }
+}
+
+// Patch row (c, kh, kw) of one sample: its P = OH OW values, read from the
+// sample's channel plane c (zero where the window leaves the image).
+template <class T>
+KOKKOS_INLINE_FUNCTION void unfold_row(const ConvGeometry& g, const T* plane, I kh, I kw, T* out) {
+  const I P = g.OH * g.OW, iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
+  if (g.shifted_plane()) {
+    // The plane shifted by (ih0, iw0): one contiguous copy, then zeros where
+    // the window leaves the image (the rows above or below it, the columns
+    // that wrapped to the next row).
+    const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
+    const bool any = r1 > r0 && hi > lo;
+    const I begin = any ? r0 * g.OW + lo : 0, end = any ? (r1 - 1) * g.OW + hi : 0;
+    const I shift = ih0 * g.W + iw0;
+    for (I p = 0; p < begin; ++p) out[p] = T(0);
+    for (I p = begin; p < end; ++p) out[p] = plane[p + shift];
+    for (I p = end; p < P; ++p) out[p] = T(0);
+    if (any) zero_outside(g, out, r0, r1, lo, hi);
+    return;
+  }
+  // Each output row a (strided) copy of an input row.
+  for (I oh = 0; oh < g.OH; ++oh, out += g.OW) {
+    const I ih = oh * g.SH - g.PH + kh * g.DH;
+    if (ih < 0 || ih >= g.H || hi <= lo) {
+      for (I ow = 0; ow < g.OW; ++ow) out[ow] = T(0);
+      continue;
+    }
+    const T* in = plane + ih * g.W + iw0;
+    for (I ow = 0; ow < lo; ++ow) out[ow] = T(0);
+    if (g.SW == 1)
+      for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow];
+    else
+      for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow * g.SW];
+    for (I ow = hi; ow < g.OW; ++ow) out[ow] = T(0);
+  }
+}
+
+// Input row ih of one sample's channel plane folded from its patch rows:
+// `rows` points at the run of patch row (c, 0, 0) of the sample, patch rows
+// `stride` apart. The row starts at zero and adds, kernel rows then kernel
+// columns in order, the output row of each patch entry that reads it (a
+// gather: no atomics, a fixed order per pixel).
+template <class T>
+KOKKOS_INLINE_FUNCTION void fold_row(const ConvGeometry& g, const T* rows, I stride, I ih, T* row) {
+  for (I iw = 0; iw < g.W; ++iw) row[iw] = T(0);
+  for (I kh = 0; kh < g.KH; ++kh) {
+    const I th = ih + g.PH - kh * g.DH;  // = oh SH
+    if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
+    const I oh = th / g.SH;
+    for (I kw = 0; kw < g.KW; ++kw) {
+      const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
+      const T* src = rows + (kh * g.KW + kw) * stride + oh * g.OW;
+      if (g.SW == 1)
+        for (I ow = lo; ow < hi; ++ow) row[ow + iw0] += src[ow];
+      else
+        for (I ow = lo; ow < hi; ++ow) row[ow * g.SW + iw0] += src[ow];
+    }
+  }
+}
+
+// The same for a whole plane of a shifted-plane convolution: each patch row
+// one contiguous shifted add, once its entries that fall outside the image
+// (those that would wrap to the next row) are zeroed in `rows`. Each pixel
+// sums the same terms in the same order as fold_row.
+template <class T>
+KOKKOS_INLINE_FUNCTION void fold_plane(const ConvGeometry& g, T* rows, I stride, T* plane) {
+  for (I p = 0; p < g.H * g.W; ++p) plane[p] = T(0);
+  for (I kh = 0; kh < g.KH; ++kh) {
+    const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
+    for (I kw = 0; kw < g.KW; ++kw) {
+      const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
+      if (r1 <= r0 || hi <= lo) continue;
+      T* src = rows + (kh * g.KW + kw) * stride;
+      zero_outside(g, src, r0, r1, lo, hi);
+      const I shift = ih0 * g.W + iw0;
+      for (I p = r0 * g.OW + lo; p < (r1 - 1) * g.OW + hi; ++p) plane[p + shift] += src[p];
+    }
+  }
+}
 }  // namespace
 
 template <class T>
 void Conv2d<T>::im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::size_t n) const {
-  using I = std::int64_t;
   const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
-  const I CK = g.C * g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P;
+  const I K = g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P;
   const I b0 = static_cast<I>(first), nb = static_cast<I>(n);
   T* col = col_.data();
-  const bool shifted = g.shifted_plane();
-  // One item per (patch entry (c, kh, kw), sample): a run of P columns of
-  // col's row, each output row a shifted copy of an input row.
-  for_range(ctx, "strata::Conv2d::im2col", n * static_cast<std::size_t>(CK), KOKKOS_LAMBDA(const std::size_t item) {
+  // One item per (patch row (c, kh, kw), sample): a run of P columns.
+  for_range(ctx, "strata::Conv2d::im2col", n * patch_rows(), KOKKOS_LAMBDA(const std::size_t item) {
         const I ck = static_cast<I>(item) / nb, b = static_cast<I>(item) % nb;
-        const I c = ck / (g.KH * g.KW), kh = (ck / g.KW) % g.KH, kw = ck % g.KW;
-        const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
-        const T* plane = &x(b0 + b, c * g.H * g.W);
-        T* out = col + ck * N + b * P;
-        if (shifted) {
-          // The run is the plane shifted by (ih0, iw0): one contiguous copy,
-          // then zeros where the window leaves the image (the rows above or
-          // below it, the columns that wrapped to the next row).
-          const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
-          const bool any = r1 > r0 && hi > lo;
-          const I begin = any ? r0 * g.OW + lo : 0, end = any ? (r1 - 1) * g.OW + hi : 0;
-          const I shift = ih0 * g.W + iw0;
-          for (I p = 0; p < begin; ++p) out[p] = T(0);
-          for (I p = begin; p < end; ++p) out[p] = plane[p + shift];
-          for (I p = end; p < P; ++p) out[p] = T(0);
-          if (any && (lo > 0 || hi < g.OW))
-            for (I oh = r0; oh < r1; ++oh) ConvGeometry::zero_outside(out + oh * g.OW, lo, hi, g.OW);
-          return;
-        }
-        for (I oh = 0; oh < g.OH; ++oh, out += g.OW) {
-          const I ih = oh * g.SH - g.PH + kh * g.DH;
-          if (ih < 0 || ih >= g.H || hi <= lo) {
-            for (I ow = 0; ow < g.OW; ++ow) out[ow] = T(0);
-            continue;
-          }
-          const T* in = plane + ih * g.W + iw0;
-          for (I ow = 0; ow < lo; ++ow) out[ow] = T(0);
-          if (g.SW == 1)
-            for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow];
-          else
-            for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow * g.SW];
-          for (I ow = hi; ow < g.OW; ++ow) out[ow] = T(0);
-        }
+        const I c = ck / K, kh = (ck / g.KW) % g.KH, kw = ck % g.KW;
+        unfold_row(g, &x(b0 + b, c * g.H * g.W), kh, kw, col + ck * N + b * P);
       },
       oh_ * ow_);
 }
 
 template <class T>
 void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_t n) const {
-  using I = std::int64_t;
   const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
-  const I P = g.OH * g.OW, N = static_cast<I>(n) * P, b0 = static_cast<I>(first);
+  const I K = g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P, b0 = static_cast<I>(first);
   T* col = col_.data();
-  if (g.shifted_plane()) {
-    // One item per input plane (sample, channel): the plane starts at zero
-    // and adds the runs of its patch entries in kernel order, each a
-    // contiguous shifted add once the entries that fall outside the image
-    // (those that would wrap to the next row) are zeroed. Each pixel sums
-    // the same terms in the same order as the row-wise fold below.
+  if (g.shifted_plane()) {  // one item per input plane (sample, channel)
     for_range(ctx, "strata::Conv2d::col2im", n * in_, KOKKOS_LAMBDA(const std::size_t item) {
-          const I i = static_cast<I>(item);
-          const I b = i / g.C, c = i % g.C;
-          T* plane = &dx(b0 + b, c * g.H * g.W);
-          for (I p = 0; p < g.H * g.W; ++p) plane[p] = T(0);
-          for (I kh = 0; kh < g.KH; ++kh) {
-            const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
-            for (I kw = 0; kw < g.KW; ++kw) {
-              const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
-              if (r1 <= r0 || hi <= lo) continue;
-              T* src = col + ((c * g.KH + kh) * g.KW + kw) * N + b * P;
-              if (lo > 0 || hi < g.OW)
-                for (I oh = r0; oh < r1; ++oh) ConvGeometry::zero_outside(src + oh * g.OW, lo, hi, g.OW);
-              const I shift = ih0 * g.W + iw0;
-              for (I p = r0 * g.OW + lo; p < (r1 - 1) * g.OW + hi; ++p) plane[p + shift] += src[p];
-            }
-          }
+          const I b = static_cast<I>(item) / g.C, c = static_cast<I>(item) % g.C;
+          fold_plane(g, col + c * K * N + b * P, N, &dx(b0 + b, c * g.H * g.W));
         },
         w_ * h_ * win_.kh * win_.kw);
     return;
   }
-  // One item per input row (sample, channel, ih): the row starts at zero and
-  // adds, kernel rows then kernel columns in order, the output row of each
-  // patch entry that reads it (a gather: no atomics, a fixed order per pixel).
+  // One item per input row (sample, channel, ih).
   for_range(ctx, "strata::Conv2d::col2im", n * in_ * h_, KOKKOS_LAMBDA(const std::size_t item) {
         const I i = static_cast<I>(item);
         const I b = i / (g.C * g.H), c = (i / g.H) % g.C, ih = i % g.H;
-        T* row = &dx(b0 + b, (c * g.H + ih) * g.W);
-        for (I iw = 0; iw < g.W; ++iw) row[iw] = T(0);
-        for (I kh = 0; kh < g.KH; ++kh) {
-          const I th = ih + g.PH - kh * g.DH;  // = oh SH
-          if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
-          const I oh = th / g.SH;
-          for (I kw = 0; kw < g.KW; ++kw) {
-            const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
-            const T* src = col + ((c * g.KH + kh) * g.KW + kw) * N + b * P + oh * g.OW;
-            if (g.SW == 1)
-              for (I ow = lo; ow < hi; ++ow) row[ow + iw0] += src[ow];
-            else
-              for (I ow = lo; ow < hi; ++ow) row[ow * g.SW + iw0] += src[ow];
-          }
-        }
+        fold_row(g, col + c * K * N + b * P, N, ih, &dx(b0 + b, (c * g.H + ih) * g.W));
       },
       w_ * win_.kh * win_.kw);
 }
 
 template <class T>
 void Conv2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) {
-  const std::size_t batch = x.extent(0), chunk = chunk_samples(batch), P = positions();
+  const std::size_t batch = x.extent(0), P = positions();
+  if (runs_samples(ctx, batch)) {
+    forward_samples(ctx, x, y);
+    return;
+  }
+  const std::size_t chunk = chunk_samples(batch);
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
-  const std::size_t ck = in_ * win_.kh * win_.kw;
-  STRATA_REQUIRE(col_.extent(0) >= chunk * P * ck, runtime, name(), ": forward of ", batch,
-                 " samples before reserve()");
+  STRATA_REQUIRE(col_.extent(0) >= chunk * P * patch_rows(), runtime, name(), ": forward of ",
+                 batch, " samples before reserve()");
   const T* yt = yt_.data();
   const auto bias = b_;
   const bool has_bias = bias_;
@@ -310,8 +372,7 @@ void Conv2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
 
 template <class T>
 void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
-  const std::size_t batch = dy.extent(0), chunk = chunk_samples(batch), P = positions();
-  const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
+  const std::size_t batch = dy.extent(0), P = positions();
   if (bias_) {  // one item per channel: samples, then positions, in order
     auto db = db_;
     for_range(ctx, "strata::Conv2d::bias_grad", out_, KOKKOS_LAMBDA(const std::size_t c) {
@@ -322,6 +383,12 @@ void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
         },
         batch * P);
   }
+  if (runs_samples(ctx, batch)) {
+    backward_samples(ctx, saved.x, dy, dx);
+    return;
+  }
+  const std::size_t chunk = chunk_samples(batch);
+  const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
   T* yt = yt_.data();
   const std::size_t on = out_;
   for (std::size_t first = 0; first < batch; first += chunk) {
@@ -347,6 +414,101 @@ void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
                     yt_.data() + g * og * N, cols, T(0), col_.data() + g * kg * N, cols);
     col2im(ctx, dx, first, n);
   }
+}
+
+// ---------------------------------------------------------------- samples
+// Each block of samples on one host thread, with the sequential BLAS on that
+// thread: per sample, its patch matrix col(C K, P) in the block's workspace
+// (a few hundred KiB, in the core's own cache), y(b) = W col straight into the
+// NCHW output (a sample's (O, P) is what the GEMM writes), and backward
+// dW_block += dy(b) col^T, dcol = W^T dy(b), dx(b) = fold(dcol). The blocks'
+// weight gradients are then added in block order: the blocks depend on the
+// batch alone, so the bits do not depend on the thread count.
+
+template <class T>
+void Conv2d<T>::forward_samples(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
+  const std::size_t batch = x.extent(0), blocks = sample_blocks(batch);
+  const std::size_t per = (batch + blocks - 1) / blocks, P = positions(), rows = patch_rows();
+  const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
+  const int p = static_cast<int>(P);
+  const Blas& blas = ctx.blas;
+  const T* w = weight_.data();
+  const T* bias = bias_ ? b_.data() : nullptr;
+  T* ws = col_.data();
+  const std::size_t on = out_, groups = groups_;
+  for_host_items(ctx, "strata::Conv2d::forward_samples", blocks, [=, &blas](const std::size_t blk) {
+        T* col = ws + blk * rows * P;
+        for (std::size_t b = blk * per; b < std::min(batch, (blk + 1) * per); ++b) {
+          for (std::size_t ck = 0; ck < rows; ++ck) {
+            const I c = static_cast<I>(ck) / (g.KH * g.KW);
+            const I kh = (static_cast<I>(ck) / g.KW) % g.KH, kw = static_cast<I>(ck) % g.KW;
+            unfold_row(g, &x(b, c * g.H * g.W), kh, kw, col + ck * P);
+          }
+          T* out = &y(b, 0);
+          for (std::size_t gi = 0; gi < groups; ++gi)
+            blas.gemm(Op::N, Op::N, og, p, kg, T(1), w + gi * og * kg, kg, col + gi * kg * P, p,
+                      T(0), out + gi * og * P, p);
+          if (bias != nullptr)
+            for (std::size_t o = 0; o < on; ++o)
+              for (std::size_t q = 0; q < P; ++q) out[o * P + q] += bias[o];
+        }
+      },
+      per * P * (rows + on) * static_cast<std::size_t>(kg));
+}
+
+template <class T>
+void Conv2d<T>::backward_samples(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                                 Matrix<T> dx) {
+  const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
+  const std::size_t batch = dy.extent(0), blocks = sample_blocks(batch);
+  const std::size_t per = (batch + blocks - 1) / blocks, P = positions(), rows = patch_rows();
+  const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
+  const int p = static_cast<int>(P);
+  const std::size_t nw = weights(), groups = groups_, K = win_.kh * win_.kw;
+  const Blas& blas = ctx.blas;
+  const T* w = weight_.data();
+  T* ws = col_.data();
+  T* parts = parts_.data();
+  const bool want_dx = dx.data() != nullptr;
+  for_host_items(ctx, "strata::Conv2d::backward_samples", blocks, [=, &blas](const std::size_t blk) {
+        T* col = ws + blk * rows * P;
+        T* part = parts + blk * nw;
+        const std::size_t b_end = std::min(batch, (blk + 1) * per);
+        for (std::size_t b = blk * per; b < b_end; ++b) {
+          for (std::size_t ck = 0; ck < rows; ++ck) {
+            const I c = static_cast<I>(ck) / static_cast<I>(K);
+            const I kh = (static_cast<I>(ck) / g.KW) % g.KH, kw = static_cast<I>(ck) % g.KW;
+            unfold_row(g, &x(b, c * g.H * g.W), kh, kw, col + ck * P);
+          }
+          const T* d = &dy(b, 0);
+          const T beta = b == blk * per ? T(0) : T(1);
+          for (std::size_t gi = 0; gi < groups; ++gi)
+            blas.gemm(Op::N, Op::T, og, kg, p, T(1), d + gi * og * P, p, col + gi * kg * P, p,
+                      beta, part + gi * og * kg, kg);
+          if (!want_dx) continue;
+          for (std::size_t gi = 0; gi < groups; ++gi)
+            blas.gemm(Op::T, Op::N, kg, p, og, T(1), w + gi * og * kg, kg, d + gi * og * P, p,
+                      T(0), col + gi * kg * P, p);
+          for (I c = 0; c < g.C; ++c) {
+            T* src = col + c * static_cast<I>(K * P);
+            T* plane = &dx(b, c * g.H * g.W);
+            if (g.shifted_plane())
+              fold_plane(g, src, static_cast<I>(P), plane);
+            else
+              for (I ih = 0; ih < g.H; ++ih) fold_row(g, src, static_cast<I>(P), ih, plane + ih * g.W);
+          }
+        }
+      },
+      per * P * rows * static_cast<std::size_t>(og) * 2);
+  // dW += the blocks' parts, in block order.
+  auto dw = dweight_;
+  for_range(ctx, "strata::Conv2d::sum_parts", nw, KOKKOS_LAMBDA(const std::size_t i) {
+        T acc = dw(i);
+        for (std::size_t blk = 0; blk < blocks; ++blk) acc += parts[blk * nw + i];
+        dw(i) = acc;
+      },
+      blocks);
 }
 
 template class Conv2d<float>;

@@ -19,9 +19,18 @@
 //   dcol(C K, N)    = W^T dyt                      GEMM (T, N) per group, into col's buffer
 //   dx              = col2im(dcol)                 each input row sums the patch rows that
 //                                                  read it, in kernel order (no atomics)
-// On the host the workspace is sized for the caches (a chunk's col is
-// unfolded, multiplied and folded while it is still in the last-level
-// cache); on a device it is large, for wide GEMMs.
+// On a device the workspace is large, for wide GEMMs. On host threads whose
+// BLAS runs sequentially inside a kernel (Blas::sequential_in_kernels:
+// OpenBLAS built with OpenMP or sequential), each thread instead takes whole
+// blocks of samples and runs the same steps one sample at a time (col(C K,
+// P) stays in the core's cache, y(b) = W col is already NCHW, no layout
+// copies), with the weight gradients of the blocks added in block order;
+// there are at most max_sample_blocks blocks, a function of the batch alone,
+// so the result does not depend on the thread count. W4 at 2 threads: each
+// GEMM ran at 70-80% of the threaded GEMM of the whole batch as chunks and
+// runs at 100-120% as per-thread samples (docs/benchmarks.md). Otherwise (the
+// portable GEMM, another BLAS) the host runs chunks of 2^20 values, sized to
+// stay in the last-level cache.
 #pragma once
 
 #include "layers/layer.hpp"
@@ -30,6 +39,17 @@
 #include <vector>
 
 namespace strata {
+
+// How a host Conv2d runs (a device always runs chunks).
+enum class ConvAlgorithm {
+  automatic,  // samples where the BLAS allows it, else chunks
+  chunks,     // im2col over chunks of samples, threaded GEMMs
+  samples,    // blocks of samples per thread, sequential GEMMs (when allowed)
+};
+
+// The default of every Conv2d: $STRATA_CONV_ALGORITHM (auto, chunks or
+// samples; for benchmarks and checks), else automatic.
+ConvAlgorithm default_conv_algorithm();
 
 template <class T>
 class Conv2d final : public Layer<T> {
@@ -63,6 +83,14 @@ class Conv2d final : public Layer<T> {
   // set before reserve().
   void set_workspace_limit(std::size_t values) { workspace_limit_ = values; }
 
+  // Default automatic; set before reserve().
+  void set_algorithm(ConvAlgorithm a) { algorithm_ = a; }
+  static constexpr std::size_t max_sample_blocks = 32;
+  // Blocks of samples of the samples algorithm for a micro-batch of `batch`.
+  static std::size_t sample_blocks(std::size_t batch);
+  // Whether forward/backward on ctx run the samples algorithm (after reserve).
+  bool runs_samples(const Context& ctx, std::size_t batch) const;
+
   std::size_t in_channels() const { return in_; }
   std::size_t out_channels() const { return out_; }
   std::size_t groups() const { return groups_; }
@@ -75,17 +103,25 @@ class Conv2d final : public Layer<T> {
   // extended lambdas in private or protected member functions.)
   void im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::size_t n) const;
   void col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_t n) const;
+  // The samples algorithm (see the top of this file).
+  void forward_samples(Context& ctx, ConstMatrix<T> x, Matrix<T> y);
+  void backward_samples(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx);
 
  private:
   std::size_t in_, out_, groups_;
   Window2d win_;
   bool bias_;
   std::size_t workspace_limit_ = default_workspace_limit;
+  ConvAlgorithm algorithm_ = default_conv_algorithm();
   std::size_t h_ = 0, w_ = 0, oh_ = 0, ow_ = 0;  // set_input_shape
   Vector<T> weight_, dweight_, b_, db_;
-  VectorBuffer<T> col_, yt_;  // workspace: (chunk P, C K) and (chunk P, O)
+  // Workspace: col (chunk P, C K), or a (C K, P) per block; yt (chunk P, O);
+  // the blocks' weight gradients.
+  VectorBuffer<T> col_, yt_, parts_;
 
   std::size_t weights() const { return out_ * patch(); }
+  std::size_t patch_rows() const { return in_ * win_.kh * win_.kw; }  // C K
+  bool samples_possible() const;
 };
 
 }  // namespace strata

@@ -71,9 +71,13 @@ Vec conv_reference(const ConvCase& k, const Vec& x, const Vec& p) {
   return y;
 }
 
+// workspace_limit > 0: the chunks algorithm with chunks of that many values.
 LayerPtr<double> make_conv(const ConvCase& k, std::size_t workspace_limit = 0) {
   auto conv = std::make_unique<Conv2d<double>>(k.c, k.out, k.win, k.groups, k.bias);
-  if (workspace_limit > 0) conv->set_workspace_limit(workspace_limit);
+  if (workspace_limit > 0) {
+    conv->set_workspace_limit(workspace_limit);
+    conv->set_algorithm(ConvAlgorithm::chunks);
+  }
   return conv;
 }
 
@@ -124,7 +128,7 @@ TEST(Conv2d, ForwardMatchesDirectConvolution) {
 
 TEST(Conv2d, ChunksOfOneSampleGiveTheSameResult) {
   const ConvCase k{5, 3, 6, 5, 4, window(3, 3, 1, 1), 1, true};
-  Bound whole(make_conv(k), k.batch, Shape{k.c, k.h, k.w}, 3);
+  Bound whole(make_conv(k, std::size_t(1) << 20), k.batch, Shape{k.c, k.h, k.w}, 3);
   Bound chunked(make_conv(k, 1), k.batch, Shape{k.c, k.h, k.w}, 3);
   EXPECT_EQ(static_cast<Conv2d<double>&>(*chunked.layer).chunk_samples(k.batch), 1u);
   EXPECT_EQ(static_cast<Conv2d<double>&>(*whole.layer).chunk_samples(k.batch), k.batch);
@@ -135,12 +139,55 @@ TEST(Conv2d, ChunksOfOneSampleGiveTheSameResult) {
   expect_near(test::to_host(chunked.grads), test::to_host(whole.grads), 1e-13, "chunked dW");
 }
 
+// The host's two algorithms (per-thread samples with sequential GEMMs, and
+// chunks with threaded GEMMs) against each other, and the samples algorithm
+// on the calling thread alone (a 1-thread rank) against all threads: the same
+// bits, since its blocks depend on the batch alone. Sizes with enough work
+// per block that the kernels run on all threads, not inline.
+TEST(Conv2d, SamplesAlgorithmMatchesChunksAndAnyThreadCount) {
+  if (!Blas::vendor_sequential_in_kernels())
+    GTEST_SKIP() << "this build's BLAS (" << Blas::vendor_name()
+                 << ") is not known to run sequentially inside kernels: no samples algorithm";
+  Window2d strided = window(3, 3, 2, 1);
+  for (const ConvCase& k : {ConvCase{9, 4, 12, 11, 6, window(3, 3, 1, 1), 1, true},
+                            ConvCase{7, 4, 13, 12, 6, strided, 2, false}}) {
+    auto algo = [&](ConvAlgorithm a) {
+      auto conv = std::make_unique<Conv2d<double>>(k.c, k.out, k.win, k.groups, k.bias);
+      conv->set_algorithm(a);
+      return conv;
+    };
+    Bound samples(algo(ConvAlgorithm::samples), k.batch, Shape{k.c, k.h, k.w}, 21);
+    Bound chunks(algo(ConvAlgorithm::chunks), k.batch, Shape{k.c, k.h, k.w}, 21);
+    const auto& conv = static_cast<Conv2d<double>&>(*samples.layer);
+    ASSERT_TRUE(conv.runs_samples(samples.ctx, k.batch)) << conv.name();
+    ASSERT_FALSE(static_cast<Conv2d<double>&>(*chunks.layer).runs_samples(chunks.ctx, k.batch));
+    const Vec x = test::randn<double>(k.batch * k.c * k.h * k.w, 22);
+    const Vec dy = test::randn<double>(k.batch * samples.out, 23);
+    // Sums of at most 36 products of N(0, 1) values (forward, dx) and of
+    // batch x positions such products (dW) in another order: double
+    // rounding, far below 1e-12.
+    const Vec y = samples.forward(x), dx = samples.backward(x, dy);
+    const Vec dw = test::to_host(samples.grads);
+    expect_near(y, chunks.forward(x), 1e-12, conv.name() + " forward");
+    expect_near(dx, chunks.backward(x, dy), 1e-12, conv.name() + " dx");
+    expect_near(dw, test::to_host(chunks.grads), 1e-12, conv.name() + " dW");
+    samples.ctx.threads = 1;  // every kernel inline, on the calling thread
+    EXPECT_EQ(samples.forward(x), y) << conv.name();
+    EXPECT_EQ(samples.backward(x, dy), dx) << conv.name();
+    EXPECT_EQ(test::to_host(samples.grads), dw) << conv.name();
+  }
+}
+
 TEST(Conv2d, GradientsMatchFiniteDifferences) {
   std::size_t seed = 10;
   for (ConvCase k : conv_cases()) {
     k.batch = std::min<std::size_t>(k.batch, 2);
-    Bound b(make_conv(k, 1), k.batch, Shape{k.c, k.h, k.w}, ++seed);
-    check_gradients(b, test::randn<double>(k.batch * k.c * k.h * k.w, seed + 7), seed);
+    // Chunks of one sample, and the default (per-thread samples where the
+    // BLAS allows it).
+    for (std::size_t limit : {std::size_t(1), std::size_t(0)}) {
+      Bound b(make_conv(k, limit), k.batch, Shape{k.c, k.h, k.w}, ++seed);
+      check_gradients(b, test::randn<double>(k.batch * k.c * k.h * k.w, seed + 7), seed);
+    }
   }
 }
 

@@ -129,38 +129,50 @@ void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, 
     s.x = x;
     s.y = y;
     s.scratch = scratch;
-    const double fwd = time_op(ctx, reps, [&] { l.forward(ctx, x, y, s); });
-    // Backward with and without the input gradient (the weight part alone).
-    const double bwd = time_op(ctx, reps, [&] { l.backward(ctx, dy, dx, s); });
-    // (Layers without parameters have no weight part; not every one takes a
-    // missing input gradient, which only the first layer gets.)
-    const double wts = l.num_params() == 0
-                           ? 0.0
-                           : time_op(ctx, reps, [&] { l.backward(ctx, dy, Matrix<float>(), s); });
-    const double data = std::max(0.0, bwd - wts);
-    total += fwd + bwd;
-    char cols[3][32] = {"-", "-", "-"};
-    if (is_gemm_layer(l)) {
-      const auto g = layer_gemms(l, batch, model.layer_name(i));
-      const double t[3] = {fwd, data, wts};
-      const char* part[3] = {"forward", "input gradient", "weight gradient"};
-      for (int k = 0; k < 3; ++k) {
-        std::vector<GemmShape> mine;
-        for (const auto& s : g)
-          if (s.what.find(part[k]) != std::string::npos) mine.push_back(s);
-        double flops = 0;
-        for (const auto& s : mine) flops += s.flops();
-        // The input gradient is a difference of two timings: below 2% of the
-        // backward it is noise, not a rate.
-        if (mine.empty() || t[k] <= 0.02 * bwd) continue;
-        const double rate = flops / t[k] / 1e9, ref = gemm_rate(mine, ctx, reps);
-        std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
+    // One row: the layer's forward, backward-data and backward-weights.
+    auto row = [&](const std::string& label, bool counts) {
+      const double fwd = time_op(ctx, reps, [&] { l.forward(ctx, x, y, s); });
+      // Backward with and without the input gradient (the weight part alone).
+      const double bwd = time_op(ctx, reps, [&] { l.backward(ctx, dy, dx, s); });
+      // (Layers without parameters have no weight part; not every one takes a
+      // missing input gradient, which only the first layer gets.)
+      const double wts = l.num_params() == 0
+                             ? 0.0
+                             : time_op(ctx, reps, [&] { l.backward(ctx, dy, Matrix<float>(), s); });
+      const double data = std::max(0.0, bwd - wts);
+      if (counts) total += fwd + bwd;
+      char cols[3][32] = {"-", "-", "-"};
+      if (is_gemm_layer(l)) {
+        const auto g = layer_gemms(l, batch, model.layer_name(i));
+        const double t[3] = {fwd, data, wts};
+        const char* part[3] = {"forward", "input gradient", "weight gradient"};
+        for (int k = 0; k < 3; ++k) {
+          std::vector<GemmShape> mine;
+          for (const auto& sh : g)
+            if (sh.what.find(part[k]) != std::string::npos) mine.push_back(sh);
+          double flops = 0;
+          for (const auto& sh : mine) flops += sh.flops();
+          // The input gradient is a difference of two timings: below 2% of the
+          // backward it is noise, not a rate.
+          if (mine.empty() || t[k] <= 0.02 * bwd) continue;
+          const double rate = flops / t[k] / 1e9, ref = gemm_rate(mine, ctx, reps);
+          std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
+        }
       }
+      std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),
+                  label.c_str(), l.name().substr(0, 34).c_str(), 1e3 * fwd, 1e3 * data, 1e3 * wts,
+                  cols[0], cols[1], cols[2]);
+      std::fflush(stdout);
+    };
+    row(model.layer_name(i), true);
+    // A convolution that runs as per-thread samples also shows the chunks
+    // algorithm, timed right after (Conv2d's two host algorithms).
+    if (auto* conv = dynamic_cast<Conv2d<float>*>(&l); conv != nullptr && conv->runs_samples(ctx, batch)) {
+      conv->set_algorithm(ConvAlgorithm::chunks);
+      conv->reserve(batch, in);
+      row(" (chunks)", false);
+      conv->set_algorithm(ConvAlgorithm::automatic);
     }
-    std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),
-                model.layer_name(i).c_str(), l.name().substr(0, 34).c_str(), 1e3 * fwd, 1e3 * data,
-                1e3 * wts, cols[0], cols[1], cols[2]);
-    std::fflush(stdout);
   }
   std::printf("%-4s %-10s %-34s %9.3f ms forward + backward of all layers\n", workload.c_str(),
               "total", "", 1e3 * total);
