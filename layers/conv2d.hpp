@@ -26,11 +26,9 @@
 // P) stays in the core's cache, y(b) = W col is already NCHW, no layout
 // copies), with the weight gradients of the blocks added in block order;
 // there are at most max_sample_blocks blocks, a function of the batch alone,
-// so the result does not depend on the thread count. W4 at 2 threads: each
-// GEMM ran at 70-80% of the threaded GEMM of the whole batch as chunks and
-// runs at 100-120% as per-thread samples (docs/benchmarks.md). Otherwise (the
-// portable GEMM, another BLAS) the host runs chunks of 2^20 values, sized to
-// stay in the last-level cache.
+// so the result does not depend on the thread count (docs/design-notes.md
+// has the measurements). Otherwise (the portable GEMM, another BLAS) the host
+// runs chunks of 2^20 values, sized to stay in the last-level cache.
 #pragma once
 
 #include "layers/layer.hpp"
