@@ -229,8 +229,10 @@ if [ "$collectives" = 1 ]; then
   coll=(--json "$out/collectives.jsonl")
   [ "$quick" = 1 ] && coll+=(--max-bytes $((4 << 20)) --reps 2)
   if [ "$have_mpi" = 1 ]; then
-    run "allreduce: mpirun -np 2 strata-bench-collectives (raw MPI, Strata MPI, thread ranks)" \
-      "$out/logs/collectives.log" mpirun -np 2 "$bin/strata-bench-collectives" "${coll[@]}" || true
+    # --bind-to none: Open MPI binds each of 2 processes to one core, and the
+    # thread ranks inside a process would then share that core.
+    run "allreduce: mpirun -np 2 --bind-to none strata-bench-collectives (raw MPI, Strata MPI, thread ranks)" \
+      "$out/logs/collectives.log" mpirun -np 2 --bind-to none "$bin/strata-bench-collectives" "${coll[@]}" || true
   else
     run "allreduce: strata-bench-collectives (thread ranks)" "$out/logs/collectives.log" \
       "$bin/strata-bench-collectives" "${coll[@]}" || true
