@@ -244,12 +244,12 @@ KOKKOS_INLINE_FUNCTION void unfold_row(const ConvGeometry& g, const T* plane, I 
       for (I ow = 0; ow < g.OW; ++ow) out[ow] = T(0);
       continue;
     }
-    const T* in = plane + ih * g.W + iw0;
+    const I base = ih * g.W + iw0;  // may be negative; base + ow SW is not, from lo on
     for (I ow = 0; ow < lo; ++ow) out[ow] = T(0);
     if (g.SW == 1)
-      for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow];
+      for (I ow = lo; ow < hi; ++ow) out[ow] = plane[base + ow];
     else
-      for (I ow = lo; ow < hi; ++ow) out[ow] = in[ow * g.SW];
+      for (I ow = lo; ow < hi; ++ow) out[ow] = plane[base + ow * g.SW];
     for (I ow = hi; ow < g.OW; ++ow) out[ow] = T(0);
   }
 }
@@ -429,6 +429,7 @@ template <class T>
 void Conv2d<T>::forward_samples(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
   const std::size_t batch = x.extent(0), blocks = sample_blocks(batch);
+  if (batch == 0) return;  // an empty shard
   const std::size_t per = (batch + blocks - 1) / blocks, P = positions(), rows = patch_rows();
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
   const int p = static_cast<int>(P);
@@ -462,6 +463,7 @@ void Conv2d<T>::backward_samples(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> 
                                  Matrix<T> dx) {
   const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
   const std::size_t batch = dy.extent(0), blocks = sample_blocks(batch);
+  if (batch == 0) return;  // an empty shard adds nothing (block 0's part is stale)
   const std::size_t per = (batch + blocks - 1) / blocks, P = positions(), rows = patch_rows();
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
   const int p = static_cast<int>(P);

@@ -175,6 +175,15 @@ TEST(Conv2d, SamplesAlgorithmMatchesChunksAndAnyThreadCount) {
     EXPECT_EQ(samples.forward(x), y) << conv.name();
     EXPECT_EQ(samples.backward(x, dy), dx) << conv.name();
     EXPECT_EQ(test::to_host(samples.grads), dw) << conv.name();
+    // An empty shard (data parallelism's last global batch may leave a rank
+    // none) adds nothing to the weight gradients of the step before it.
+    MatrixBuffer<double> none_x("x", 0, samples.in), none_y("y", 0, samples.out);
+    Saved<double> saved;
+    saved.x = none_x;
+    samples.layer->forward(samples.ctx, none_x, none_y, saved);
+    samples.layer->backward(samples.ctx, none_y, none_x, saved);
+    Kokkos::fence();
+    EXPECT_EQ(test::to_host(samples.grads), dw) << conv.name() << ": a batch of 0 changed dW";
   }
 }
 
