@@ -142,27 +142,28 @@ bool Conv2d<T>::runs_samples(const Context& ctx, std::size_t batch) const {
 }
 
 template <class T>
-void Conv2d<T>::reserve(std::size_t batch, std::size_t) {
+typename Conv2d<T>::Workspace Conv2d<T>::workspace(std::size_t batch) const {
   const std::size_t cols = chunk_samples(batch) * positions();
-  std::size_t col = cols * patch_rows(), parts = 0;
+  Workspace w{cols * patch_rows(), cols * out_, 0};
   if (samples_possible()) {
-    col = std::max(col, sample_blocks(batch) * patch_rows() * positions());
-    parts = sample_blocks(batch) * weights();
+    w.col = std::max(w.col, sample_blocks(batch) * patch_rows() * positions());
+    w.parts = sample_blocks(batch) * weights();
   }
-  if (col_.extent(0) < col) col_ = VectorBuffer<T>("strata::Conv2d::col", col);
-  if (yt_.extent(0) < cols * out_) yt_ = VectorBuffer<T>("strata::Conv2d::yt", cols * out_);
-  if (parts_.extent(0) < parts) parts_ = VectorBuffer<T>("strata::Conv2d::dw_parts", parts);
+  return w;
+}
+
+template <class T>
+void Conv2d<T>::reserve(std::size_t batch, std::size_t) {
+  const Workspace w = workspace(batch);
+  if (col_.extent(0) < w.col) col_ = VectorBuffer<T>("strata::Conv2d::col", w.col);
+  if (yt_.extent(0) < w.yt) yt_ = VectorBuffer<T>("strata::Conv2d::yt", w.yt);
+  if (parts_.extent(0) < w.parts) parts_ = VectorBuffer<T>("strata::Conv2d::dw_parts", w.parts);
 }
 
 template <class T>
 std::size_t Conv2d<T>::workspace_bytes(std::size_t max_batch) const {
-  const std::size_t cols = chunk_samples(max_batch) * positions();
-  std::size_t col = cols * patch_rows(), parts = 0;
-  if (samples_possible()) {
-    col = std::max(col, sample_blocks(max_batch) * patch_rows() * positions());
-    parts = sample_blocks(max_batch) * weights();
-  }
-  return (col + cols * out_ + parts) * sizeof(T);
+  const Workspace w = workspace(max_batch);
+  return (w.col + w.yt + w.parts) * sizeof(T);
 }
 
 namespace {
@@ -294,6 +295,31 @@ KOKKOS_INLINE_FUNCTION void fold_plane(const ConvGeometry& g, T* rows, I stride,
       const I shift = ih0 * g.W + iw0;
       for (I p = r0 * g.OW + lo; p < (r1 - 1) * g.OW + hi; ++p) plane[p + shift] += src[p];
     }
+  }
+}
+
+// All C K patch rows of one sample (`x`: its C planes) into col(C K, P).
+template <class T>
+KOKKOS_INLINE_FUNCTION void unfold_sample(const ConvGeometry& g, const T* x, T* col) {
+  const I P = g.OH * g.OW;
+  for (I c = 0; c < g.C; ++c)
+    for (I kh = 0; kh < g.KH; ++kh)
+      for (I kw = 0; kw < g.KW; ++kw)
+        unfold_row(g, x + c * g.H * g.W, kh, kw, col + ((c * g.KH + kh) * g.KW + kw) * P);
+}
+
+// One sample's input gradient (`dx`: its C planes) folded from dcol(C K, P)
+// (whose wrapped entries fold_plane zeroes).
+template <class T>
+KOKKOS_INLINE_FUNCTION void fold_sample(const ConvGeometry& g, T* col, T* dx) {
+  const I P = g.OH * g.OW, K = g.KH * g.KW;
+  for (I c = 0; c < g.C; ++c) {
+    T* rows = col + c * K * P;
+    T* plane = dx + c * g.H * g.W;
+    if (g.shifted_plane())
+      fold_plane(g, rows, P, plane);
+    else
+      for (I ih = 0; ih < g.H; ++ih) fold_row(g, rows, P, ih, plane + ih * g.W);
   }
 }
 }  // namespace
@@ -441,11 +467,7 @@ void Conv2d<T>::forward_samples(Context& ctx, ConstMatrix<T> x, Matrix<T> y) {
   for_host_items(ctx, "strata::Conv2d::forward_samples", blocks, [=, &blas](const std::size_t blk) {
         T* col = ws + blk * rows * P;
         for (std::size_t b = blk * per; b < std::min(batch, (blk + 1) * per); ++b) {
-          for (std::size_t ck = 0; ck < rows; ++ck) {
-            const I c = static_cast<I>(ck) / (g.KH * g.KW);
-            const I kh = (static_cast<I>(ck) / g.KW) % g.KH, kw = static_cast<I>(ck) % g.KW;
-            unfold_row(g, &x(b, c * g.H * g.W), kh, kw, col + ck * P);
-          }
+          unfold_sample(g, &x(b, 0), col);
           T* out = &y(b, 0);
           for (std::size_t gi = 0; gi < groups; ++gi)
             blas.gemm(Op::N, Op::N, og, p, kg, T(1), w + gi * og * kg, kg, col + gi * kg * P, p,
@@ -467,7 +489,7 @@ void Conv2d<T>::backward_samples(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> 
   const std::size_t per = (batch + blocks - 1) / blocks, P = positions(), rows = patch_rows();
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
   const int p = static_cast<int>(P);
-  const std::size_t nw = weights(), groups = groups_, K = win_.kh * win_.kw;
+  const std::size_t nw = weights(), groups = groups_;
   const Blas& blas = ctx.blas;
   const T* w = weight_.data();
   T* ws = col_.data();
@@ -478,11 +500,7 @@ void Conv2d<T>::backward_samples(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> 
         T* part = parts + blk * nw;
         const std::size_t b_end = std::min(batch, (blk + 1) * per);
         for (std::size_t b = blk * per; b < b_end; ++b) {
-          for (std::size_t ck = 0; ck < rows; ++ck) {
-            const I c = static_cast<I>(ck) / static_cast<I>(K);
-            const I kh = (static_cast<I>(ck) / g.KW) % g.KH, kw = static_cast<I>(ck) % g.KW;
-            unfold_row(g, &x(b, c * g.H * g.W), kh, kw, col + ck * P);
-          }
+          unfold_sample(g, &x(b, 0), col);
           const T* d = &dy(b, 0);
           const T beta = b == blk * per ? T(0) : T(1);
           for (std::size_t gi = 0; gi < groups; ++gi)
@@ -492,14 +510,7 @@ void Conv2d<T>::backward_samples(Context& ctx, ConstMatrix<T> x, ConstMatrix<T> 
           for (std::size_t gi = 0; gi < groups; ++gi)
             blas.gemm(Op::T, Op::N, kg, p, og, T(1), w + gi * og * kg, kg, d + gi * og * P, p,
                       T(0), col + gi * kg * P, p);
-          for (I c = 0; c < g.C; ++c) {
-            T* src = col + c * static_cast<I>(K * P);
-            T* plane = &dx(b, c * g.H * g.W);
-            if (g.shifted_plane())
-              fold_plane(g, src, static_cast<I>(P), plane);
-            else
-              for (I ih = 0; ih < g.H; ++ih) fold_row(g, src, static_cast<I>(P), ih, plane + ih * g.W);
-          }
+          fold_sample(g, col, &dx(b, 0));
         }
       },
       per * P * rows * static_cast<std::size_t>(og) * 2);

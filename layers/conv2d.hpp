@@ -120,6 +120,10 @@ class Conv2d final : public Layer<T> {
   std::size_t weights() const { return out_ * patch(); }
   std::size_t patch_rows() const { return in_ * win_.kh * win_.kw; }  // C K
   bool samples_possible() const;
+  struct Workspace {
+    std::size_t col, yt, parts;  // values of each buffer
+  };
+  Workspace workspace(std::size_t batch) const;  // what reserve(batch) allocates
 };
 
 }  // namespace strata
