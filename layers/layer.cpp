@@ -56,6 +56,18 @@ void init_dense(HostVector<T> params, Init scheme, std::uint64_t seed, std::uint
         scheme == Init::torch_default ? uniform(weights + i, 1.0 / std::sqrt(fan_in)) : T(0);
 }
 
+template <class T>
+void init_normal(HostVector<T> params, std::size_t count, double sd, std::uint64_t seed,
+                 std::uint64_t layer_index) {
+  const std::uint64_t stream = random::stream_init + layer_index;
+  for (std::size_t i = 0; i < count; ++i)
+    params(i) = static_cast<T>(random::normal(seed, stream, i) * sd);
+}
+
+template void init_normal<float>(HostVector<float>, std::size_t, double, std::uint64_t,
+                                 std::uint64_t);
+template void init_normal<double>(HostVector<double>, std::size_t, double, std::uint64_t,
+                                  std::uint64_t);
 template void init_dense<float>(HostVector<float>, Init, std::uint64_t, std::uint64_t, std::size_t,
                                 double, double, std::size_t);
 template void init_dense<double>(HostVector<double>, Init, std::uint64_t, std::uint64_t,

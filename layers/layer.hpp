@@ -172,6 +172,12 @@ namespace detail {
 template <class T>
 void init_dense(HostVector<T> params, Init scheme, std::uint64_t seed, std::uint64_t layer_index,
                 std::size_t weights, double fan_in, double fan_out, std::size_t biases);
+// Writes `count` values drawn from N(0, sd^2) into params (stream
+// `layer_index` of `seed`): embeddings and layers given `std` in a model file
+// (GPT-2 initialises its weights with sd 0.02).
+template <class T>
+void init_normal(HostVector<T> params, std::size_t count, double sd, std::uint64_t seed,
+                 std::uint64_t layer_index);
 }  // namespace detail
 
 }  // namespace strata

@@ -9,7 +9,10 @@
 namespace strata {
 
 template <class T>
-Linear<T>::Linear(std::size_t in, std::size_t out, bool bias) : in_(in), out_(out), bias_(bias) {
+Linear<T>::Linear(std::size_t in, std::size_t out, bool bias, double std)
+    : in_(in), out_(out), bias_(bias), std_(std) {
+  STRATA_REQUIRE(std >= 0, config, "Linear: std must be >= 0 (0: the model's initialisation), got ",
+                 std);
   STRATA_REQUIRE(in > 0 && out > 0, config, "Linear(", in, ", ", out,
                  "): widths must be positive");
   STRATA_REQUIRE(in <= Shape::max_numel / out, config, "Linear(", in, ", ", out,
@@ -18,7 +21,9 @@ Linear<T>::Linear(std::size_t in, std::size_t out, bool bias) : in_(in), out_(ou
 
 template <class T>
 LayerPtr<T> Linear<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild&) {
-  return std::make_unique<Linear<T>>(in.back(), args.positive("out"), args.flag("bias", true));
+  const double sd = args.number("std", 0.0);
+  STRATA_REQUIRE(sd >= 0, config, args.at("std"), ": must be >= 0 (0: the model's initialisation)");
+  return std::make_unique<Linear<T>>(in.back(), args.positive("out"), args.flag("bias", true), sd);
 }
 
 template <class T>
@@ -61,6 +66,11 @@ void Linear<T>::bind(Vector<T> params, Vector<T> grads) {
 template <class T>
 void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
                      std::uint64_t layer_index) const {
+  if (std_ > 0) {
+    detail::init_normal(params, out_ * in_, std_, seed, layer_index);
+    for (std::size_t i = 0; bias_ && i < out_; ++i) params(out_ * in_ + i) = T(0);
+    return;
+  }
   detail::init_dense(params, scheme, seed, layer_index, out_ * in_, static_cast<double>(in_),
                      static_cast<double>(out_), bias_ ? out_ : 0);
 }

@@ -18,7 +18,9 @@ namespace strata {
 template <class T>
 class Linear final : public Layer<T> {
  public:
-  Linear(std::size_t in, std::size_t out, bool bias = true);
+  // std > 0: weights drawn from N(0, std^2) and zero biases (GPT-2's
+  // initialisation, `std` in a model file) instead of the model's scheme.
+  Linear(std::size_t in, std::size_t out, bool bias = true, double std = 0);
 
   // The layer a model file describes (layers/registry.hpp).
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
@@ -47,6 +49,7 @@ class Linear final : public Layer<T> {
  private:
   std::size_t in_, out_;
   bool bias_;
+  double std_;
   Matrix<T> weight_, dweight_;  // (out, in)
   Vector<T> b_, db_;            // (out)
 };

@@ -44,6 +44,10 @@ template <class T>
 double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
                                                 const Targets<T>& t, Matrix<T> dout, T scale) {
   check(out.extent(0), out.extent(1), t);
+  // P labels per row: each position weighs 1 / P of its sample.
+  const std::size_t positions = out.extent(0) > 0 ? t.labels.extent(0) / out.extent(0) : 1;
+  const T weight = T(1) / static_cast<T>(positions);
+  scale *= weight;
   out = per_label(out, t.labels.extent(0));
   if (dout.data() != nullptr) dout = per_label(dout, t.labels.extent(0));
   const int width = static_cast<int>(out.extent(1));
@@ -53,13 +57,18 @@ double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out
   sum_range(ctx, "strata::SoftmaxCrossEntropy", out.extent(0),
       KOKKOS_LAMBDA(const int i, double& acc) {
         const int label = labels(i);
-        STRATA_EXPECT(label >= 0 && label < width);
+        STRATA_EXPECT(label < width);
+        if (label < 0) {  // ignored
+          if (grad)
+            for (int j = 0; j < width; ++j) dout(i, j) = T(0);
+          return;
+        }
         T mx = out(i, 0);
         for (int j = 1; j < width; ++j) mx = out(i, j) > mx ? out(i, j) : mx;
         T s = 0;
         for (int j = 0; j < width; ++j) s += vmath::exp(out(i, j) - mx);
         const T lse = mx + kmath::log(s);
-        acc += static_cast<double>(lse - out(i, label));
+        acc += static_cast<double>((lse - out(i, label)) * weight);
         if (grad) {
           const T inv = T(1) / s;
           for (int j = 0; j < width; ++j)
@@ -125,7 +134,7 @@ std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) {
         int best = 0;
         for (int j = 1; j < width; ++j)
           if (out(i, j) > out(i, best)) best = j;
-        acc += best == labels(i) ? 1 : 0;
+        acc += best == labels(i) ? 1 : 0;  // never for an ignored (negative) label
       },
       correct, width);
   return correct;

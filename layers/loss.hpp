@@ -5,8 +5,14 @@
 // out: (batch, width) model output, device memory.
 // Targets: labels for cross-entropy, one per row (batch) or one per position
 // (batch x P: the output row holds P positions of width / P classes, e.g. a
-// language model's tokens; the loss of a sample is the sum over its
-// positions), values (batch, width) for MSE.
+// language model's tokens; the loss of a sample is the MEAN over its P
+// positions, so that the mean over the batch is PyTorch's
+// cross_entropy(logits.view(-1, classes), targets.view(-1))), values (batch,
+// width) for MSE. A negative label (PyTorch's ignore_index, -100) is ignored:
+// its position adds nothing to the loss or the gradient but still counts in
+// the P of the mean (PyTorch divides by the labels that count in the whole
+// batch instead; the two agree when no label is ignored), so that a sample's
+// weight does not depend on the other samples of a data-parallel batch.
 // Return value: the SUM over the batch of the per-sample losses (the caller
 // divides by the global batch, so that data-parallel ranks can add sums).
 // dout: gradient of (scale * sum) with respect to out; scale is 1 / global batch
@@ -71,7 +77,8 @@ template <class T>
 std::unique_ptr<Loss<T>> make_loss(LossKind kind);
 
 // Number of labels (one per row, or per position as for the loss) whose
-// position holds the largest output (ties go to the first index).
+// position holds the largest output (ties go to the first index); ignored
+// (negative) labels are never correct.
 template <class T>
 std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels);
 

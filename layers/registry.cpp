@@ -2,14 +2,17 @@
 
 #include "backends/error.hpp"
 #include "layers/activation.hpp"
+#include "layers/attention.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/block.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/dropout.hpp"
+#include "layers/embedding.hpp"
 #include "layers/flatten.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/pool2d.hpp"
+#include "layers/position_embedding.hpp"
 
 #include <algorithm>
 
@@ -19,6 +22,9 @@ template <class T>
 const std::map<std::string, LayerFactory<T>>& layer_registry() {
   static const std::map<std::string, LayerFactory<T>> registry{
       {"linear", &Linear<T>::from_args},
+      {"embedding", &Embedding<T>::from_args},
+      {"position_embedding", &PositionEmbedding<T>::from_args},
+      {"attention", &make_attention<T>},
       {"layernorm", &LayerNorm<T>::from_args},
       {"batchnorm", &BatchNorm<T>::from_args},
       {"conv2d", &Conv2d<T>::from_args},

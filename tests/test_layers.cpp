@@ -346,15 +346,32 @@ TEST(SoftmaxCrossEntropy, MatchesReferenceAndFiniteDifferences) {
 }
 
 // One label per position: 2 samples of 3 positions x 5 classes are the 6
-// rows of the one-label case; the sample's loss sums its positions.
+// rows of the one-label case; the sample's loss is the mean over its positions.
 TEST(SoftmaxCrossEntropy, PerPositionLabelsAreRowsOfTheirPositions) {
   LossCase rows, c;
   c.batch = 2;
   c.width = 15;
   SoftmaxCrossEntropy<double> loss;
   Vec g_rows, g;
-  EXPECT_NEAR(loss_sum(loss, c, c.out, &g, 0.5), loss_sum(loss, rows, rows.out, &g_rows, 0.5), 1e-12);
-  EXPECT_EQ(g, g_rows);
+  EXPECT_NEAR(3 * loss_sum(loss, c, c.out, &g, 0.5), loss_sum(loss, rows, rows.out, &g_rows, 0.5 / 3),
+              1e-12);
+  EXPECT_EQ(g, g_rows);  // 0.5 * (1/3) and 0.5 / 3 are the same double
+  // A negative label (ignore_index) adds nothing and gets a zero gradient;
+  // the mean still divides by the 3 positions.
+  {
+    LossCase ig = c, ig_rows = rows;
+    ig.labels[4] = -100;
+    ig_rows.labels.erase(ig_rows.labels.begin() + 4);
+    ig_rows.out.erase(ig_rows.out.begin() + 20, ig_rows.out.begin() + 25);
+    ig_rows.batch = 5;
+    ig_rows.values.resize(25);
+    Vec gi, gi_rows;
+    EXPECT_NEAR(3 * loss_sum(loss, ig, ig.out, &gi, 0.5),
+                loss_sum(loss, ig_rows, ig_rows.out, &gi_rows, 0.5 / 3), 1e-12);
+    for (std::size_t j = 20; j < 25; ++j) EXPECT_EQ(gi[j], 0.0) << j;
+    gi.erase(gi.begin() + 20, gi.begin() + 25);
+    EXPECT_EQ(gi, gi_rows);
+  }
   Context ctx;
   LabelsBuffer labels("labels", 6);
   Kokkos::deep_copy(labels, test::to_device(std::vector<std::int32_t>(c.labels)));

@@ -1,0 +1,321 @@
+#include "layers/attention.hpp"
+
+#include "backends/error.hpp"
+#include "backends/launch.hpp"
+#include "backends/vmath.hpp"
+#include "layers/block.hpp"
+#include "layers/linear.hpp"
+#include "layers/registry.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata {
+
+namespace attn {
+
+// At most this many blocks of (sample, head) items on the BLAS path, each
+// with its own (T, T) workspace (as Conv2d's samples: more than threads, for
+// balance, and a function of the batch alone).
+constexpr std::size_t kMaxBlocks = 32;
+
+// Row i of a causal score matrix, in place: p_j = exp(s_j - max) / sum for
+// j <= i, 0 above the diagonal.
+template <class T>
+KOKKOS_INLINE_FUNCTION void causal_softmax_row(T* s, int i, int n) {
+  T mx = s[0];
+  for (int j = 1; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;
+  T sum = 0;
+  for (int j = 0; j <= i; ++j) {
+    const T e = vmath::exp(s[j] - mx);
+    s[j] = e;
+    sum += e;
+  }
+  const T inv = T(1) / sum;
+  for (int j = 0; j <= i; ++j) s[j] *= inv;
+  for (int j = i + 1; j < n; ++j) s[j] = T(0);
+}
+
+// dS from row i of P and of dP (in place in d): d_j = p_j (d_j - sum_k p_k d_k).
+template <class T>
+KOKKOS_INLINE_FUNCTION void softmax_grad_row(const T* p, T* d, int i, int n) {
+  T dot = 0;
+  for (int j = 0; j <= i; ++j) dot += p[j] * d[j];
+  for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
+  for (int j = i + 1; j < n; ++j) d[j] = T(0);
+}
+
+// The shapes of one call: B samples, H heads of hs values, T positions;
+// input rows of 3 W values per position (W = H hs), output rows of W.
+struct Dims {
+  int batch, heads, hs, t, w;
+  KOKKOS_INLINE_FUNCTION std::size_t plane() const { return std::size_t(t) * t; }
+};
+
+// ---------------------------------------------------------------- portable
+
+template <class T>
+void forward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, Matrix<T> y, T* probs,
+                      T scale) {
+  const std::size_t rows = std::size_t(d.batch) * d.heads * d.t;
+  for_range(ctx, "strata::CausalAttention::scores", rows, KOKKOS_LAMBDA(const std::size_t r) {
+        const int i = static_cast<int>(r % d.t);
+        const std::size_t bh = r / d.t;
+        const int h = static_cast<int>(bh % d.heads), b = static_cast<int>(bh / d.heads);
+        const T* xb = &x(b, 0);
+        const T* q = xb + std::size_t(i) * 3 * d.w + h * d.hs;
+        T* s = probs + r * d.t;
+        for (int j = 0; j <= i; ++j) {
+          const T* k = xb + std::size_t(j) * 3 * d.w + d.w + h * d.hs;
+          T acc = 0;
+          for (int e = 0; e < d.hs; ++e) acc += q[e] * k[e];
+          s[j] = acc * scale;
+        }
+        causal_softmax_row(s, i, d.t);
+      },
+      std::size_t(d.t) * d.hs);
+  const std::size_t outs = std::size_t(d.batch) * d.t * d.w;
+  for_range(ctx, "strata::CausalAttention::values", outs, KOKKOS_LAMBDA(const std::size_t o) {
+        const int c = static_cast<int>(o % d.w);
+        const std::size_t bi = o / d.w;
+        const int i = static_cast<int>(bi % d.t), b = static_cast<int>(bi / d.t);
+        const int h = c / d.hs;
+        const T* p = probs + ((std::size_t(b) * d.heads + h) * d.t + i) * d.t;
+        const T* v = &x(b, 0) + 2 * d.w + c;
+        T acc = 0;
+        for (int j = 0; j <= i; ++j) acc += p[j] * v[std::size_t(j) * 3 * d.w];
+        y(b, std::size_t(i) * d.w + c) = acc;
+      },
+      d.t);
+}
+
+template <class T>
+void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix<T> dy,
+                       Matrix<T> dx, T* probs, T scale) {
+  const std::size_t outs = std::size_t(d.batch) * d.t * d.w;
+  // dv(j) = sum over i >= j of P(i, j) dy(i): reads P before it becomes dS.
+  for_range(ctx, "strata::CausalAttention::dv", outs, KOKKOS_LAMBDA(const std::size_t o) {
+        const int c = static_cast<int>(o % d.w);
+        const std::size_t bj = o / d.w;
+        const int j = static_cast<int>(bj % d.t), b = static_cast<int>(bj / d.t);
+        const T* p = probs + (std::size_t(b) * d.heads + c / d.hs) * d.plane() + j;
+        const T* g = &dy(b, 0) + c;
+        T acc = 0;
+        for (int i = j; i < d.t; ++i) acc += p[std::size_t(i) * d.t] * g[std::size_t(i) * d.w];
+        dx(b, std::size_t(j) * 3 * d.w + 2 * d.w + c) = acc;
+      },
+      d.t);
+  // dS in place of P, one query row per item (the dot products dP(i, j) are
+  // computed twice: once for the row sum, once for dS; no (T, T) workspace).
+  const std::size_t rows = std::size_t(d.batch) * d.heads * d.t;
+  for_range(ctx, "strata::CausalAttention::dscores", rows, KOKKOS_LAMBDA(const std::size_t r) {
+        const int i = static_cast<int>(r % d.t);
+        const std::size_t bh = r / d.t;
+        const int h = static_cast<int>(bh % d.heads), b = static_cast<int>(bh / d.heads);
+        const T* g = &dy(b, 0) + std::size_t(i) * d.w + h * d.hs;
+        const T* xb = &x(b, 0) + 2 * d.w + h * d.hs;
+        T* p = probs + r * d.t;
+        T dot = 0;
+        for (int j = 0; j <= i; ++j) {
+          const T* v = xb + std::size_t(j) * 3 * d.w;
+          T dp = 0;
+          for (int e = 0; e < d.hs; ++e) dp += g[e] * v[e];
+          dot += p[j] * dp;
+        }
+        for (int j = 0; j <= i; ++j) {
+          const T* v = xb + std::size_t(j) * 3 * d.w;
+          T dp = 0;
+          for (int e = 0; e < d.hs; ++e) dp += g[e] * v[e];
+          p[j] = p[j] * (dp - dot);
+        }
+      },
+      2 * std::size_t(d.t) * d.hs);
+  // dq(t) = scale sum over j <= t of dS(t, j) k(j); dk(t) = scale sum over i >= t of dS(i, t) q(i).
+  for_range(ctx, "strata::CausalAttention::dqk", outs, KOKKOS_LAMBDA(const std::size_t o) {
+        const int c = static_cast<int>(o % d.w);
+        const std::size_t bt = o / d.w;
+        const int t = static_cast<int>(bt % d.t), b = static_cast<int>(bt / d.t);
+        const T* ds = probs + (std::size_t(b) * d.heads + c / d.hs) * d.plane();
+        const T* xb = &x(b, 0) + c;
+        T aq = 0, ak = 0;
+        for (int j = 0; j <= t; ++j) aq += ds[std::size_t(t) * d.t + j] * xb[std::size_t(j) * 3 * d.w + d.w];
+        for (int i = t; i < d.t; ++i) ak += ds[std::size_t(i) * d.t + t] * xb[std::size_t(i) * 3 * d.w];
+        T* out = &dx(b, 0) + std::size_t(t) * 3 * d.w + c;
+        out[0] = aq * scale;
+        out[d.w] = ak * scale;
+      },
+      2 * std::size_t(d.t));
+}
+
+// ---------------------------------------------------------------- BLAS
+// One (sample, head) at a time per block, on the calling host thread.
+
+template <class T>
+void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x, Matrix<T> y,
+                  T* probs, T scale) {
+  const std::size_t items = std::size_t(d.batch) * d.heads;
+  const std::size_t per = (items + blocks - 1) / blocks;
+  const Blas& blas = ctx.blas;
+  const int ld = 3 * d.w;
+  for_host_items(ctx, "strata::CausalAttention::forward_blas", blocks, [=, &blas](std::size_t blk) {
+        for (std::size_t it = blk * per; it < std::min(items, (blk + 1) * per); ++it) {
+          const int b = static_cast<int>(it / d.heads), h = static_cast<int>(it % d.heads);
+          const T* q = &x(b, 0) + h * d.hs;
+          T* p = probs + it * d.plane();
+          blas.gemm(Op::N, Op::T, d.t, d.t, d.hs, scale, q, ld, q + d.w, ld, T(0), p, d.t);
+          for (int i = 0; i < d.t; ++i) causal_softmax_row(p + std::size_t(i) * d.t, i, d.t);
+          blas.gemm(Op::N, Op::N, d.t, d.hs, d.t, T(1), p, d.t, q + 2 * d.w, ld, T(0),
+                    &y(b, 0) + h * d.hs, d.w);
+        }
+      },
+      per * d.plane() * d.hs * 2);
+}
+
+template <class T>
+void backward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x,
+                   ConstMatrix<T> dy, Matrix<T> dx, const T* probs, T* work, T scale) {
+  const std::size_t items = std::size_t(d.batch) * d.heads;
+  const std::size_t per = (items + blocks - 1) / blocks;
+  const Blas& blas = ctx.blas;
+  const int ld = 3 * d.w;
+  for_host_items(ctx, "strata::CausalAttention::backward_blas", blocks, [=, &blas](std::size_t blk) {
+        T* ds = work + blk * d.plane();
+        for (std::size_t it = blk * per; it < std::min(items, (blk + 1) * per); ++it) {
+          const int b = static_cast<int>(it / d.heads), h = static_cast<int>(it % d.heads);
+          const T* q = &x(b, 0) + h * d.hs;
+          const T* g = &dy(b, 0) + h * d.hs;
+          T* dq = &dx(b, 0) + h * d.hs;
+          const T* p = probs + it * d.plane();
+          blas.gemm(Op::T, Op::N, d.t, d.hs, d.t, T(1), p, d.t, g, d.w, T(0), dq + 2 * d.w, ld);
+          blas.gemm(Op::N, Op::T, d.t, d.t, d.hs, T(1), g, d.w, q + 2 * d.w, ld, T(0), ds, d.t);
+          for (int i = 0; i < d.t; ++i)
+            softmax_grad_row(p + std::size_t(i) * d.t, ds + std::size_t(i) * d.t, i, d.t);
+          blas.gemm(Op::N, Op::N, d.t, d.hs, d.t, scale, ds, d.t, q + d.w, ld, T(0), dq, ld);
+          blas.gemm(Op::T, Op::N, d.t, d.hs, d.t, scale, ds, d.t, q, ld, T(0), dq + d.w, ld);
+        }
+      },
+      per * d.plane() * d.hs * 4);
+}
+
+}  // namespace attn
+
+using attn::Dims;
+
+template <class T>
+CausalAttention<T>::CausalAttention(std::size_t heads, std::size_t head_size)
+    : heads_(heads), head_size_(head_size) {
+  STRATA_REQUIRE(heads > 0 && head_size > 0, config, "CausalAttention(", heads, ", ", head_size,
+                 "): the head count and size must be positive");
+}
+
+template <class T>
+std::string CausalAttention<T>::name() const {
+  return "CausalAttention(heads=" + std::to_string(heads_) + ", head_size=" +
+         std::to_string(head_size_) + ")";
+}
+
+template <class T>
+Shape CausalAttention<T>::output_shape(const Shape& in) const {
+  const std::size_t w = heads_ * head_size_;
+  STRATA_REQUIRE(in.rank() == 2 && in.back() == 3 * w, config, name(), " takes shape {T, ", 3 * w,
+                 "} (queries, keys and values of ", heads_, " heads of ", head_size_,
+                 "), but gets shape ", in.str());
+  STRATA_REQUIRE(in[0] <= (std::size_t(1) << 15), config, name(), ": ", in[0],
+                 " positions; at most 32768 (the (T, T) attention matrix is kept per head)");
+  return Shape{in[0], w};
+}
+
+template <class T>
+double CausalAttention<T>::flops() const {
+  const double t = static_cast<double>(positions());
+  return 4.0 * static_cast<double>(heads_ * head_size_) * t * t;  // q k^T and P v, unmasked
+}
+
+template <class T>
+bool CausalAttention<T>::runs_blas(const Context& ctx) const {
+  return !portable_ && ctx.blas.sequential_in_kernels();
+}
+
+template <class T>
+std::size_t CausalAttention<T>::blocks(std::size_t batch) const {
+  return std::max<std::size_t>(1, std::min(batch * heads_, attn::kMaxBlocks));
+}
+
+template <class T>
+std::size_t CausalAttention<T>::saved_size(std::size_t batch) const {
+  return batch * heads_ * positions() * positions();
+}
+
+template <class T>
+std::size_t CausalAttention<T>::workspace_bytes(std::size_t max_batch) const {
+  return Blas::vendor_sequential_in_kernels()
+             ? blocks(max_batch) * positions() * positions() * sizeof(T)
+             : 0;
+}
+
+template <class T>
+void CausalAttention<T>::reserve(std::size_t batch, std::size_t) {
+  const std::size_t n = workspace_bytes(batch) / sizeof(T);
+  if (work_.extent(0) < n) work_ = VectorBuffer<T>("strata::CausalAttention::work", n);
+}
+
+template <class T>
+void CausalAttention<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
+  const Dims d{static_cast<int>(x.extent(0)), static_cast<int>(heads_),
+               static_cast<int>(head_size_), static_cast<int>(positions()),
+               static_cast<int>(heads_ * head_size_)};
+  if (d.batch == 0) return;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_size_)));
+  T* probs = saved.scratch.data();
+  if (runs_blas(ctx))
+    attn::forward_blas(ctx, d, blocks(x.extent(0)), x, y, probs, scale);
+  else
+    attn::forward_portable(ctx, d, x, y, probs, scale);
+}
+
+template <class T>
+void CausalAttention<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  if (dx.data() == nullptr) return;  // no parameters: nothing else to do
+  const Dims d{static_cast<int>(dy.extent(0)), static_cast<int>(heads_),
+               static_cast<int>(head_size_), static_cast<int>(positions()),
+               static_cast<int>(heads_ * head_size_)};
+  if (d.batch == 0) return;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_size_)));
+  T* probs = saved.scratch.data();
+  if (runs_blas(ctx)) {
+    STRATA_REQUIRE(work_.extent(0) >= blocks(dy.extent(0)) * d.plane(), runtime, name(),
+                   ": backward before reserve() for this batch");
+    attn::backward_blas(ctx, d, blocks(dy.extent(0)), saved.x, dy, dx, probs, work_.data(), scale);
+  } else {
+    attn::backward_portable(ctx, d, saved.x, dy, dx, probs, scale);
+  }
+}
+
+template <class T>
+LayerPtr<T> make_attention(LayerArgs& args, const Shape& in, LayerBuild&) {
+  STRATA_REQUIRE(in.rank() == 2, config, args.where(),
+                 ": attention takes shape {T, width}, but gets shape ", in.str());
+  const std::size_t width = in.back(), heads = args.positive("heads");
+  STRATA_REQUIRE(args.has("head_size") || width % heads == 0, config, args.at("heads"), ": ",
+                 heads, " heads do not divide the width ", width,
+                 " (give head_size, or a head count that divides it)");
+  const std::size_t hs = args.positive("head_size", width / heads);
+  const bool bias = args.flag("bias", true);
+  const double sd = args.number("std", 0.0);
+  const double proj_sd = args.number("proj_std", sd);
+  STRATA_REQUIRE(sd >= 0 && proj_sd >= 0, config, args.where(),
+                 ": std and proj_std must be >= 0 (0: the model's initialisation)");
+  std::vector<LayerPtr<T>> inner;
+  inner.push_back(std::make_unique<Linear<T>>(width, 3 * heads * hs, bias, sd));
+  inner.push_back(std::make_unique<CausalAttention<T>>(heads, hs));
+  inner.push_back(std::make_unique<Linear<T>>(heads * hs, width, bias, proj_sd));
+  return std::make_unique<Block<T>>(std::move(inner), false,
+                                    std::vector<std::string>{"qkv", "core", "proj"});
+}
+
+template class CausalAttention<float>;
+template class CausalAttention<double>;
+template LayerPtr<float> make_attention<float>(LayerArgs&, const Shape&, LayerBuild&);
+template LayerPtr<double> make_attention<double>(LayerArgs&, const Shape&, LayerBuild&);
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+// Causal multi-head self-attention.
+//
+// The model-file type "attention" (heads = H, optional head_size, default
+// width / H) builds a block of three layers, each a separate layer so that
+// tensor parallelism and the per-layer breakdown see them:
+//
+//   qkv   Linear(width, 3 H hs)      one GEMM for the queries, keys and values
+//   core  CausalAttention(H, hs)     softmax(q k^T / sqrt(hs) + causal mask) v
+//   proj  Linear(H hs, width)        the output projection
+//
+// as PyTorch's nanoGPT CausalSelfAttention (c_attn, c_proj); parameter names
+// are qkv.weight, qkv.bias, proj.weight, proj.bias under the block's name.
+//
+// CausalAttention: input per sample {T, 3 W} (W = H hs), each position's row
+// holding [q | k | v], each of those H heads of hs values (PyTorch's
+// q, k, v = c_attn(x).split(W, dim=2), then view(B, T, H, hs)); output
+// {T, W}, head h in columns [h hs, (h + 1) hs). For each sample and head:
+//
+//   S = q k^T / sqrt(hs)           (T, T); entries above the diagonal masked
+//   P = softmax over each row of S, the max subtracted first (stable)
+//   y = P v
+//
+// backward: dv = P^T dy, dP = dy v^T, dS = P * (dP - rowsum(P * dP)),
+//           dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs).
+//
+// P is kept for backward (saved_size: H T^2 values per sample). Two ways to
+// compute, the same functions of the inputs (each sum in a fixed order, so
+// neither depends on the thread count; they differ from each other only by
+// rounding):
+//   - per (sample, head) on one host thread, its GEMMs on the sequential BLAS
+//     (Blas::sequential_in_kernels, as Conv2d's samples): the host default;
+//   - portable kernels (any backend): one item per (sample, head, query row)
+//     for the scores and softmax, one per output value for the products.
+#pragma once
+
+#include "layers/layer.hpp"
+
+namespace strata {
+
+template <class T>
+class CausalAttention final : public Layer<T> {
+ public:
+  CausalAttention(std::size_t heads, std::size_t head_size);
+
+  std::string name() const override;
+  Shape output_shape(const Shape& in) const override;
+  double flops() const override;
+  void reserve(std::size_t batch, std::size_t in) override;
+  std::size_t workspace_bytes(std::size_t max_batch) const override;
+  std::size_t saved_size(std::size_t batch) const override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  bool backward_reads_output() const override { return false; }
+
+  std::size_t heads() const { return heads_; }
+  std::size_t head_size() const { return head_size_; }
+  // Whether this context computes per (sample, head) with the sequential
+  // BLAS (else the portable kernels); set_portable(true) forces the kernels
+  // (tests compare both).
+  bool runs_blas(const Context& ctx) const;
+  void set_portable(bool on) { portable_ = on; }
+
+ private:
+  std::size_t positions() const { return this->in_shape_[0]; }
+  std::size_t blocks(std::size_t batch) const;
+
+  std::size_t heads_, head_size_;
+  bool portable_ = false;
+  VectorBuffer<T> work_;  // BLAS path: one (T, T) matrix per block (dP in backward)
+};
+
+// The "attention" block of a model file (layers/registry.hpp).
+template <class T>
+LayerPtr<T> make_attention(LayerArgs& args, const Shape& in, LayerBuild& build);
+
+}  // namespace strata

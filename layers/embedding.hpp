@@ -1,0 +1,51 @@
+// Token embedding: integer ids in, one learned vector per id out, as
+// PyTorch's nn.Embedding(vocab, dim).
+//
+// Input: per-sample shape {T}, the token ids as values (exact in float below
+// 2^24; the data readers check them against the vocabulary). Output {T, dim}.
+// Parameters: weight (vocab, dim), row-major, initialised N(0, std^2)
+// (std 0.02 by default, as GPT-2; PyTorch's own default is N(0, 1)).
+//
+// forward:  y(b, t, :) = W(id(b, t), :)
+// backward: dW(id, :) += dy(b, t, :) over the positions that hold id, in
+//           position order: only the rows a batch used are touched, and the
+//           sum does not depend on the thread count. The ids have no gradient.
+//
+// A forward with an id outside [0, vocab) or not a whole number throws a
+// `data` error naming the layer and how many ids were bad.
+#pragma once
+
+#include "layers/layer.hpp"
+
+namespace strata {
+
+template <class T>
+class Embedding final : public Layer<T> {
+ public:
+  Embedding(std::size_t vocab, std::size_t dim, double std = 0.02);
+
+  // The layer a model file describes: vocab, dim, std (layers/registry.hpp).
+  static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
+
+  std::string name() const override;
+  Shape output_shape(const Shape& in) const override;
+  std::size_t num_params() const override { return vocab_ * dim_; }
+  std::vector<ParamInfo> param_table() const override;
+  double flops() const override { return 0; }
+  void bind(Vector<T> params, Vector<T> grads) override;
+  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+            std::uint64_t layer_index) const override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  bool backward_reads_output() const override { return false; }
+
+  std::size_t vocab() const { return vocab_; }
+  std::size_t dim() const { return dim_; }
+
+ private:
+  std::size_t vocab_, dim_;
+  double std_;
+  Matrix<T> weight_, dweight_;  // (vocab, dim)
+};
+
+}  // namespace strata
