@@ -113,6 +113,16 @@ class Layer {
   virtual void use_arena(Vector<T> /*arena*/) {}
   // Binds the layer's slices of the flat parameter and gradient buffers.
   virtual void bind(Vector<T> /*params*/, Vector<T> /*grads*/) {}
+  // Weight tying (a language-model head on the token embedding's weight):
+  // the name of the earlier layer whose "weight" this layer uses, "" for
+  // none. Sequential::add finds that tensor in the same model and calls
+  // tie_weight(shape): from then on num_params() and param_table() leave the
+  // weight out, and bind_tied() gives the layer the shared parameter and
+  // gradient slices (both layers add into the one gradient). tie_weight
+  // throws config when the shape is not the one the layer needs.
+  virtual std::string tied_to() const { return ""; }
+  virtual void tie_weight(const Shape& /*shape*/) {}
+  virtual void bind_tied(Vector<T> /*weight*/, Vector<T> /*grad*/) {}
   // Writes initial parameters into `params` (host memory, this layer's slice).
   // `layer_index` makes each layer's random stream distinct.
   virtual void init(HostVector<T> /*params*/, Init /*scheme*/, std::uint64_t /*seed*/,

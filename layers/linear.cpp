@@ -20,16 +20,36 @@ Linear<T>::Linear(std::size_t in, std::size_t out, bool bias, double std)
 }
 
 template <class T>
+Linear<T>::Linear(std::size_t in, std::size_t out, bool bias, double std, std::string tie)
+    : Linear(in, out, bias, std) {
+  tie_ = std::move(tie);
+}
+
+template <class T>
+void Linear<T>::tie_weight(const Shape& shape) {
+  STRATA_REQUIRE(shape == (Shape{out_, in_}), config, name(), ": the weight of '", tie_,
+                 "' has shape ", shape.str(), ", but this layer needs {", out_, ", ", in_, "}");
+  tied_ = true;
+}
+
+template <class T>
+void Linear<T>::bind_tied(Vector<T> weight, Vector<T> grad) {
+  weight_ = reshape(weight, 0, out_, in_);
+  dweight_ = reshape(grad, 0, out_, in_);
+}
+
+template <class T>
 LayerPtr<T> Linear<T>::from_args(LayerArgs& args, const Shape& in, LayerBuild&) {
   const double sd = args.number("std", 0.0);
   STRATA_REQUIRE(sd >= 0, config, args.at("std"), ": must be >= 0 (0: the model's initialisation)");
-  return std::make_unique<Linear<T>>(in.back(), args.positive("out"), args.flag("bias", true), sd);
+  return std::make_unique<Linear<T>>(in.back(), args.positive("out"), args.flag("bias", true), sd,
+                                     args.text("tie", ""));
 }
 
 template <class T>
 std::string Linear<T>::name() const {
   return "Linear(" + std::to_string(in_) + ", " + std::to_string(out_) +
-         (bias_ ? ")" : ", bias=false)");
+         (bias_ ? "" : ", bias=false") + (tie_.empty() ? ")" : ", tied to " + tie_ + ")");
 }
 
 template <class T>
@@ -41,8 +61,9 @@ Shape Linear<T>::output_shape(const Shape& in) const {
 
 template <class T>
 std::vector<ParamInfo> Linear<T>::param_table() const {
-  std::vector<ParamInfo> t{{"weight", Shape{out_, in_}, 0, ParamGroup::decay}};
-  if (bias_) t.push_back({"bias", Shape{out_}, out_ * in_, ParamGroup::no_decay});
+  std::vector<ParamInfo> t;
+  if (!tied_) t.push_back({"weight", Shape{out_, in_}, 0, ParamGroup::decay});
+  if (bias_) t.push_back({"bias", Shape{out_}, tied_ ? 0 : out_ * in_, ParamGroup::no_decay});
   return t;
 }
 
@@ -55,17 +76,24 @@ double Linear<T>::flops() const {
 
 template <class T>
 void Linear<T>::bind(Vector<T> params, Vector<T> grads) {
-  weight_ = reshape(params, 0, out_, in_);
-  dweight_ = reshape(grads, 0, out_, in_);
+  const std::size_t nw = tied_ ? 0 : out_ * in_;  // tied: bind_tied gives the weight
+  if (!tied_) {
+    weight_ = reshape(params, 0, out_, in_);
+    dweight_ = reshape(grads, 0, out_, in_);
+  }
   if (bias_) {
-    b_ = Kokkos::subview(params, Kokkos::make_pair(out_ * in_, out_ * in_ + out_));
-    db_ = Kokkos::subview(grads, Kokkos::make_pair(out_ * in_, out_ * in_ + out_));
+    b_ = Kokkos::subview(params, Kokkos::make_pair(nw, nw + out_));
+    db_ = Kokkos::subview(grads, Kokkos::make_pair(nw, nw + out_));
   }
 }
 
 template <class T>
 void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
                      std::uint64_t layer_index) const {
+  if (tied_) {  // the bias alone: zero, as PyTorch's tied heads have none or zero
+    for (std::size_t i = 0; bias_ && i < out_; ++i) params(i) = T(0);
+    return;
+  }
   if (std_ > 0) {
     detail::init_normal(params, out_ * in_, std_, seed, layer_index);
     for (std::size_t i = 0; bias_ && i < out_; ++i) params(out_ * in_ + i) = T(0);

@@ -11,6 +11,7 @@
 
 #include "layers/layer.hpp"
 
+#include <string>
 #include <vector>
 
 namespace strata {
@@ -21,23 +22,30 @@ class Linear final : public Layer<T> {
   // std > 0: weights drawn from N(0, std^2) and zero biases (GPT-2's
   // initialisation, `std` in a model file) instead of the model's scheme.
   Linear(std::size_t in, std::size_t out, bool bias = true, double std = 0);
+  // A Linear whose weight is the (out, in) weight of the layer named `tie`
+  // (Layer::tied_to; `tie` in a model file): GPT's language-model head
+  // tied to the token embedding (vocab, dim).
+  Linear(std::size_t in, std::size_t out, bool bias, double std, std::string tie);
 
   // The layer a model file describes (layers/registry.hpp).
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override { return out_ * in_ + (bias_ ? out_ : 0); }
+  std::size_t num_params() const override { return (tied_ ? 0 : out_ * in_) + (bias_ ? out_ : 0); }
   std::vector<ParamInfo> param_table() const override;
   double flops() const override;
   void bind(Vector<T> params, Vector<T> grads) override;
+  std::string tied_to() const override { return tie_; }
+  void tie_weight(const Shape& shape) override;
+  void bind_tied(Vector<T> weight, Vector<T> grad) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
   TensorSplit tensor_split() const override {
-    return bias_ ? TensorSplit::linear : TensorSplit::none;
+    return bias_ && tie_.empty() ? TensorSplit::linear : TensorSplit::none;
   }
 
   std::size_t in() const { return in_; }
@@ -50,6 +58,8 @@ class Linear final : public Layer<T> {
   std::size_t in_, out_;
   bool bias_;
   double std_;
+  std::string tie_;     // tied_to()
+  bool tied_ = false;   // the weight is another layer's (tie_weight was called)
   Matrix<T> weight_, dweight_;  // (out, in)
   Vector<T> b_, db_;            // (out)
 };

@@ -58,6 +58,22 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
   }
   layer->set_input_shape(shapes_.back());
   layer->set_storage(storage_);
+  if (!layer->tied_to().empty()) {
+    const std::string wanted = layer->tied_to() + ".weight";
+    const auto params = parameters();
+    const auto it = std::find_if(params.begin(), params.end(),
+                                 [&](const ParamInfo& p) { return p.name == wanted; });
+    STRATA_REQUIRE(it != params.end(), config, where, ": ties its weight to '", wanted,
+                   "', which no earlier layer of this model", first_index_ > 0 ? " stage" : "",
+                   " has (tie names an earlier top-level layer with a weight; pipeline stages "
+                   "do not share tied weights)");
+    try {
+      layer->tie_weight(it->shape);
+    } catch (const Error& e) {
+      STRATA_THROW(config, where, ": ", e.message());
+    }
+    ties_.push_back({layers_.size(), it->offset, it->shape.numel()});
+  }
   detail::check_param_table(where, layer->param_table(), layer->num_params());
   if (name.empty()) name = std::to_string(first_index_ + layers_.size());
   for (std::size_t i = 0; i < names_.size(); ++i)
@@ -219,6 +235,11 @@ void Sequential<T>::bind_layers() {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const auto slice = Kokkos::make_pair(offsets_[i], offsets_[i + 1]);
     layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice), Kokkos::subview(grads_, slice));
+  }
+  for (const Tie& t : ties_) {
+    const auto slice = Kokkos::make_pair(t.offset, t.offset + t.size);
+    layers_[t.layer]->bind_tied(Kokkos::subview(Vector<T>(params_), slice),
+                                Kokkos::subview(grads_, slice));
   }
 }
 

@@ -35,9 +35,11 @@ class Sequential {
   explicit Sequential(const Shape& input, std::size_t first_index = 0);
 
   // Appends a layer; throws config (naming the layer, its position and both
-  // shapes) when it cannot take the previous layer's output shape. `name`
-  // prefixes its parameter names (default: its global position, as in
-  // PyTorch's nn.Sequential). Not after build().
+  // shapes) when it cannot take the previous layer's output shape, and when
+  // a layer that ties its weight (Layer::tied_to) names no earlier layer
+  // with such a weight (else it uses that layer's slice). `name` prefixes its
+  // parameter names (default: its global position, as in PyTorch's
+  // nn.Sequential). Not after build().
   Sequential& add(LayerPtr<T> layer, std::string name = "");
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
@@ -193,6 +195,10 @@ class Sequential {
   std::vector<Shape> shapes_;         // shapes_[i]: per-sample input shape of layer i
   std::vector<std::size_t> widths_;   // widths_[i]: shapes_[i].numel()
   std::vector<std::size_t> offsets_;  // offsets_[i]: first parameter of layer i
+  struct Tie {                        // layer `layer` uses the weight at [offset, offset + size)
+    std::size_t layer, offset, size;
+  };
+  std::vector<Tie> ties_;
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;
   std::size_t row_offset_ = 0;

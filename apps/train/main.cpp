@@ -220,22 +220,27 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   // augmentation and copy to the device beyond what overlapped the step).
   const double data_wait = timed_s > 0 ? timed_data_s / (timed_s + timed_data_s) : 0;
   const double wall = seconds_since(wall0);
+  const std::size_t tokens = d.train.label_width;  // labels per sample: a language model's tokens
   if (rep.writes_metrics)
     metrics.write({{"steps", step},
                    {"final_loss", trained ? nlohmann::json(last_loss) : nlohmann::json()},
                    {"ranks", comm.size()},
                    {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
+                   {"tokens_per_sec", rate > 0 && tokens > 1 ? nlohmann::json(rate * tokens)
+                                                             : nlohmann::json()},
                    {"data_wait_fraction", timed_s > 0 ? nlohmann::json(data_wait) : nlohmann::json()},
                    {"wall_s", wall}});
   if (!rep.active) return;
   std::string result = rep.prefix + "done: " + std::to_string(step) + " steps";
   result += trained ? ", final loss " + fmt("%.6f", last_loss) : " (none run now)";
-  if (c.evaluate && d.test.size() > 0 && comm.rank() == 0)
-    result += d.test.is_classification() ? ", test accuracy " + fmt("%.4f", eval.accuracy)
-                                         : ", test loss " + fmt("%.6f", eval.loss);
+  if (c.evaluate && d.test.size() > 0 && comm.rank() == 0) {
+    if (d.test.is_classification()) result += ", test accuracy " + fmt("%.4f", eval.accuracy);
+    if (!d.test.is_classification() || tokens > 1) result += ", test loss " + fmt("%.6f", eval.loss);
+  }
   if (rate > 0)
-    result += ", " + fmt("%.0f", rate) + " samples/s (" + fmt("%.1f", 100 * data_wait) +
-              "% waiting for data)";
+    result += ", " + fmt("%.0f", rate) + " samples/s" +
+              (tokens > 1 ? " (" + fmt("%.0f", rate * tokens) + " tokens/s)" : "") + " (" +
+              fmt("%.1f", 100 * data_wait) + "% waiting for data)";
   else if (trained)
     result += ", samples/s n/a (" + std::to_string(step - first_step) +
               " step(s), all of them warm-up: --warmup-steps " + std::to_string(c.warmup_steps) + ")";

@@ -3,6 +3,8 @@
 #include "backends/error.hpp"
 #include "backends/ranks.hpp"
 #include "data/loader.hpp"
+#include "data/text.hpp"
+#include "layers/embedding.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -129,6 +131,17 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
     s = data::split_tail(
         data::make_synthetic(c.samples, in, task, out, c.seed), c.evaluate ? c.test_fraction : 0.0);
     if (norm == Normalize::automatic) norm = Normalize::none;
+  } else if (text_data(c)) {
+    const std::string path = c.dataset == "fortunes" ? data::default_fortunes_dir() : c.dataset.substr(5);
+    STRATA_REQUIRE(model.shape(0).rank() == 1, config, first,
+                   ": text data gives windows of token ids, input = [T]");
+    const std::size_t vocab = 256;  // byte tokens
+    if (const auto* e = dynamic_cast<const Embedding<float>*>(&model.layer(0)))
+      STRATA_REQUIRE(e->vocab() >= vocab, config, first, " and embeds a vocabulary of ", e->vocab(),
+                     ", but byte-level text has ", vocab, " token ids (vocab = ", vocab, ")");
+    s = data::text_windows(data::byte_tokens(data::read_text(path)), in, vocab,
+                           c.evaluate ? c.test_fraction : 0.0, path);
+    norm = Normalize::none;  // token ids
   } else {
     const std::string path = c.dataset.substr(4);
     s = data::split_tail(data::read_csv(path, task, 0, out), c.evaluate ? c.test_fraction : 0.0);
@@ -165,7 +178,13 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
                  data::shape_str(s.train),
                  c.dataset.rfind("csv:", 0) == 0 ? " (--input-shape)" : "",
                  " (the model file's input = [...] must be the data's shape)");
-  if (task == data::CsvTask::classification) {
+  if (task == data::CsvTask::classification && s.train.label_width > 1) {
+    const std::size_t p = s.train.label_width;  // labels per sample: one per position
+    STRATA_REQUIRE(out % p == 0 && out / p >= s.train.classes, config, last, " but ",
+                   s.train.name, " has ", p, " positions of ", s.train.classes,
+                   " classes per sample (the output needs {", p, ", ", s.train.classes,
+                   "}: one logit per token id at each position)");
+  } else if (task == data::CsvTask::classification) {
     STRATA_REQUIRE(s.train.classes <= out, config, last, " but ",
                    s.train.name, " has ", s.train.classes,
                    " classes (the output layer needs one output per class)");
@@ -193,6 +212,7 @@ std::string checkpoint_config(const TrainConfig& c) {
                    {"accumulate", c.accumulate},
                    {"shuffle", c.shuffle},
                    {"seed", c.seed}};
+  if (c.seq_len > 0) j["seq_len"] = c.seq_len;
   if (c.model_file.empty()) {
     j["layers"] = c.layers;
     j["activation"] = to_string(c.activation);

@@ -49,9 +49,20 @@ bool loss_scaling(const TrainConfig& c) {
   return c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
 }
 
+bool text_data(const TrainConfig& c) {
+  return c.dataset == "fortunes" || c.dataset.rfind("text:", 0) == 0;
+}
+
 ModelSpec model_spec(const TrainConfig& c) {
   ModelSpec m = !c.model_file.empty() ? read_model_file(c.model_file)
                                       : mlp_model({c.layers, c.activation, c.dropout, c.seed});
+  if (c.seq_len > 0) {  // a language model's windows: the model takes input = [seq_len]
+    STRATA_REQUIRE(m.input.rank() == 1 && !m.mlp, config, "--seq-len ", c.seq_len, ": the model ",
+                   m.source, " takes inputs of shape ", m.input.str(),
+                   "; a language model's file says input = [T] (token ids) and starts with an "
+                   "embedding");
+    m.input = Shape{c.seq_len};
+  }
   m.sync_batchnorm = m.sync_batchnorm || c.sync_bn;
   return m;
 }
@@ -72,7 +83,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
 
   app.add_option("--dataset", c.dataset,
                  "fashion-mnist | synthetic | csv:PATH (CSV: numeric features, last column the "
-                 "label, or the targets for --loss mse)")
+                 "label, or the targets for --loss mse) | text:PATH (a text file or a directory of "
+                 "them, byte tokens, for language models) | fortunes (text: Debian's fortunes)")
       ->capture_default_str();
   app.add_option("--data-dir", c.data_dir,
                  "Fashion-MNIST directory (default: $STRATA_FASHION_MNIST_DIR or Debian's "
@@ -81,9 +93,14 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->capture_default_str()
       ->check(whole_number(1));
   app.add_option("--test-fraction", c.test_fraction,
-                 "fraction of synthetic or CSV samples held out for testing")
+                 "fraction of synthetic or CSV samples (text: of the tokens, the tail) held out "
+                 "for testing")
       ->capture_default_str()
       ->check(number_in(0.0, 0.9));
+  app.add_option("--seq-len", c.seq_len,
+                 "text data: tokens per training window (default: the model's input = [T]; at "
+                 "most its position_embedding context)")
+      ->check(whole_number(1));
   app.add_option("--input-shape", c.input_shape,
                  "the shape of one sample of a CSV data set, e.g. 3,32,32 (channels, height, "
                  "width; synthetic data takes the model's input shape)")
@@ -291,10 +308,18 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   c.overlap = !no_overlap;
   c.evaluate = !no_eval;
   STRATA_REQUIRE(c.dataset == "fashion-mnist" || c.dataset == "synthetic" ||
-                     c.dataset.rfind("csv:", 0) == 0,
+                     c.dataset.rfind("csv:", 0) == 0 || text_data(c),
                  config, "--dataset: unknown data set '", c.dataset,
-                 "' (expected fashion-mnist, synthetic or csv:PATH)");
+                 "' (expected fashion-mnist, synthetic, csv:PATH, text:PATH or fortunes)");
   STRATA_REQUIRE(c.dataset != "csv:", config, "--dataset csv:PATH needs a path");
+  STRATA_REQUIRE(c.dataset != "text:", config, "--dataset text:PATH needs a path");
+  STRATA_REQUIRE(c.seq_len == 0 || text_data(c), config,
+                 "--seq-len applies to text data (--dataset text:PATH or fortunes)");
+  STRATA_REQUIRE(!text_data(c) || c.normalize == Normalize::automatic ||
+                     c.normalize == Normalize::none,
+                 config, "--normalize ", normalize, ": text data are token ids, never normalised");
+  STRATA_REQUIRE(!text_data(c) || c.loss == LossKind::cross_entropy, config,
+                 "text data trains a language model with --loss cross-entropy (next-token labels)");
   STRATA_REQUIRE(!c.resume || !c.checkpoint_dir.empty(), config,
                  "--resume needs --checkpoint-dir (or use --resume-from FILE)");
   STRATA_REQUIRE(!(c.resume && !c.resume_from.empty()), config,

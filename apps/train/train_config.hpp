@@ -19,10 +19,11 @@ namespace strata::app {
 enum class Normalize { automatic, none, global, per_feature };
 
 struct TrainConfig {
-  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic | csv:PATH
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic | csv:PATH | fortunes | text:PATH
   std::string data_dir;                   // empty: default directory
   std::size_t samples = 1024;             // synthetic
-  double test_fraction = 0.1;             // synthetic and csv
+  double test_fraction = 0.1;             // synthetic, csv and text
+  std::size_t seq_len = 0;                // text: tokens per sample (0: the model's input length)
   std::vector<std::size_t> input_shape;   // --input-shape: the CSV's sample shape
   std::size_t random_crop = 0;            // augmentation: padding of the random crop
   bool random_flip = false;               // augmentation: random horizontal flip
@@ -92,6 +93,8 @@ bool loss_scaling(const TrainConfig& c);
 // The model to train: the file of --model, or the MLP of --layers,
 // --activation and --dropout. Throws config for a bad model file.
 ModelSpec model_spec(const TrainConfig& c);
+// Whether --dataset names text (a language model's corpus).
+bool text_data(const TrainConfig& c);
 
 // Parses the program's arguments (argv without argv[0] and without Kokkos
 // options). Returns nullopt after printing --help or --version output.
