@@ -1,6 +1,7 @@
 #include "data/text.hpp"
 
 #include "backends/error.hpp"
+#include "backends/random.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -110,6 +111,25 @@ Split text_windows(const std::vector<std::int32_t>& tokens, std::size_t seq_len,
                  ") is too short for one window of --seq-len ", seq_len, " (", seq_len + 1,
                  " tokens)");
   return s;
+}
+
+Dataset make_synthetic_tokens(std::size_t samples, std::size_t seq_len, std::size_t vocab,
+                              std::uint64_t seed) {
+  STRATA_REQUIRE(samples > 0 && seq_len > 0 && vocab > 0, config,
+                 "synthetic tokens: samples, sequence length and vocabulary must be positive");
+  Dataset d;
+  d.name = "synthetic tokens";
+  d.features = seq_len;
+  d.shape = {seq_len};
+  d.classes = vocab;
+  d.label_width = seq_len;
+  d.x.resize(samples * seq_len);
+  d.labels.resize(samples * seq_len);
+  for (std::size_t i = 0; i < d.x.size(); ++i) {
+    d.x[i] = static_cast<float>(random::below(seed, random::stream_synthetic, i, vocab));
+    d.labels[i] = static_cast<std::int32_t>(random::below(seed, random::stream_synthetic + 1, i, vocab));
+  }
+  return d;
 }
 
 }  // namespace strata::data

@@ -41,4 +41,10 @@ std::vector<std::int32_t> byte_tokens(const std::string& text);
 Split text_windows(const std::vector<std::int32_t>& tokens, std::size_t seq_len,
                    std::size_t vocab, double test_fraction, const std::string& name);
 
+// Seeded random token windows for timing and tests: `samples` windows of
+// seq_len ids uniform in [0, vocab), each with seq_len labels uniform in
+// [0, vocab) (no structure to learn). The same seed gives the same data.
+Dataset make_synthetic_tokens(std::size_t samples, std::size_t seq_len, std::size_t vocab,
+                              std::uint64_t seed);
+
 }  // namespace strata::data

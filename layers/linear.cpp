@@ -4,6 +4,7 @@
 #include "backends/launch.hpp"
 #include "layers/registry.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace strata {
@@ -144,6 +145,25 @@ void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
       for (std::size_t j = 0; j < cols; ++j) db(j) += a[j];
       return;
     }
+    // On host threads: blocks of 64 columns, each summed row by row on one
+    // thread (a column per thread reads a whole row apart for every value:
+    // 7% of a transformer step, where B T rows of 1024 columns are summed).
+    // The same terms in the same order per column as the other two paths.
+    constexpr std::size_t block = 64;
+    const std::size_t rows = dy.extent(0), cols = dy.extent(1);
+    for_host_items(ctx, "strata::Linear::bias_grad", (cols + block - 1) / block,
+                   [=](const std::size_t b) {
+                     const std::size_t c0 = b * block, n = std::min(block, cols - c0);
+                     T a[block] = {};
+                     for (std::size_t i = 0; i < rows; ++i) {
+                       const T* r = dy.data() + i * dy.stride(0) + c0;
+                       STRATA_IVDEP
+                       for (std::size_t j = 0; j < n; ++j) a[j] += r[j];
+                     }
+                     for (std::size_t j = 0; j < n; ++j) db(c0 + j) += a[j];
+                   },
+                   rows * block);
+    return;
   }
   const int batch = static_cast<int>(dy.extent(0));
   // One thread per output feature sums its column in a fixed order.

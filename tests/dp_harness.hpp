@@ -5,6 +5,7 @@
 
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "data/text.hpp"
 #include "layers/mlp.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
@@ -35,7 +36,75 @@ struct DpConfig {
   // Labels per sample (> 1: one per position, e.g. per token, of a model
   // whose output holds label_width positions of `classes` values).
   std::size_t label_width = 1;
+  // Token windows (data::make_synthetic_tokens: `features` ids below
+  // `classes` per sample and one label per position) instead of N(0, 1) rows.
+  bool tokens = false;
 };
+
+// A GPT as the equivalence tests train it (DpConfig with tokens: 6 token ids
+// below 11 per sample): embeddings, two pre-norm blocks of causal attention
+// (2 heads) and a GELU MLP, with Dropout when `dropout`, a final LayerNorm
+// and a head tied to the token embedding; 6 top-level layers.
+inline std::string gpt_model(bool dropout = false) {
+  const std::string drop = dropout ? "\n    { type = \"dropout\", p = 0.2 }," : "";
+  return R"(
+input = [6]
+[[layers]]
+name = "wte"
+type = "embedding"
+vocab = 11
+dim = 8
+[[layers]]
+name = "wpe"
+type = "position_embedding"
+context = 8
+[[layers]]
+name = "h"
+type = "block"
+repeat = 2
+layers = [
+  { type = "residual", layers = [
+    { type = "layernorm" },
+    { type = "attention", heads = 2, std = 0.2, bias = false },)" + drop + R"(
+  ] },
+  { type = "residual", layers = [
+    { type = "layernorm" },
+    { type = "linear", out = 16, std = 0.2 },
+    { type = "gelu" },
+    { type = "linear", out = 8, std = 0.2 },)" + drop + R"(
+  ] },
+]
+[[layers]]
+name = "ln_f"
+type = "layernorm"
+[[layers]]
+name = "lm_head"
+type = "linear"
+out = 11
+bias = false
+tie = "wte"
+)";
+}
+
+// The DpConfig that trains gpt_model: Adam at 1e-3, a transformer's usual
+// rate. Two choices keep rounding differences (another summation order of
+// the gradients) at rounding size, measured with 2 thread ranks: the
+// attention has no biases, since the key bias's gradient is zero in exact
+// arithmetic (softmax ignores a shift common to a row) and Adam turns its
+// rounding noise into steps of +-lr (5e-5 apart after one step); and at Adam
+// 1e-2 or SGD 0.1 the tied embedding amplifies rounding differences to
+// 5e-3 - 4e-2 relative in 20 steps (SGD 0.01: 5e-6; Adam 1e-3: 9e-6).
+inline DpConfig gpt_config(bool dropout = false) {
+  DpConfig c;
+  c.optimizer = {OptimizerKind::adam, 0.001};
+  c.model = gpt_model(dropout);
+  c.tokens = true;
+  c.features = 6;
+  c.classes = 11;
+  c.label_width = 6;
+  c.batch = 11;
+  return c;
+}
 
 // A residual MLP as the equivalence tests train it (the features and
 // classes of DpConfig): a stem, two pre-norm residual blocks with GELU (and
@@ -118,6 +187,7 @@ struct RunResult {
 
 
 inline data::Dataset dp_data(const DpConfig& c) {
+  if (c.tokens) return data::make_synthetic_tokens(c.samples, c.features, c.classes, c.seed);
   auto d = data::make_synthetic(c.samples, c.features, data::CsvTask::classification, c.classes, c.seed);
   if (c.label_width > 1) {
     d.label_width = c.label_width;

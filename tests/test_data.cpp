@@ -1,12 +1,14 @@
 // Tests for the host-side data readers: IDX, CSV, synthetic data, splitting
 // and normalisation.
 #include "data/dataset.hpp"
+#include "data/text.hpp"
 
 #include "backends/error.hpp"
 #include "strata_config.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -602,3 +604,80 @@ TEST(Data, Normalizer) {
   Dataset other = make_synthetic(3, 2, CsvTask::regression, 1, 1);
   expect_error([&] { z.apply(other); }, ErrorKind::config, {"4 features", "2 features"});
 }
+
+// ------------------------------------------------------------------ text
+
+namespace strata::data {
+
+// Windows hold the next token as each position's label, the validation tail
+// is cut before windows form, and the ids are the bytes.
+TEST_F(DataFiles, TextWindowsAreNextTokenPairsWithAHeldOutTail) {
+  const std::string text = "abcdefghijklmnopqrstuvwxyz0123\xc3\xa9";  // 32 bytes, one not ASCII
+  const auto tokens = byte_tokens(read_text(write_text("corpus.txt", text)));
+  ASSERT_EQ(tokens.size(), 32u);
+  EXPECT_EQ(tokens[31], 0xa9);
+  // 25% of 32 = 8 tokens of validation tail: 24 training tokens -> (24 - 1) / 5 = 4 windows.
+  const Split s = text_windows(tokens, 5, 256, 0.25, "corpus");
+  ASSERT_EQ(s.train.size(), 4u);
+  EXPECT_EQ(s.train.label_width, 5u);
+  EXPECT_EQ(s.train.classes, 256u);
+  EXPECT_EQ(s.train.shape, std::vector<std::size_t>{5});
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t t = 0; t < 5; ++t) {
+      EXPECT_EQ(s.train.x[k * 5 + t], static_cast<float>(text[k * 5 + t]));
+      EXPECT_EQ(s.train.labels[k * 5 + t], static_cast<int>(text[k * 5 + t + 1]));
+    }
+  // The tail: tokens 24..31, one window of 5 (+1): starts at token 24.
+  ASSERT_EQ(s.test.size(), 1u);
+  EXPECT_EQ(s.test.x[0], static_cast<float>('y'));
+  EXPECT_EQ(s.test.labels[4], static_cast<int>('3'));
+}
+
+TEST_F(DataFiles, TextDirectoriesJoinTheirTextFilesInNameOrder) {
+  write_text("b.txt", "world");
+  write_text("a.txt", "hello ");
+  write("a.dat", Bytes{1, 0, 2});  // binary (a fortune index): skipped
+  fs::create_symlink(dir_ / "a.txt", dir_ / "a.u8");  // a link: skipped
+  EXPECT_EQ(read_text(dir_.string()), "hello world");
+}
+
+TEST_F(DataFiles, TextErrorsNameTheCorpusAndTheProblem) {
+  auto data_error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::data) << e.message();
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(data_error([&] { read_text(path("missing.txt")); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(data_error([&] { read_text(write_text("empty.txt", "")); }).find("is empty"), std::string::npos);
+  const auto tokens = byte_tokens("short text");
+  EXPECT_NE(data_error([&] { text_windows(tokens, 16, 256, 0.0, "short"); })
+                .find("'short': 10 tokens are too few for one training window of --seq-len 16"),
+            std::string::npos);
+  EXPECT_NE(data_error([&] { text_windows(tokens, 4, 256, 0.2, "short"); })
+                .find("the validation tail of 2 tokens (--test-fraction 0.2) is too short"),
+            std::string::npos);
+  EXPECT_NE(data_error([&] { text_windows({1, 2, 300, 4}, 2, 256, 0.0, "ids"); })
+                .find("'ids': token 2 has id 300, outside the vocabulary [0, 256)"),
+            std::string::npos);
+}
+
+TEST(SyntheticTokens, SeededIdsAndLabelsBelowTheVocabulary) {
+  const Dataset a = make_synthetic_tokens(7, 5, 11, 3), b = make_synthetic_tokens(7, 5, 11, 3);
+  EXPECT_EQ(a.x, b.x);
+  EXPECT_EQ(a.labels, b.labels);
+  ASSERT_EQ(a.size(), 7u);
+  EXPECT_EQ(a.label_width, 5u);
+  std::vector<int> seen(11, 0);
+  for (float v : a.x) {
+    ASSERT_TRUE(v >= 0 && v < 11 && v == static_cast<int>(v));
+    seen[static_cast<int>(v)] = 1;
+  }
+  for (int l : a.labels) ASSERT_TRUE(l >= 0 && l < 11);
+  EXPECT_GT(std::count(seen.begin(), seen.end(), 1), 8);  // 35 draws cover most of 11 ids
+}
+
+}  // namespace strata::data

@@ -109,6 +109,14 @@ TEST_P(DataParallelThreads, PerPositionLabelsMatchSingleRank) {
   EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
 }
 
+// A GPT with dropout and a head tied to the token embedding: shards of
+// whole token windows, attention within each sample.
+TEST_P(DataParallelThreads, GptWithDropoutMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const test::DpConfig c = test::gpt_config(true);
+  EXPECT_EQ(test::compare(dp_on_threads(GetParam(), c), test::train_single(c), 1e-5), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelThreads, ::testing::Values(1, 2, 3, 4));
 
 TEST(DataParallelThreads3, RunsAreBitwiseIdentical) {

@@ -234,6 +234,34 @@ TEST(PerPositionLabels, PipelineMatchesSingleRank) {
   EXPECT_EQ(test::compare(on_threads(2, c, o), test::train_single(c), 1e-5), "");
 }
 
+// A GPT with dropout and a tied head under ZeRO-1 (2 data-parallel ranks,
+// optimizer state sharded) and with per-block recomputation.
+TEST(Gpt, ZeroAndRecomputationMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = test::gpt_config(true);
+  auto o = mesh(2, 1, 1);
+  o.zero = 1;
+  EXPECT_EQ(test::compare(on_threads(2, c, o), test::train_single(c), 1e-5), "") << "ZeRO-1";
+  DpConfig r = c;
+  r.recompute = true;
+  EXPECT_EQ(test::compare(test::train_single(r), test::train_single(c), 0.0), "") << "recompute";
+}
+
+// Pipeline stages do not share a tied weight yet: a clear error names it.
+TEST(Gpt, TiedWeightAcrossPipelineStagesIsAClearError) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = test::gpt_config(false);
+  try {
+    on_threads(2, c, mesh(1, 2, 1));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("ties its weight to 'wte.weight', which no earlier layer of this "
+                               "model stage has"),
+              std::string::npos)
+        << e.message();
+  }
+}
+
 TEST(PipelineSchedules, GPipeAnd1F1BAreBitwiseIdenticalAndDeterministic) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;

@@ -207,6 +207,79 @@ heads = 3
   check_gradients(b, test::randn<double>(b.batch * b.in, 41), 42);
 }
 
+// A head tied to the token embedding: no weight of its own, and the
+// embedding's gradient is the sum of both uses (the oracle: the same model
+// with an untied head holding a copy of the embedding).
+TEST(TiedWeights, TheEmbeddingGradientIsTheSumOfBothUses) {
+  const std::string body = R"(
+input = [5]
+[[layers]]
+name = "wte"
+type = "embedding"
+vocab = 9
+dim = 6
+[[layers]]
+name = "wpe"
+type = "position_embedding"
+context = 5
+[[layers]]
+type = "attention"
+heads = 2
+[[layers]]
+name = "lm_head"
+type = "linear"
+out = 9
+bias = false
+)";
+  auto tied = build_model<double>(parse_model(body + "tie = \"wte\"\n", "tied.toml"), 1);
+  auto untied = build_model<double>(parse_model(body, "untied.toml"), 1);
+  std::vector<std::string> names;
+  for (const auto& p : tied.parameters()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"wte.weight", "wpe.weight", "2.qkv.weight",
+                                             "2.qkv.bias", "2.proj.weight", "2.proj.bias"}));
+  EXPECT_EQ(untied.num_params(), tied.num_params() + 9 * 6);
+  const std::size_t batch = 3;
+  tied.build(batch);
+  untied.build(batch);
+  tied.init(Init::kaiming_uniform, 5);
+  // The untied model: the same values, and the embedding again as the head.
+  Vec p = test::to_host(tied.params());
+  Vec q = p;
+  q.insert(q.end(), p.begin(), p.begin() + 9 * 6);  // lm_head.weight last
+  Kokkos::deep_copy(untied.params(), test::to_device(q));
+  const Vec ids{1, 4, 4, 0, 8, 2, 2, 7, 1, 3, 5, 5, 6, 0, 8};
+  const Vec dy = test::randn<double>(batch * 5 * 9, 6);
+  Context ctx;
+  auto run = [&](Sequential<double>& m) {
+    m.zero_grad(ctx);
+    const auto x = test::to_device(ids, batch, 5);
+    Vec y = test::to_host(m.forward(ctx, x));
+    Kokkos::deep_copy(m.output_grad(), test::to_device(dy, batch, 5 * 9));
+    m.backward(ctx);
+    Kokkos::fence();
+    return std::make_pair(y, test::to_host(m.grads()));
+  };
+  const auto [yt, gt] = run(tied);
+  const auto [yu, gu] = run(untied);
+  EXPECT_EQ(yt, yu);
+  ASSERT_EQ(gu.size(), gt.size() + 54);
+  for (std::size_t i = 0; i < gt.size(); ++i) {
+    // wte: the embedding's and the head's parts added in another order.
+    const double want = i < 54 ? gu[i] + gu[gt.size() + i] : gu[i];
+    ASSERT_NEAR(gt[i], want, 1e-12 * (1 + std::fabs(want))) << names.size() << " gradient " << i;
+  }
+  // A tie to a layer that does not exist, or of another shape, is a config error.
+  EXPECT_THROW(build_model<double>(parse_model(body + "tie = \"wpe2\"\n", "t.toml"), 1), Error);
+  try {
+    build_model<double>(parse_model(body + "tie = \"wpe\"\n", "t.toml"), 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("the weight of 'wpe' has shape {5, 6}, but this layer needs {9, 6}"),
+              std::string::npos)
+        << e.message();
+  }
+}
+
 std::string model_error(const std::string& text) {
   try {
     build_model<float>(parse_model(text, "gpt.toml"), 1);

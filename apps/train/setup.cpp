@@ -128,8 +128,11 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
   } else if (c.dataset == "synthetic") {
     STRATA_REQUIRE(c.samples >= 2 || c.test_fraction == 0, config,
                    "--samples must be at least 2 to hold out a test set");
-    s = data::split_tail(
-        data::make_synthetic(c.samples, in, task, out, c.seed), c.evaluate ? c.test_fraction : 0.0);
+    const auto* e = dynamic_cast<const Embedding<float>*>(&model.layer(0));
+    s = data::split_tail(e != nullptr && task == data::CsvTask::classification && out % in == 0
+                             ? data::make_synthetic_tokens(c.samples, in, std::min(e->vocab(), out / in), c.seed)
+                             : data::make_synthetic(c.samples, in, task, out, c.seed),
+                         c.evaluate ? c.test_fraction : 0.0);
     if (norm == Normalize::automatic) norm = Normalize::none;
   } else if (text_data(c)) {
     const std::string path = c.dataset == "fortunes" ? data::default_fortunes_dir() : c.dataset.substr(5);

@@ -34,6 +34,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import model_from_file  # noqa: E402
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -56,6 +59,8 @@ def parse_args(argv):
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
     p.add_argument("--lr", type=float, default=None,
                    help="learning rate (default 0.01 for sgd, 0.001 for adam/adamw, as strata-train)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="a language model's tokens per sample (default: the model file's input)")
     p.add_argument("--batches", type=int, default=16,
                    help="distinct synthetic batches kept on the device and cycled")
     p.add_argument("--threads", type=int, default=None,
@@ -87,62 +92,6 @@ def parse_args(argv):
     return a
 
 
-def model_from_file(path):
-    """(nn.Sequential, input shape, classes) of a Strata model file, layer by
-    layer as layers/registry.cpp builds it (names as the file's, so that
-    state_dict keys match Strata's parameter names)."""
-    import tomllib
-    from torch import nn
-    with open(path, "rb") as f:
-        spec = tomllib.load(f)
-    shape = list(spec["input"])
-    layers = []
-
-    def pair(v, default):
-        v = default if v is None else v
-        return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
-
-    for i, l in enumerate(spec["layers"]):
-        t, name = l["type"], l.get("name", str(i))
-        if t == "conv2d":
-            k = pair(l.get("kernel"), 1)
-            m = nn.Conv2d(shape[0], l["out"], k, stride=pair(l.get("stride"), 1),
-                          padding=pair(l.get("padding"), 0), dilation=pair(l.get("dilation"), 1),
-                          groups=l.get("groups", 1), bias=l.get("bias", True))
-        elif t in ("maxpool2d", "avgpool2d"):
-            k = pair(l.get("kernel"), 1)
-            cls = nn.MaxPool2d if t == "maxpool2d" else nn.AvgPool2d
-            kw = {"dilation": pair(l.get("dilation"), 1)} if t == "maxpool2d" else \
-                {"count_include_pad": l.get("count_include_pad", True)}
-            m = cls(k, stride=pair(l.get("stride"), k), padding=pair(l.get("padding"), 0), **kw)
-        elif t == "global_avgpool":
-            m = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        elif t == "batchnorm":
-            cls = nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d
-            m = cls(shape[0], eps=l.get("eps", 1e-5), momentum=l.get("momentum", 0.1))
-        elif t == "flatten":
-            m = nn.Flatten()
-        elif t == "dropout":
-            m = nn.Dropout(l.get("p", 0.5))
-        elif t == "linear":
-            m = nn.Linear(shape[-1], l["out"], bias=l.get("bias", True))
-        elif t == "layernorm":
-            m = nn.LayerNorm(shape[-1], eps=l.get("eps", 1e-5))
-        elif t in ("relu", "gelu", "tanh", "sigmoid"):
-            m = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[t]()
-        else:
-            raise SystemExit("torch_mlp: %s: layer %d: type %r has no PyTorch peer here" % (path, i, t))
-        layers.append((name, m))
-        # The output shape, from a dry run of one sample.
-        import torch
-        with torch.no_grad():
-            m.eval()
-            shape = list(m(torch.zeros([1] + shape)).shape[1:])
-            m.train()
-    from collections import OrderedDict
-    return nn.Sequential(OrderedDict(layers)), list(spec["input"]), shape[-1]
-
-
 def shard(batch, rank, size):
     """(first row, rows) of `rank`'s shard of a global batch, as Strata's BatchLoader."""
     base, extra = divmod(batch, size)
@@ -163,7 +112,7 @@ def train(a, rank=0, size=1):
     torch.manual_seed(a.seed)
 
     if a.model:
-        model, in_shape, classes = model_from_file(a.model)
+        model, in_shape, classes = model_from_file(a.model, a.seq_len)
     else:
         act = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[a.activation]
         layers = []
@@ -186,11 +135,15 @@ def train(a, rank=0, size=1):
     g = torch.Generator(device="cpu").manual_seed(a.seed)
     first, rows = shard(a.batch_size, rank, size)
     xs = torch.randn([a.batches, a.batch_size] + in_shape, generator=g)
-    if a.loss == "cross-entropy":
+    tokens = isinstance(next(iter(model.children()), None), nn.Embedding)
+    if tokens:  # a language model: token ids in, one label per position
+        xs = torch.randint(0, classes, [a.batches, a.batch_size] + in_shape, generator=g)
+        ys = torch.randint(0, classes, (a.batches, a.batch_size, in_shape[0]), generator=g)
+    elif a.loss == "cross-entropy":
         ys = torch.randint(0, classes, (a.batches, a.batch_size), generator=g)
     else:
         ys = torch.randn(a.batches, a.batch_size, classes, generator=g).to(dtype=dtype)
-    xs = xs[:, first:first + rows].contiguous().to(device=device, dtype=dtype)
+    xs = xs[:, first:first + rows].contiguous().to(device=device, dtype=torch.long if tokens else dtype)
     ys = ys[:, first:first + rows].contiguous().to(device)
 
     def sync():
@@ -201,7 +154,8 @@ def train(a, rank=0, size=1):
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xs[i % a.batches]), ys[i % a.batches])
+        out = model(xs[i % a.batches])
+        loss = loss_fn(out.reshape(-1, classes) if tokens else out, ys[i % a.batches].reshape(-1) if tokens else ys[i % a.batches])
         loss.backward()
         opt.step()
         return loss
@@ -237,7 +191,8 @@ def train(a, rank=0, size=1):
             "reps": a.reps, "warmup": a.warmup, "dtype": a.dtype, "optimizer": a.optimizer,
             "parameters": params, "seconds": elapsed_total,
             "samples_per_sec": statistics.median(rates), "min": min(rates), "max": max(rates),
-            "rates": rates, "final_loss": final_loss}
+            "rates": rates, "final_loss": final_loss,
+            "tokens_per_sample": in_shape[0] if tokens else None}
 
 
 def ddp_worker(rank, a, init_method, queue):
@@ -305,6 +260,10 @@ def main(argv=None):
           "(median [min-max]; final loss %.4f)"
           % (a.reps, a.steps, r["seconds"], a.warmup, r["samples_per_sec"], r["min"], r["max"],
              r["final_loss"]))
+    if r["tokens_per_sample"]:
+        print("torch_mlp: %.0f [%.0f-%.0f] tokens/s (%d tokens per sample)"
+              % tuple([x * r["tokens_per_sample"] for x in (r["samples_per_sec"], r["min"], r["max"])]
+                      + [r["tokens_per_sample"]]))
     if a.json:
         print(json.dumps(r))
     return 0

@@ -1,6 +1,7 @@
 // strata-bench-train: training throughput of the workloads (docs/benchmarks.md)
 // (W1 tutorial, W2 Fashion-MNIST-shaped MLP, W3 wide MLP, W4 the CNN of
-// models/cnn-fashion.toml) for each strategy and rank count, with the sgemm
+// models/cnn-fashion.toml, W5 the transformer of models/gpt-mini.toml with
+// AdamW on token windows: samples/s x 128 = tokens/s) for each strategy and rank count, with the sgemm
 // rate of the same GEMM shapes measured in the same run. Under mpirun the
 // "mpi" configuration runs (one rank per process). --breakdown adds a table
 // per layer (benchmarks/training/layer_breakdown.hpp).
@@ -26,6 +27,8 @@
 #include "benchmarks/common/bench_utils.hpp"
 #include "benchmarks/training/layer_breakdown.hpp"
 #include "data/dataset.hpp"
+#include "data/text.hpp"
+#include "layers/embedding.hpp"
 #include "layers/mlp.hpp"
 #include "layers/registry.hpp"
 #include "strategies/data_parallel.hpp"
@@ -51,13 +54,15 @@ struct Workload {
   LossKind loss;
   std::size_t batch;
   std::size_t steps;  // per repetition
+  OptimizerKind optimizer = OptimizerKind::sgd;  // lr 0.01 (SGD) or 0.001 (AdamW, W5)
 };
 
 std::vector<Workload> workloads() {
   return {{"W1", {10, 5, 2}, "", LossKind::mse, 32, 2000},
           {"W2", {784, 1024, 1024, 10}, "", LossKind::cross_entropy, 256, 20},
           {"W3", {4096, 4096, 4096, 4096, 4096, 10}, "", LossKind::cross_entropy, 512, 2},
-          {"W4", {}, "cnn-fashion.toml", LossKind::cross_entropy, 128, 10}};
+          {"W4", {}, "cnn-fashion.toml", LossKind::cross_entropy, 128, 10},
+          {"W5", {}, "gpt-mini.toml", LossKind::cross_entropy, 32, 4, OptimizerKind::adamw}};
 }
 
 // The model files' folder: $STRATA_MODELS_DIR, the installed share/strata/models
@@ -112,7 +117,10 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   model.build(std::max<std::size_t>(1, shard.second));
   model.init(Init::kaiming_uniform, 1);
   auto loss = make_loss<float>(w.loss);
-  Optimizer<float> opt({OptimizerKind::sgd, 0.01}, model.num_params());
+  OptimizerConfig oc;
+  oc.kind = w.optimizer;
+  oc.lr = w.optimizer == OptimizerKind::sgd ? 0.01 : 0.001;
+  Optimizer<float> opt(oc, model.num_params());
   DataParallelOptions o;
   o.overlap = overlap;
   o.bucket_bytes = static_cast<std::size_t>(bucket_mb * (1 << 20));
@@ -120,7 +128,11 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   // Synthetic data drawn once (seeded normal inputs, uniform labels).
   const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
                                                       : data::CsvTask::regression;
-  auto d = data::make_synthetic(w.batch, model.in_features(), task, model.out_features(), 3);
+  // A language model (an embedding first) gets token windows instead.
+  const auto* emb = dynamic_cast<const Embedding<float>*>(&model.layer(0));
+  auto d = emb != nullptr ? data::make_synthetic_tokens(w.batch, model.in_features(), emb->vocab(), 3)
+                          : data::make_synthetic(w.batch, model.in_features(), task,
+                                                 model.out_features(), 3);
   data::BatchLoader<float> loader(d, w.batch, false, 0, false, comm.rank(), comm.size());
   data::Batch<float> b;
   loader.next(b);
@@ -161,13 +173,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<comm::Communicator> world;
   return app::guarded("strata-bench-train", [&] {
     auto args = app::split_kokkos_args(argc, argv);
-    std::string which = "W1,W2,W3,W4", configs, json_path;
+    std::string which = "W1,W2,W3,W4,W5", configs, json_path;
     bool breakdown = false;
     int reps = 5, warmup = 5;
     double scale = 1.0, bucket_mb = 25;
     CLI::App cli{"Training throughput of the benchmark workloads per strategy, with the sgemm "
                  "rate of the same shapes measured in the same run.", "strata-bench-train"};
-    cli.add_option("--workloads", which, "comma-separated: W1, W2, W3, W4")->capture_default_str();
+    cli.add_option("--workloads", which, "comma-separated: W1, W2, W3, W4, W5")->capture_default_str();
     cli.add_flag("--breakdown", breakdown,
                  "after each workload, a table per layer (forward, backward-data, backward-weights; "
                  "GEMM layers against the rate of their GEMM shapes) on 1 and 2 threads");
@@ -200,7 +212,7 @@ int main(int argc, char** argv) {
       const auto all = workloads();
       for (std::string name; std::getline(ws, name, ',');)
         STRATA_REQUIRE(std::any_of(all.begin(), all.end(), [&](const Workload& w) { return w.name == name; }),
-                       config, "--workloads: unknown workload '", name, "' (expected W1, W2, W3 or W4)");
+                       config, "--workloads: unknown workload '", name, "' (expected W1, W2, W3, W4 or W5)");
     }
     std::string threads = kokkos_threads_option(mpi ? 1 : 2);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());

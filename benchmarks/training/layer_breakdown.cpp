@@ -2,6 +2,8 @@
 
 #include "backends/launch.hpp"
 #include "benchmarks/common/bench_utils.hpp"
+#include "layers/attention.hpp"
+#include "layers/block.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/linear.hpp"
 
@@ -13,15 +15,37 @@ namespace {
 
 bool is_gemm_layer(const Layer<float>& l) {
   return dynamic_cast<const Linear<float>*>(&l) != nullptr ||
-         dynamic_cast<const Conv2d<float>*>(&l) != nullptr;
+         dynamic_cast<const Conv2d<float>*>(&l) != nullptr ||
+         dynamic_cast<const CausalAttention<float>*>(&l) != nullptr;
 }
 
 // The three GEMMs of layer `l` (forward, weight gradient, input gradient)
 // for `batch` samples, one per group.
 std::vector<GemmShape> layer_gemms(const Layer<float>& l, std::size_t batch, const std::string& name) {
   const int b = static_cast<int>(batch);
+  if (const auto* blk = dynamic_cast<const Block<float>*>(&l)) {
+    std::vector<GemmShape> all;
+    auto& block = const_cast<Block<float>&>(*blk);
+    for (std::size_t j = 0; j < block.num_layers(); ++j)
+      for (const auto& g : layer_gemms(block.layer(j), batch, name + "." + std::to_string(j)))
+        all.push_back(g);
+    return all;
+  }
+  if (const auto* att = dynamic_cast<const CausalAttention<float>*>(&l)) {
+    const int t = static_cast<int>(att->input_shape()[0]), hs = static_cast<int>(att->head_size());
+    const int n = b * static_cast<int>(att->heads());
+    return {{Op::N, Op::T, t, t, hs, name + " forward", n},
+            {Op::N, Op::N, t, hs, t, name + " forward", n},
+            {Op::T, Op::N, t, hs, t, name + " input gradient", n},
+            {Op::N, Op::T, t, t, hs, name + " input gradient", n},
+            {Op::N, Op::N, t, hs, t, name + " input gradient", n},
+            {Op::T, Op::N, t, hs, t, name + " input gradient", n}};
+  }
   if (const auto* lin = dynamic_cast<const Linear<float>*>(&l)) {
     const int in = static_cast<int>(lin->in()), out = static_cast<int>(lin->out());
+    // Rows: samples times positions (a Linear on {T, in} is a GEMM over B T rows).
+    const Shape& shape = l.input_shape();
+    const int b = static_cast<int>(batch * (shape.rank() ? shape.numel() / lin->in() : 1));
     return {{Op::N, Op::T, b, out, in, name + " forward"},
             {Op::T, Op::N, out, in, b, name + " weight gradient"},
             {Op::N, Op::N, b, in, out, name + " input gradient"}};
@@ -71,14 +95,9 @@ double time_op(Context& ctx, int reps, const std::function<void()>& op) {
 
 std::vector<GemmShape> step_gemms(const Sequential<float>& model, std::size_t batch) {
   std::vector<GemmShape> out;
-  bool first = true;
-  for (std::size_t i = 0; i < model.num_layers(); ++i) {
-    auto g = layer_gemms(model.layer(i), batch, model.layer_name(i));
-    if (g.empty()) continue;
-    for (const auto& s : g)
-      if (!first || s.what.find("input gradient") == std::string::npos) out.push_back(s);
-    first = false;
-  }
+  for (std::size_t i = 0; i < model.num_layers(); ++i)
+    for (const auto& s : layer_gemms(model.layer(i), batch, model.layer_name(i)))
+      if (i > 0 || s.what.find("input gradient") == std::string::npos) out.push_back(s);
   return out;
 }
 
@@ -100,10 +119,32 @@ double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps) {
   }
   Blas blas(ctx.blas.backend(), ctx.exec);
   blas.set_inline_small(false);
+  // Shapes run `count` times: one per host thread at a time on the sequential
+  // BLAS where the layer does so too (each thread its own output), else in turn.
+  const bool per_thread = blas.sequential_in_kernels();
+  std::vector<MatrixBuffer<float>> outs;
+  if (per_thread)
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      if (shapes[i].count > 1)
+        outs.emplace_back("c", static_cast<std::size_t>(shapes[i].count) * shapes[i].m, shapes[i].n);
   const double t = time_op(ctx, reps, [&] {
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
+    for (std::size_t i = 0, o = 0; i < shapes.size(); ++i) {
       const auto& s = shapes[i];
-      blas.gemm<float>(s.ta, s.tb, 1.0f, ops[i].a, ops[i].b, 0.0f, ops[i].c);
+      if (s.count > 1 && per_thread) {
+        const float* a = ops[i].a.data();
+        const float* bm = ops[i].b.data();
+        float* c = outs[o++].data();
+        const int lda = static_cast<int>(ops[i].a.extent(1)), ldb = static_cast<int>(ops[i].b.extent(1));
+        for_host_items(ctx, "strata::bench::gemm_rate", static_cast<std::size_t>(s.count),
+                       [=, &blas](std::size_t item) {
+                         blas.gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, bm, ldb, 0.0f,
+                                          c + item * s.m * s.n, s.n);
+                       },
+                       static_cast<std::size_t>(s.m) * s.n * s.k);
+        continue;
+      }
+      for (int r = 0; r < s.count; ++r)
+        blas.gemm<float>(s.ta, s.tb, 1.0f, ops[i].a, ops[i].b, 0.0f, ops[i].c);
     }
   });
   return flops / t / 1e9;

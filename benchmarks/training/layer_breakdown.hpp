@@ -4,8 +4,9 @@
 // step_gemms: every GEMM a step of `batch` samples performs, as the single
 // GEMM of the whole batch (Linear: y = x W^T, dW += dy^T x, dx = dy W;
 // Conv2d per group: y(O, B P) = W col(C K, B P), dW += dy col^T,
-// dcol = W^T dy), without the first GEMM layer's input gradient (nobody
-// needs it). The sgemm reference of a workload times exactly these.
+// dcol = W^T dy; CausalAttention per sample and head: q k^T, P v, and the
+// four of backward; blocks: their inner layers'), without the input gradient of layer 0 (the model input's:
+// nobody needs it). The sgemm reference of a workload times exactly these.
 //
 // layer_breakdown: each layer of a built model alone on a batch of seeded
 // values, median of repetitions: forward, backward-data (backward minus a
@@ -29,7 +30,11 @@ struct GemmShape {
   Op ta, tb;
   int m, n, k;
   std::string what;  // "conv1 forward", ...
-  double flops() const { return 2.0 * m * n * k; }
+  // Independent GEMMs of this shape (attention: one per sample and head),
+  // which the layer and the reference run one per host thread at a time on
+  // the sequential BLAS where the build allows (Blas::sequential_in_kernels).
+  int count = 1;
+  double flops() const { return 2.0 * m * n * k * count; }
 };
 
 std::vector<GemmShape> step_gemms(const Sequential<float>& model, std::size_t batch);
