@@ -49,7 +49,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes   # data: images, and the text corpus of the language models
   iproute2 util-linux bc     # the simulated cluster (scripts/cluster-sim.sh; Slurm and
                              # nftables are installed by the scripts that use them)
 )
