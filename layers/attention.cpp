@@ -292,6 +292,57 @@ void CausalAttention<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx,
 }
 
 template <class T>
+std::size_t CausalAttention<T>::decode_size(std::size_t max_positions) const {
+  return (2 * heads_ * head_size_ + heads_) * max_positions;
+}
+
+namespace attn {
+// One position of decoding: its key and value into the cache, then per head
+// the causal softmax over positions 0..p and the weighted sum of the values.
+template <class T>
+void decode_one(Context& ctx, const Dims d, ConstMatrix<T> x, Matrix<T> y, T* cache,
+                std::size_t max_positions, std::size_t position, T scale) {
+  T* keys = cache;
+  T* values = cache + max_positions * d.w;
+  T* scores = values + max_positions * d.w;
+  const std::size_t at = position * d.w;
+  for_range(ctx, "strata::CausalAttention::decode_kv", d.w, KOKKOS_LAMBDA(const std::size_t c) {
+        keys[at + c] = x(0, d.w + c);
+        values[at + c] = x(0, 2 * d.w + c);
+      });
+  const int p = static_cast<int>(position);
+  for_range(ctx, "strata::CausalAttention::decode", d.heads, KOKKOS_LAMBDA(const int h) {
+        T* s = scores + std::size_t(h) * max_positions;
+        for (int j = 0; j <= p; ++j) {
+          const T* k = keys + std::size_t(j) * d.w + h * d.hs;
+          T acc = 0;
+          for (int e = 0; e < d.hs; ++e) acc += x(0, h * d.hs + e) * k[e];
+          s[j] = acc * scale;
+        }
+        causal_softmax_row(s, p, p + 1);
+        for (int e = 0; e < d.hs; ++e) {
+          T acc = 0;
+          for (int j = 0; j <= p; ++j) acc += s[j] * values[std::size_t(j) * d.w + h * d.hs + e];
+          y(0, h * d.hs + e) = acc;
+        }
+      },
+      (position + 1) * d.hs * 2);
+}
+}  // namespace attn
+
+template <class T>
+void CausalAttention<T>::decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t position,
+                                std::size_t max_positions, Saved<T>& state) {
+  const std::size_t w = heads_ * head_size_;
+  STRATA_REQUIRE(position < max_positions && state.scratch.extent(0) >= decode_size(max_positions),
+                 config, name(), ": position ", position,
+                 " is beyond the ", max_positions, " positions the decoder was made for");
+  const Dims d{1, static_cast<int>(heads_), static_cast<int>(head_size_), 0, static_cast<int>(w)};
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_size_)));
+  attn::decode_one(ctx, d, x, y, state.scratch.data(), max_positions, position, scale);
+}
+
+template <class T>
 LayerPtr<T> make_attention(LayerArgs& args, const Shape& in, LayerBuild&) {
   STRATA_REQUIRE(in.rank() == 2, config, args.where(),
                  ": attention takes shape {T, width}, but gets shape ", in.str());

@@ -251,6 +251,54 @@ void Block<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& sa
 }
 
 template <class T>
+std::size_t Block<T>::row_width(std::size_t j) const {
+  const std::size_t positions = shapes_[0].rank() >= 2 ? shapes_[0][0] : 1;
+  return shapes_[j].numel() / positions;
+}
+
+template <class T>
+std::size_t Block<T>::decode_size(std::size_t max_positions) const {
+  std::size_t n = 0;
+  for (std::size_t j = 0; j < layers_.size(); ++j)
+    n += layers_[j]->decode_size(max_positions) + row_width(j + 1);
+  return n;
+}
+
+template <class T>
+void Block<T>::decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t position,
+                      std::size_t max_positions, Saved<T>& state) {
+  const std::size_t n = layers_.size();
+  STRATA_REQUIRE(state.scratch.extent(0) >= decode_size(max_positions), runtime, name(),
+                 ": decoding needs ", decode_size(max_positions), " values of state, has ",
+                 state.scratch.extent(0));
+  state.inner.resize(n);
+  std::size_t at = 0;
+  auto take = [&](std::size_t count) {
+    Vector<T> v(state.scratch.data() + at, count);
+    at += count;
+    return v;
+  };
+  // The same layout at every position: each inner layer's state, then its output row.
+  ConstMatrix<T> in = x;
+  for (std::size_t j = 0; j < n; ++j) {
+    Saved<T>& s = state.inner[j];
+    s.scratch = take(layers_[j]->decode_size(max_positions));
+    Matrix<T> out = reshape(take(row_width(j + 1)), 0, 1, row_width(j + 1));
+    layers_[j]->decode(ctx, in, out, position, max_positions, s);
+    in = out;
+  }
+  if (residual_) {
+    detail::add<T>(ctx, x, in, y);
+  } else {
+    const T* src = in.data();
+    T* dst = y.data();
+    for_range(ctx, "strata::Block::copy", in.size(), KOKKOS_LAMBDA(const std::size_t i) {
+      dst[i] = src[i];
+    });
+  }
+}
+
+template <class T>
 void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   const std::size_t batch = dy.extent(0), n = layers_.size();
   // The inside again, as the micro-batch's forward computed it: its input is

@@ -64,6 +64,10 @@ class Block : public Layer<T> {
   std::size_t set_batch_group(BatchGroup<T>* group) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   void set_recompute(bool on) override { recompute_ = on; }
+  // Decoding: the inner layers' states, then one output row per inner layer.
+  std::size_t decode_size(std::size_t max_positions) const override;
+  void decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t position,
+              std::size_t max_positions, Saved<T>& state) override;
   std::size_t arena_bytes(std::size_t max_batch) const override;
   void use_arena(Vector<T> arena) override;
 
@@ -79,6 +83,9 @@ class Block : public Layer<T> {
  private:
   // Which inner layer owns entry k of the joined buffer table.
   std::pair<std::size_t, std::size_t> buffer_owner(std::size_t k) const;
+  // Values per position of shape j (the block's input is {T, ...}: a
+  // position is a 1/T of each inner shape; a flat input is one position).
+  std::size_t row_width(std::size_t j) const;
   // Elements of the inner outputs and of the widest inner input (per row).
   std::size_t inner_outputs() const;
   std::size_t widest_inner_input() const;

@@ -159,6 +159,24 @@ class Layer {
   // wide: a layer that indexes values by position (Dropout's masks) uses it.
   virtual TensorSplit tensor_split() const { return TensorSplit::none; }
   virtual void set_column_shard(std::size_t /*first*/, std::size_t /*total*/) {}
+  // Generation one position at a time (layers/decoder.hpp, a KV cache):
+  // y = this layer's output at `position` (< max_positions) for x, the input
+  // row of that position alone (one row of the per-position width), given
+  // what earlier positions left in `state` (its scratch holds
+  // decode_size(max_positions) values, zeroed before position 0; a block keeps its inner layers' states
+  // in state.inner). The default runs forward on the row: right for layers
+  // that act on each position alone (Linear, LayerNorm, activations,
+  // Dropout in evaluation, Embedding); layers that look at the position or
+  // at other positions (PositionEmbedding, CausalAttention, blocks)
+  // override both.
+  virtual std::size_t decode_size(std::size_t /*max_positions*/) const { return saved_size(1); }
+  virtual void decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t /*position*/,
+                      std::size_t /*max_positions*/, Saved<T>& state) {
+    state.x = x;
+    state.y = y;
+    state.training = false;
+    forward(ctx, x, y, state);
+  }
   virtual void set_training(bool training) { training_ = training; }
   // The data-parallel ranks sharing the batch (layers/batch_group.hpp), for
   // layers whose forward needs statistics of the whole batch (SyncBatchNorm);

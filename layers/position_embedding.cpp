@@ -79,6 +79,18 @@ void PositionEmbedding<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> d
   if (dx.data() != nullptr && dx.data() != dy.data()) Kokkos::deep_copy(ctx.exec, dx, dy);
 }
 
+template <class T>
+void PositionEmbedding<T>::decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t position,
+                                  std::size_t, Saved<T>&) {
+  STRATA_REQUIRE(position < context_, config, name(), ": position ", position,
+                 " is beyond the context of ", context_);
+  const std::size_t width = x.extent(1), first = position * dim_;
+  const ConstVector<T> w = weight_;
+  for_range(ctx, "strata::PositionEmbedding::decode", width, KOKKOS_LAMBDA(const std::size_t k) {
+        y(0, k) = x(0, k) + w(first + k);
+      });
+}
+
 template class PositionEmbedding<float>;
 template class PositionEmbedding<double>;
 

@@ -33,6 +33,9 @@ class PositionEmbedding final : public Layer<T> {
   bool backward_reads_input() const override { return false; }
   bool backward_reads_output() const override { return false; }
   TensorSplit tensor_split() const override { return TensorSplit::none; }
+  std::size_t decode_size(std::size_t) const override { return 0; }
+  void decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t position,
+              std::size_t max_positions, Saved<T>& state) override;
 
   std::size_t context() const { return context_; }
 

@@ -1,6 +1,7 @@
 // Tests for the host-side data readers: IDX, CSV, synthetic data, splitting
 // and normalisation.
 #include "data/dataset.hpp"
+#include "data/bpe.hpp"
 #include "data/text.hpp"
 
 #include "backends/error.hpp"
@@ -662,6 +663,52 @@ TEST_F(DataFiles, TextErrorsNameTheCorpusAndTheProblem) {
             std::string::npos);
   EXPECT_NE(data_error([&] { text_windows({1, 2, 300, 4}, 2, 256, 0.0, "ids"); })
                 .find("'ids': token 2 has id 300, outside the vocabulary [0, 256)"),
+            std::string::npos);
+}
+
+// BPE: the merges of a known text by hand (the oracle), the round trip, the
+// file, and bad files naming the line.
+TEST_F(DataFiles, BpeLearnsTheMostFrequentPairsAndRoundTrips) {
+  // "aaab aaab aaab": (a, a) occurs 6 times; ties go to the smallest pair.
+  const std::string text = "aaab aaab aaab";
+  const Bpe bpe = train_bpe(text, 259);
+  ASSERT_EQ(bpe.merges.size(), 3u);
+  EXPECT_EQ(bpe.merges[0], std::make_pair('a' + 0, 'a' + 0));   // 256 = aa
+  // Then "aaab" is (aa, a, b): (aa, a) and (a, b) occur 3 times each; the
+  // smaller pair wins (a < aa).
+  EXPECT_EQ(bpe.merges[1], std::make_pair('a' + 0, 'b' + 0));   // 257 = ab
+  EXPECT_EQ(bpe.merges[2], std::make_pair(256, 257));           // 258 = aaab
+  EXPECT_EQ(encode(bpe, text), (std::vector<std::int32_t>{258, ' ', 258, ' ', 258}));
+  EXPECT_EQ(decode(bpe, encode(bpe, text)), text);
+  // No pair occurs twice: training stops short of the vocabulary asked for.
+  EXPECT_EQ(train_bpe("abcd", 300).merges.size(), 0u);
+  // Any text round-trips, including bytes the training text never had.
+  const std::string other = std::string("aab\n\xff") + std::string(1, '\0') + "aaab";
+  EXPECT_EQ(decode(bpe, encode(bpe, other)), other);
+  write_bpe(bpe, path("t.bpe"));
+  const Bpe back = read_bpe(path("t.bpe"));
+  EXPECT_EQ(back.merges, bpe.merges);
+}
+
+TEST_F(DataFiles, BadBpeFilesNameTheLine) {
+  auto error_of = [&](const std::string& body) {
+    const std::string p = write_text("bad.bpe", body);
+    try {
+      read_bpe(p);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::data);
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("hello\n").find("line 1: expected 'strata-bpe 1'"), std::string::npos);
+  EXPECT_NE(error_of("strata-bpe 1\nvocab 12\n").find("line 2: expected 'vocab N'"), std::string::npos);
+  EXPECT_NE(error_of("strata-bpe 1\nvocab 258\n97 97\n97 300\n")
+                .find("line 4: merge 1 uses id 300, but only ids below 257 exist"),
+            std::string::npos);
+  EXPECT_NE(error_of("strata-bpe 1\nvocab 258\n97 97 1\n").find("line 3: expected two ids"),
+            std::string::npos);
+  EXPECT_NE(error_of("strata-bpe 1\nvocab 300\n97 97\n").find("says vocab 300 but holds 1 merges"),
             std::string::npos);
 }
 

@@ -79,6 +79,17 @@ TEST(BatchLoader, EpochsShuffleDifferentlyAndSeekResumes) {
   EXPECT_EQ(indices(b), epoch1[4]);
 }
 
+// The permutations are a published function of (seed, epoch): the PyTorch
+// peer of text training (benchmarks/peers/torch_lm.py) computes them again in
+// Python, and these values come from that implementation.
+TEST(BatchLoader, ShuffledOrderIsThePeersPermutation) {
+  using V = std::vector<std::size_t>;
+  EXPECT_EQ(data::shuffled_order(10, 42, 0), (V{2, 3, 7, 5, 8, 4, 0, 6, 9, 1}));
+  EXPECT_EQ(data::shuffled_order(10, 42, 3), (V{3, 6, 2, 0, 1, 9, 8, 4, 5, 7}));
+  const V big = data::shuffled_order(1000, 7, 1);
+  EXPECT_EQ(V(big.begin(), big.begin() + 8), (V{603, 548, 817, 265, 284, 97, 52, 20}));
+}
+
 TEST(BatchLoader, NoShuffleKeepsTheOrder) {
   const auto d = indexed(9);
   data::BatchLoader<float> a(d, 4, false, 1);

@@ -7,6 +7,7 @@
 // thread count; bad shapes and ids as clear errors.
 #include "backends/error.hpp"
 #include "layers/attention.hpp"
+#include "layers/decoder.hpp"
 #include "layers/embedding.hpp"
 #include "layers/position_embedding.hpp"
 #include "layers/registry.hpp"
@@ -278,6 +279,65 @@ bias = false
               std::string::npos)
         << e.message();
   }
+}
+
+// Decoding one position at a time with the KV cache gives what a full
+// forward of the sequence gives at each position (the oracle), for a GPT with
+// two heads, residual blocks, LayerNorm, GELU, Dropout (evaluation) and a tied head.
+TEST(Decoder, StepsMatchTheFullForwardAtEveryPosition) {
+  const std::string text = R"(
+input = [7]
+[[layers]]
+name = "wte"
+type = "embedding"
+vocab = 13
+dim = 8
+[[layers]]
+name = "wpe"
+type = "position_embedding"
+context = 9
+[[layers]]
+name = "h"
+type = "block"
+repeat = 2
+layers = [
+  { type = "residual", layers = [ { type = "layernorm" }, { type = "attention", heads = 2, std = 0.3 },
+                                  { type = "dropout", p = 0.5 } ] },
+  { type = "residual", layers = [ { type = "layernorm" }, { type = "linear", out = 16, std = 0.3 },
+                                  { type = "gelu" }, { type = "linear", out = 8, std = 0.3 } ] },
+]
+[[layers]]
+name = "ln_f"
+type = "layernorm"
+[[layers]]
+name = "lm_head"
+type = "linear"
+out = 13
+bias = false
+tie = "wte"
+)";
+  auto model = build_model<double>(parse_model(text, "gpt.toml"), 1);
+  model.build(1);
+  model.init(Init::kaiming_uniform, 3);
+  model.set_training(false);
+  const Vec ids{4, 12, 0, 7, 7, 3, 9};
+  Context ctx;
+  const Vec full = test::to_host(model.forward(ctx, test::to_device(ids, 1, 7)));
+  Decoder<double> dec(model, 7);
+  for (int round = 0; round < 2; ++round) {  // reset() forgets the first round
+    dec.reset(ctx);
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      const Vec row = test::to_host(dec.step(ctx, static_cast<int>(ids[p])));
+      ASSERT_EQ(row.size(), 13u);
+      // Sums over at most 7 positions and 16 features in another order: double rounding.
+      for (std::size_t j = 0; j < 13; ++j)
+        ASSERT_NEAR(row[j], full[p * 13 + j], 1e-12 * (1 + std::fabs(full[p * 13 + j])))
+            << "round " << round << " position " << p << " logit " << j;
+    }
+  }
+  EXPECT_EQ(dec.position(), 7u);
+  EXPECT_THROW(dec.step(ctx, 1), Error);  // the positions are used up
+  EXPECT_THROW(Decoder<double>(model, 8), Error);  // longer than the model's T
 }
 
 std::string model_error(const std::string& text) {

@@ -117,6 +117,27 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   Position pos = start;
   const Fault fault = Fault::from_environment(comm.name() == "mpi");
   std::vector<data::Batch<T>> micro(c.accumulate);
+  // Evaluation on the test split (end of each epoch, and every --eval-every
+  // steps). Data parallel: every rank holds the same parameters, rank 0
+  // evaluates and the others go on (they wait for it in the next step's
+  // collectives). Model parallel: every rank takes part.
+  auto evaluate_and_report = [&](std::size_t epoch, const std::string& when) {
+    if (!c.evaluate || d.test.size() == 0) return;
+    if (comm.rank() == 0 || engine->collective()) eval = engine->evaluate(d.test, batch);
+    if (comm.rank() != 0) return;
+    nlohmann::json j{{"step", step}, {"epoch", epoch + 1}};
+    std::string text = when + ": ";
+    if (d.test.is_classification()) {
+      j["test_accuracy"] = eval.accuracy;
+      j["test_loss"] = eval.loss;
+      text += "test accuracy " + fmt("%.4f", eval.accuracy) + ", test loss " + fmt("%.4f", eval.loss);
+    } else {
+      j["test_loss"] = eval.loss;
+      text += "test loss " + fmt("%.6f", eval.loss);
+    }
+    if (rep.writes_metrics) metrics.write(j);
+    progress.line(rep.prefix + text);
+  };
   for (std::size_t epoch = start.epoch; epoch < epochs && step < total; ++epoch) {
     std::size_t index = epoch == start.epoch ? start.index : 0;
     while (step < total && index < per_epoch) {
@@ -156,6 +177,8 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
                      "; the gradients overflow even at that scale: try a smaller --lr, --precision "
                      "bf16, or --clip-grad-norm");
       fault.maybe_fail(comm.rank(), step);
+      if (c.eval_every > 0 && step % c.eval_every == 0 && index < per_epoch && step < total)
+        evaluate_and_report(epoch, "step " + std::to_string(step));
       // Where the next step starts.
       pos = index == per_epoch ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
       if (saves && c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && step < total)
@@ -185,25 +208,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
       }
     }
     if (saves && c.checkpoint_every == 0 && step < total && index == per_epoch) save(pos);
-    // Data parallel: every rank holds the same parameters, rank 0 evaluates
-    // and the others go on (they wait for it in the next step's
-    // collectives). Model parallel: every rank takes part.
-    if (c.evaluate && d.test.size() > 0 && (comm.rank() == 0 || engine->collective()))
-      eval = engine->evaluate(d.test, batch);
-    if (c.evaluate && d.test.size() > 0 && comm.rank() == 0) {
-      nlohmann::json j{{"step", step}, {"epoch", epoch + 1}};
-      std::string text = "epoch " + std::to_string(epoch + 1) + ": ";
-      if (d.test.is_classification()) {
-        j["test_accuracy"] = eval.accuracy;
-        j["test_loss"] = eval.loss;
-        text += "test accuracy " + fmt("%.4f", eval.accuracy) + ", test loss " + fmt("%.4f", eval.loss);
-      } else {
-        j["test_loss"] = eval.loss;
-        text += "test loss " + fmt("%.6f", eval.loss);
-      }
-      if (rep.writes_metrics) metrics.write(j);
-      progress.line(rep.prefix + text);
-    }
+    evaluate_and_report(epoch, "epoch " + std::to_string(epoch + 1));
   }
   // A resumed run that had nothing left to train evaluates what it restored
   // and leaves the checkpoint as it is.

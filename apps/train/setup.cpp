@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/ranks.hpp"
+#include "data/bpe.hpp"
 #include "data/loader.hpp"
 #include "data/text.hpp"
 #include "layers/embedding.hpp"
@@ -138,12 +139,24 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
     const std::string path = c.dataset == "fortunes" ? data::default_fortunes_dir() : c.dataset.substr(5);
     STRATA_REQUIRE(model.shape(0).rank() == 1, config, first,
                    ": text data gives windows of token ids, input = [T]");
-    const std::size_t vocab = 256;  // byte tokens
+    // Byte tokens, or the ids of a BPE file; the model must embed exactly that vocabulary.
+    const std::string text = data::read_text(path);
+    std::vector<std::int32_t> tokens;
+    std::size_t vocab = 256;
+    std::string source = "byte-level text has 256 token ids";
+    if (!c.tokenizer.empty()) {
+      const data::Bpe bpe = data::read_bpe(c.tokenizer);
+      vocab = bpe.vocab();
+      source = "the tokenizer " + c.tokenizer + " has " + std::to_string(vocab) + " token ids";
+      tokens = data::encode(bpe, text);
+    } else {
+      tokens = data::byte_tokens(text);
+    }
     if (const auto* e = dynamic_cast<const Embedding<float>*>(&model.layer(0)))
-      STRATA_REQUIRE(e->vocab() >= vocab, config, first, " and embeds a vocabulary of ", e->vocab(),
-                     ", but byte-level text has ", vocab, " token ids (vocab = ", vocab, ")");
-    s = data::text_windows(data::byte_tokens(data::read_text(path)), in, vocab,
-                           c.evaluate ? c.test_fraction : 0.0, path);
+      STRATA_REQUIRE(e->vocab() == vocab, config, first, " and embeds a vocabulary of ", e->vocab(),
+                     ", but ", source, " (the model file's vocab must be ", vocab,
+                     c.tokenizer.empty() ? "; a model for a BPE vocabulary needs --tokenizer)" : ")");
+    s = data::text_windows(tokens, in, vocab, c.evaluate ? c.test_fraction : 0.0, path);
     norm = Normalize::none;  // token ids
   } else {
     const std::string path = c.dataset.substr(4);
@@ -216,6 +229,7 @@ std::string checkpoint_config(const TrainConfig& c) {
                    {"shuffle", c.shuffle},
                    {"seed", c.seed}};
   if (c.seq_len > 0) j["seq_len"] = c.seq_len;
+  if (!c.tokenizer.empty()) j["tokenizer"] = c.tokenizer;
   if (c.model_file.empty()) {
     j["layers"] = c.layers;
     j["activation"] = to_string(c.activation);

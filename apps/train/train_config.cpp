@@ -97,6 +97,13 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "for testing")
       ->capture_default_str()
       ->check(number_in(0.0, 0.9));
+  app.add_option("--eval-every", c.eval_every,
+                 "also evaluate on the test split every N steps (default: at the end of each epoch "
+                 "only)")
+      ->check(whole_number(1));
+  app.add_option("--tokenizer", c.tokenizer,
+                 "text data: a BPE file from strata-tokenize train (default: byte tokens, vocab 256); "
+                 "the model's embedding vocab must be its vocabulary");
   app.add_option("--seq-len", c.seq_len,
                  "text data: tokens per training window (default: the model's input = [T]; at "
                  "most its position_embedding context)")
@@ -313,6 +320,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "' (expected fashion-mnist, synthetic, csv:PATH, text:PATH or fortunes)");
   STRATA_REQUIRE(c.dataset != "csv:", config, "--dataset csv:PATH needs a path");
   STRATA_REQUIRE(c.dataset != "text:", config, "--dataset text:PATH needs a path");
+  STRATA_REQUIRE(c.tokenizer.empty() || text_data(c), config,
+                 "--tokenizer applies to text data (--dataset text:PATH or fortunes)");
   STRATA_REQUIRE(c.seq_len == 0 || text_data(c), config,
                  "--seq-len applies to text data (--dataset text:PATH or fortunes)");
   STRATA_REQUIRE(!text_data(c) || c.normalize == Normalize::automatic ||

@@ -23,7 +23,9 @@ struct TrainConfig {
   std::string data_dir;                   // empty: default directory
   std::size_t samples = 1024;             // synthetic
   double test_fraction = 0.1;             // synthetic, csv and text
-  std::size_t seq_len = 0;                // text: tokens per sample (0: the model's input length)
+  std::size_t eval_every = 0;             // also evaluate every N steps (0: at epoch ends only)
+  std::size_t seq_len = 0;
+  std::string tokenizer;                  // text: a BPE file (strata-tokenize train); empty: bytes                // text: tokens per sample (0: the model's input length)
   std::vector<std::size_t> input_shape;   // --input-shape: the CSV's sample shape
   std::size_t random_crop = 0;            // augmentation: padding of the random crop
   bool random_flip = false;               // augmentation: random horizontal flip
