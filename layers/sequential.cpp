@@ -88,6 +88,25 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
 }
 
 template <class T>
+void resolve_ties(std::vector<LayerPtr<T>>& layers, const std::vector<std::string>& names) {
+  std::map<std::string, Shape> weights;  // "name.weight" of the layers so far
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const std::string name = i < names.size() && !names[i].empty() ? names[i] : std::to_string(i);
+    if (!layers[i]->tied_to().empty()) {
+      const auto it = weights.find(layers[i]->tied_to() + ".weight");
+      STRATA_REQUIRE(it != weights.end(), config, "layer ", i, " (", layers[i]->name(),
+                     "): ties its weight to '", layers[i]->tied_to(),
+                     ".weight', which no earlier layer of the model has");
+      layers[i]->tie_weight(it->second);
+    }
+    for (const auto& p : layers[i]->param_table()) weights[name + "." + p.name] = p.shape;
+  }
+}
+
+template void resolve_ties<float>(std::vector<LayerPtr<float>>&, const std::vector<std::string>&);
+template void resolve_ties<double>(std::vector<LayerPtr<double>>&, const std::vector<std::string>&);
+
+template <class T>
 std::vector<ParamInfo> Sequential<T>::parameters() const {
   return detail::joined_tables<ParamInfo>(layers_, names_, offsets_,
                                           [](const Layer<T>& l) { return l.param_table(); });

@@ -24,6 +24,14 @@
 
 namespace strata {
 
+// Resolves the weight ties (Layer::tied_to) among the top-level `layers` of
+// a model (names: their parameter-name prefixes, "" for the position) as
+// Sequential::add does, so that each layer's num_params() is its single-rank
+// size before the layers are spread over pipeline stages; throws config as
+// add() does for a tie to no earlier layer's weight.
+template <class T>
+void resolve_ties(std::vector<LayerPtr<T>>& layers, const std::vector<std::string>& names);
+
 template <class T>
 class Sequential {
  public:

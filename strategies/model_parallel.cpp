@@ -120,6 +120,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   const int p = mesh_->pp_rank(), S = shape.pp;
 
   TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(model, seed), mesh_->tp());
+  resolve_ties(all.layers, all.names);  // single-rank sizes (full_sizes_) of tied layers
   const std::vector<double>& flops = all.flops;
   std::vector<double> cost(all.layers.size());
   for (std::size_t i = 0; i < cost.size(); ++i)

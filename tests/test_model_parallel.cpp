@@ -247,6 +247,32 @@ TEST(Gpt, ZeroAndRecomputationMatchSingleRank) {
   EXPECT_EQ(test::compare(test::train_single(r), test::train_single(c), 0.0), "") << "recompute";
 }
 
+// The state of a tied GPT moves between layouts in single-rank layout (the
+// tied weight once, under the embedding's name): ZeRO-1 on 2 ranks for 10
+// steps, then one rank of a mesh for 10 more, against 20 single-rank steps.
+TEST(Gpt, StateMovesFromZeroToOneRankInSingleRankLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = test::gpt_config(false);  // FullState holds no Dropout pass counters
+  c.steps = 10;
+  test::FullState half;
+  auto zero = mesh(2, 1, 1);
+  zero.zero = 1;
+  run_ranks(2, 1, [&](Context& ctx, comm::Communicator& comm) {
+    test::FullState mine;
+    test::train_model_parallel(ctx, comm, c, zero, nullptr, nullptr, nullptr, &mine);
+    if (comm.rank() == 0) half = mine;
+  });
+  ASSERT_EQ(half.params.size(), build_model<float>(test::model_of(c), 1).num_params());
+  c.steps = 20;
+  RunResult second;
+  run_ranks(1, 1, [&](Context& ctx, comm::Communicator& comm) {
+    second = test::train_model_parallel(ctx, comm, c, mesh(1, 1, 1), nullptr, nullptr, &half);
+  });
+  const auto single = test::train_single(c);
+  RunResult tail{{single.losses.begin() + 10, single.losses.end()}, single.params};
+  EXPECT_EQ(test::compare(second, tail, 1e-5), "");
+}
+
 // Pipeline stages do not share a tied weight yet: a clear error names it.
 TEST(Gpt, TiedWeightAcrossPipelineStagesIsAClearError) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
