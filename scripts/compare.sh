@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Runs Strata's training benchmark (strata-bench-train) and its PyTorch peers
 # (benchmarks/peers/torch_mlp.py) back to back on this machine, on the same
-# workloads (shapes or model file, global batch, SGD lr 0.01, fp32, synthetic
-# data, steps per repetition, warm-up), then prints one table and writes the
-# results, a markdown table and PNG charts into the output folder. For W4
-# (the CNN of models/cnn-fashion.toml) Strata's log also holds the per-layer
-# breakdown (strata-bench-train --breakdown), copied to breakdown-W4-rN.txt.
+# workloads (shapes or model file, global batch, optimizer (SGD lr 0.01; W5
+# AdamW lr 1e-3), fp32, synthetic data, steps per repetition, warm-up), then
+# prints one table and writes the results, a markdown table and PNG charts
+# into the output folder. For W4 (the CNN of models/cnn-fashion.toml) and W5
+# (the GPT of models/gpt-mini.toml: samples of 128 tokens) Strata's log also
+# holds the per-layer breakdown (strata-bench-train --breakdown), copied to
+# breakdown-W4-rN.txt and breakdown-W5-rN.txt.
 #
 # Usage: scripts/compare.sh [options]
 #   --out DIR          output folder (default: BUILD_DIR/compare, BUILD_DIR
 #                      defaulting to build/)
-#   --workloads LIST   comma-separated subset of W1,W2,W3,W4 (default: all)
+#   --workloads LIST   comma-separated subset of W1,W2,W3,W4,W5 (default: all)
 #   --reps N           timed repetitions per program and configuration
 #                      (default 5; 2 with --quick)
 #   --rounds N         run everything N times, interleaved, and pool the
@@ -57,7 +59,7 @@ die() { echo "compare.sh: $*" >&2; exit 2; }
 
 build="${BUILD_DIR:-$top/build}"
 out=""
-workloads="W1,W2,W3,W4"
+workloads="W1,W2,W3,W4,W5"
 reps=""
 rounds=1
 quick=0
@@ -91,7 +93,7 @@ done
 IFS=, read -r -a wl <<<"$workloads"
 [ ${#wl[@]} -gt 0 ] || die "--workloads is empty"
 for w in "${wl[@]}"; do
-  case "$w" in W1|W2|W3|W4) ;; *) die "--workloads: unknown workload '$w' (W1, W2, W3, W4)" ;; esac
+  case "$w" in W1|W2|W3|W4|W5) ;; *) die "--workloads: unknown workload '$w' (W1, W2, W3, W4, W5)" ;; esac
 done
 out="${out:-$build/compare}"
 scale=$([ "$quick" = 1 ] && echo 0.1 || echo 1)
@@ -184,15 +186,15 @@ for round in $(seq 1 "$rounds"); do
     load "$tag"
     # Strata: one rank per process (local, thread ranks), then MPI processes.
     # The warm-up is one repetition's worth of steps (at least 5).
-    steps=$("$py" -c "import sys; print(max(1, int({'W1': 2000, 'W2': 20, 'W3': 2, 'W4': 10}['$w'] * $scale)))")
+    steps=$("$py" -c "import sys; print(max(1, int({'W1': 2000, 'W2': 20, 'W3': 2, 'W4': 10, 'W5': 4}['$w'] * $scale)))")
     breakdown=()
-    [ "$w" = W4 ] && breakdown=(--breakdown)
+    case "$w" in W4|W5) breakdown=(--breakdown) ;; esac
     warmup=$(( steps > min_warmup ? steps : min_warmup ))
     sj="$out/strata-$tag.jsonl"
     run "$w round $round: strata-bench-train local-1x1,local-1x2,dp-threads-2x1" "$out/logs/strata-$tag.log" \
       env "${strata_env[@]}" "$bin/strata-bench-train" --workloads "$w" --configs local-1x1,local-1x2,dp-threads-2x1 \
       --reps "$reps" --warmup "$warmup" --scale "$scale" --json "$sj" "${breakdown[@]}" || true
-    [ ${#breakdown[@]} = 0 ] || grep -A 100 '^# W4 per layer' "$out/logs/strata-$tag.log" >"$out/breakdown-$tag.txt" || true
+    [ ${#breakdown[@]} = 0 ] || grep -A 100 "^# $w per layer" "$out/logs/strata-$tag.log" >"$out/breakdown-$tag.txt" || true
     if [ "$have_mpi" = 1 ]; then
       run "$w round $round: mpirun -np 2 strata-bench-train dp-mpi" "$out/logs/strata-mpi-$tag.log" \
         env "${strata_env[@]}" mpirun -np 2 "$bin/strata-bench-train" --workloads "$w" --configs dp-mpi \
@@ -207,7 +209,7 @@ for round in $(seq 1 "$rounds"); do
     if [ "$model" != None ]; then shape=(--model "$model"); else shape=(--layers "$(json_list "$sj" widths)"); fi
     peer=(--device cpu "${shape[@]}" --loss "$(field "$sj" loss)"
           --batch-size "$(field "$sj" batch)" --steps "$(field "$sj" steps)" --warmup "$warmup"
-          --reps "$reps" --optimizer sgd --lr 0.01 --json)
+          --reps "$reps" --optimizer "$(field "$sj" optimizer)" --lr "$(field "$sj" lr)" --json)
     pj="$out/peers-$tag.jsonl"
     for p in torch-1t torch-2t torch-ddp2; do
       log="$out/logs/$p-$tag.log"

@@ -756,3 +756,104 @@ TEST(ExampleDataParallel, MpiProcessesMatchTheSingleRankExample) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// The language-model tools end to end on a small corpus and model: a BPE,
+// training with it, a checkpoint, generation with a KV cache (the same text
+// for the same seed), and the bad inputs of issue 19 as clear errors.
+TEST_F(TrainApp, LanguageModelToolsTrainTokenizeAndGenerate) {
+  std::string corpus;
+  for (int i = 0; i < 60; ++i) corpus += "the cat sat on the mat. a dog ran after the cat.\n";
+  const std::string text = write("corpus.txt", corpus);
+  const std::string tiny_model = R"(
+input = [16]
+[[layers]]
+name = "wte"
+type = "embedding"
+vocab = VOCAB
+dim = 16
+[[layers]]
+name = "wpe"
+type = "position_embedding"
+context = 16
+[[layers]]
+name = "h"
+type = "residual"
+layers = [ { type = "layernorm" }, { type = "attention", heads = 2 } ]
+[[layers]]
+name = "ln_f"
+type = "layernorm"
+[[layers]]
+name = "lm_head"
+type = "linear"
+out = VOCAB
+bias = false
+tie = "wte"
+)";
+  auto model_for = [&](const std::string& name, int vocab) {
+    std::string m = tiny_model;
+    for (std::size_t at; (at = m.find("VOCAB")) != std::string::npos;) m.replace(at, 5, std::to_string(vocab));
+    return write(name, m);
+  };
+  const std::string bytes_model = model_for("bytes.toml", 256), bpe_model = model_for("bpe.toml", 280);
+  const std::string tok = bin("strata-tokenize"), gen = bin("strata-generate");
+  // BPE of 280 ids from the corpus; its model trains on it.
+  auto r = test::run_command(tok + " train --input " + text + " --vocab 280 --output " + path("c.bpe"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_OUTPUT_HAS(r, "vocabulary 280");
+  r = train("--model " + bpe_model + " --dataset text:" + text + " --tokenizer " + path("c.bpe") +
+            " --optimizer adamw --lr 0.01 --batch-size 8 --steps 6 --threads 1 --log-every 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_OUTPUT_HAS(r, "tokens/s");
+  // Bytes: train, checkpoint, generate twice with one seed.
+  r = train("--model " + bytes_model + " --dataset text:" + text + " --optimizer adamw --lr 0.01 "
+            "--batch-size 8 --steps 20 --threads 1 --checkpoint-dir " + path("ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = checkpoint::latest(path("ck"));
+  const std::string g = gen + " --model " + bytes_model + " --checkpoint " + ck + " --threads 1";
+  const auto a = test::run_command(g + " --prompt 'the ' --tokens 40 --seed 3");
+  const auto b = test::run_command(g + " --prompt 'the ' --tokens 40 --seed 3");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  // A line on stderr (the model and checkpoint), then the prompt and 40 bytes.
+  const std::size_t at = a.output.find("trained 20 steps; 40 tokens\nthe ");
+  ASSERT_NE(at, std::string::npos) << a.output;
+  EXPECT_GE(a.output.size() - at, std::string("trained 20 steps; 40 tokens\n").size() + 4 + 40);
+  // Past the window of 16 positions (the decoder starts again from its last 8).
+  EXPECT_EQ(test::run_command(g + " --tokens 50 --temperature 0").exit_code, 0);
+  // Bad input: exit 2 (configuration) or 3 (data), each naming the problem.
+  const auto heads = train("--model " + write("h.toml", "input = [16]\n[[layers]]\ntype = \"embedding\"\n"
+                                                          "vocab = 256\ndim = 16\n[[layers]]\ntype = \"attention\"\nheads = 3\n") +
+                           " --dataset text:" + text + " --steps 1");
+  EXPECT_EQ(heads.exit_code, 2);
+  EXPECT_OUTPUT_HAS(heads, "3 heads do not divide the width 16");
+  const auto longer = train("--model " + bytes_model + " --dataset text:" + text + " --seq-len 32 --steps 1");
+  EXPECT_EQ(longer.exit_code, 2);
+  EXPECT_OUTPUT_HAS(longer, "a sequence of 32 positions is longer than the context of 16");
+  const auto empty = train("--model " + bytes_model + " --dataset text:" + write("empty.txt", "") + " --steps 1");
+  EXPECT_EQ(empty.exit_code, 3);
+  EXPECT_OUTPUT_HAS(empty, "is empty");
+  const auto short_corpus =
+      train("--model " + bytes_model + " --dataset text:" + write("short.txt", "too short") + " --steps 1");
+  EXPECT_EQ(short_corpus.exit_code, 3);
+  EXPECT_OUTPUT_HAS(short_corpus, "too few for one training window of --seq-len 16");
+  const auto mismatch = train("--model " + bytes_model + " --dataset text:" + text + " --tokenizer " +
+                              path("c.bpe") + " --steps 1");
+  EXPECT_EQ(mismatch.exit_code, 2);
+  EXPECT_OUTPUT_HAS(mismatch, "embeds a vocabulary of 256, but the tokenizer");
+  const auto gen_mismatch = test::run_command(g + " --tokenizer " + path("c.bpe"));
+  EXPECT_EQ(gen_mismatch.exit_code, 2);
+  EXPECT_OUTPUT_HAS(gen_mismatch, "embeds 256 token ids, but the tokenizer");
+  const auto bad_bpe = test::run_command(tok + " encode --bpe " + write("bad.bpe", "strata-bpe 1\nvocab 257\n1 999\n") +
+                                         " --input " + text);
+  EXPECT_EQ(bad_bpe.exit_code, 3);
+  EXPECT_OUTPUT_HAS(bad_bpe, "line 3: merge 0 uses id 999");
+  const auto bad_id = test::run_command("echo 5 300 | " + tok + " decode --bpe " + path("c.bpe"));
+  EXPECT_EQ(bad_id.exit_code, 3);
+  EXPECT_OUTPUT_HAS(bad_id, "token 2 has id 300, outside the vocabulary [0, 280)");
+}
+
+}  // namespace
+}  // namespace strata

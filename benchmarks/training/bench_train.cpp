@@ -89,7 +89,7 @@ Sequential<float> make_model(const Workload& w) {
 }
 
 // GEMM floating-point operations of one training step per sample
-// (layer_breakdown.hpp's step_gemms: the first GEMM layer's input gradient
+// (layer_breakdown.hpp's step_gemms: layer 0's input gradient
 // is not computed; 6 x weights, as often quoted for an MLP, overcounts by the
 // first layer's 2 x weights: 17% for W2).
 double step_flops(const Workload& w) {
@@ -288,6 +288,8 @@ int main(int argc, char** argv) {
                                  {"sgemm_gflops_after", sgemm_after}, {"rates", res.rates},
                                  {"reps", reps}, {"warmup", warmup}, {"steps", w.steps},
                                  {"batch", w.batch}, {"widths", w.widths}, {"loss", to_string(w.loss)},
+                                 {"optimizer", to_string(w.optimizer)},
+                                 {"lr", w.optimizer == OptimizerKind::sgd ? 0.01 : 0.001},
                                  {"model", w.model.empty() ? nlohmann::json() : nlohmann::json(model_path(w.model))},
                                  {"input", make_model(w).shape(0).dims()},
                                  {"parameters", make_model(w).num_params()}, {"step_flops_per_sample", step_flops(w)},

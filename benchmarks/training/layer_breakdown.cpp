@@ -5,6 +5,8 @@
 #include "layers/attention.hpp"
 #include "layers/block.hpp"
 #include "layers/conv2d.hpp"
+#include "layers/embedding.hpp"
+#include "layers/loss.hpp"
 #include "layers/linear.hpp"
 
 #include <algorithm>
@@ -150,73 +152,129 @@ double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps) {
   return flops / t / 1e9;
 }
 
+namespace {
+
+// One row of the table: layer `l` alone on a batch of seeded values (token
+// ids for an Embedding), forward, backward-data and backward-weights.
+// Returns forward + backward seconds.
+double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, Context& ctx,
+                 int reps, const std::string& workload, unsigned salt) {
+  const std::size_t in = l.input_shape().numel(), out = l.output_shape(l.input_shape()).numel();
+  MatrixBuffer<float> x("x", batch, in), y("y", batch, out), dy("dy", batch, out), dx("dx", batch, in);
+  VectorBuffer<float> scratch("scratch", std::max<std::size_t>(1, l.saved_size(batch)));
+  if (const auto* e = dynamic_cast<const Embedding<float>*>(&l)) {
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>((i * 2654435761u + salt) % e->vocab());
+  } else {
+    fill(x.data(), x.size(), 3 + salt);
+  }
+  fill(dy.data(), dy.size(), 5 + salt);
+  Saved<float> s;
+  s.x = x;
+  s.y = y;
+  s.scratch = scratch;
+  const double fwd = time_op(ctx, reps, [&] { l.forward(ctx, x, y, s); });
+  // Backward with and without the input gradient (the weight part alone).
+  const double bwd = time_op(ctx, reps, [&] { l.backward(ctx, dy, dx, s); });
+  // (Layers without parameters have no weight part; not every one takes a
+  // missing input gradient, which only the first layer gets.)
+  // (A tied head has no parameters of its own but a weight gradient.)
+  const bool weights = l.num_params() > 0 || !l.tied_to().empty();
+  const double wts =
+      weights ? time_op(ctx, reps, [&] { l.backward(ctx, dy, Matrix<float>(), s); }) : 0.0;
+  const double data = std::max(0.0, bwd - wts);
+  char cols[3][32] = {"-", "-", "-"};
+  if (is_gemm_layer(l)) {
+    const auto g = layer_gemms(l, batch, label);
+    const double t[3] = {fwd, data, wts};
+    const char* part[3] = {"forward", "input gradient", "weight gradient"};
+    for (int k = 0; k < 3; ++k) {
+      std::vector<GemmShape> mine;
+      for (const auto& sh : g)
+        if (sh.what.find(part[k]) != std::string::npos) mine.push_back(sh);
+      double flops = 0;
+      for (const auto& sh : mine) flops += sh.flops();
+      // The input gradient is a difference of two timings: below 2% of the
+      // backward it is noise, not a rate.
+      if (mine.empty() || t[k] <= 0.02 * bwd) continue;
+      const double rate = flops / t[k] / 1e9, ref = gemm_rate(mine, ctx, reps);
+      std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
+    }
+  }
+  std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),
+              label.c_str(), l.name().substr(0, 34).c_str(), 1e3 * fwd, 1e3 * data, 1e3 * wts,
+              cols[0], cols[1], cols[2]);
+  std::fflush(stdout);
+  return fwd + bwd;
+}
+
+}  // namespace
+
 void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, int reps,
                      const std::string& workload) {
   std::printf("# %s per layer, batch %zu, %d thread(s): ms per step, median of %d; GEMM layers: "
-              "GFLOP/s and %% of the same GEMM shape alone (measured just before)\n",
+              "GFLOP/s and %% of the same GEMM shape alone (measured just before); the inner "
+              "layers of the first block indented (not in the total)\n",
               workload.c_str(), batch, ctx.threads, reps);
   std::printf("%-4s %-10s %-34s %9s %9s %9s %18s %18s %18s\n", "", "layer", "type", "forward",
               "bwd-data", "bwd-wts", "fwd GF/s (%)", "bwd-data GF/s (%)", "bwd-wts GF/s (%)");
   model.set_training(true);
   double total = 0;
+  bool first_block = true;
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     Layer<float>& l = model.layer(i);
-    const std::size_t in = model.width(i), out = model.width(i + 1);
-    MatrixBuffer<float> x("x", batch, in), y("y", batch, out), dy("dy", batch, out), dx("dx", batch, in);
-    VectorBuffer<float> scratch("scratch", std::max<std::size_t>(1, l.saved_size(batch)));
-    fill(x.data(), x.size(), 3 + static_cast<unsigned>(i));
-    fill(dy.data(), dy.size(), 5 + static_cast<unsigned>(i));
-    Saved<float> s;
-    s.x = x;
-    s.y = y;
-    s.scratch = scratch;
-    // One row: the layer's forward, backward-data and backward-weights.
-    auto row = [&](const std::string& label, bool counts) {
-      const double fwd = time_op(ctx, reps, [&] { l.forward(ctx, x, y, s); });
-      // Backward with and without the input gradient (the weight part alone).
-      const double bwd = time_op(ctx, reps, [&] { l.backward(ctx, dy, dx, s); });
-      // (Layers without parameters have no weight part; not every one takes a
-      // missing input gradient, which only the first layer gets.)
-      const double wts = l.num_params() == 0
-                             ? 0.0
-                             : time_op(ctx, reps, [&] { l.backward(ctx, dy, Matrix<float>(), s); });
-      const double data = std::max(0.0, bwd - wts);
-      if (counts) total += fwd + bwd;
-      char cols[3][32] = {"-", "-", "-"};
-      if (is_gemm_layer(l)) {
-        const auto g = layer_gemms(l, batch, model.layer_name(i));
-        const double t[3] = {fwd, data, wts};
-        const char* part[3] = {"forward", "input gradient", "weight gradient"};
-        for (int k = 0; k < 3; ++k) {
-          std::vector<GemmShape> mine;
-          for (const auto& sh : g)
-            if (sh.what.find(part[k]) != std::string::npos) mine.push_back(sh);
-          double flops = 0;
-          for (const auto& sh : mine) flops += sh.flops();
-          // The input gradient is a difference of two timings: below 2% of the
-          // backward it is noise, not a rate.
-          if (mine.empty() || t[k] <= 0.02 * bwd) continue;
-          const double rate = flops / t[k] / 1e9, ref = gemm_rate(mine, ctx, reps);
-          std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
-        }
-      }
-      std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),
-                  label.c_str(), l.name().substr(0, 34).c_str(), 1e3 * fwd, 1e3 * data, 1e3 * wts,
-                  cols[0], cols[1], cols[2]);
-      std::fflush(stdout);
-    };
-    row(model.layer_name(i), true);
+    const unsigned salt = static_cast<unsigned>(i);
+    total += layer_row(l, model.layer_name(i), batch, ctx, reps, workload, salt);
     // A convolution that runs as per-thread samples also shows the chunks
     // algorithm, timed right after (Conv2d's two host algorithms).
     if (auto* conv = dynamic_cast<Conv2d<float>*>(&l); conv != nullptr && conv->runs_samples(ctx, batch)) {
       conv->set_algorithm(ConvAlgorithm::chunks);
-      conv->reserve(batch, in);
-      row(" (chunks)", false);
+      conv->reserve(batch, model.width(i));
+      layer_row(*conv, " (chunks)", batch, ctx, reps, workload, salt);
       conv->set_algorithm(ConvAlgorithm::automatic);
     }
+    // The inside of the first block, each inner layer alone (blocks in blocks too).
+    if (auto* blk = dynamic_cast<Block<float>*>(&l); blk != nullptr && first_block) {
+      first_block = false;
+      std::function<void(Block<float>&, const std::string&)> inside = [&](Block<float>& b,
+                                                                          const std::string& at) {
+        for (std::size_t j = 0; j < b.num_layers(); ++j) {
+          const std::string label = at + "." + std::to_string(j);
+          if (auto* inner = dynamic_cast<Block<float>*>(&b.layer(j))) {
+            layer_row(*inner, " " + label, batch, ctx, reps, workload, salt + 7 * static_cast<unsigned>(j));
+            inside(*inner, label);
+          } else {
+            layer_row(b.layer(j), " " + label, batch, ctx, reps, workload, salt + 7 * static_cast<unsigned>(j));
+          }
+        }
+      };
+      inside(*blk, model.layer_name(i));
+    }
   }
-  std::printf("%-4s %-10s %-34s %9.3f ms forward + backward of all layers\n", workload.c_str(),
-              "total", "", 1e3 * total);
+  // The loss on the model's output: softmax cross-entropy over seeded labels,
+  // one per position for a language model (an Embedding first).
+  {
+    const std::size_t out = model.width(model.num_layers());
+    const std::size_t positions =
+        dynamic_cast<const Embedding<float>*>(&model.layer(0)) != nullptr ? model.shape(0)[0] : 1;
+    const std::size_t classes = out / positions;
+    MatrixBuffer<float> z("z", batch, out), dz("dz", batch, out);
+    fill(z.data(), z.size(), 11);
+    LabelsBuffer labels("labels", batch * positions);
+    auto host = Kokkos::create_mirror_view(labels);
+    for (std::size_t k = 0; k < host.size(); ++k) host(k) = static_cast<std::int32_t>((k * 40503u) % classes);
+    Kokkos::deep_copy(labels, host);
+    SoftmaxCrossEntropy<float> ce;
+    Targets<float> t;
+    t.labels = labels;
+    const double fwd_bwd = time_op(ctx, reps, [&] { ce.forward_backward(ctx, z, t, dz, 1.0f / batch); });
+    total += fwd_bwd;
+    std::printf("%-4s %-10s %-34s %9.3f %9s %9s %18s %18s %18s\n", workload.c_str(), "loss",
+                (std::string("softmax cross-entropy x ") + std::to_string(positions)).substr(0, 34).c_str(),
+                1e3 * fwd_bwd, "-", "-", "-", "-", "-");
+  }
+  std::printf("%-4s %-10s %-34s %9.3f ms forward + backward of all layers and the loss\n",
+              workload.c_str(), "total", "", 1e3 * total);
 }
 
 }  // namespace strata::bench
