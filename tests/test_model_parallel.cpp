@@ -562,6 +562,25 @@ TEST(ModelParallelMixed, MeshesMatchSingleRankMixedPrecision) {
   }
 }
 
+// The GPT in bf16 (activations, gradients between layers and GEMM inputs
+// rounded to bf16, fp32 master weights) on 2 data-parallel ranks with ZeRO-1
+// against single-rank bf16 training; tolerance as above.
+TEST(ModelParallelMixed, GptInBf16MatchesSingleRankBf16) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = test::gpt_config(true);
+  auto o = mixed_mesh(2, 1, 1, Precision::bf16);
+  o.zero = 1;
+  const auto single = single_mixed(c, o);
+  const auto r = on_threads(2, c, o);
+  const auto [dl, dp] = test::deviation_of_largest(r, single);
+  std::printf("gpt bf16 zero1 dp2: loss deviation %.2e, parameter deviation %.2e\n", dl, dp);
+  EXPECT_EQ(test::compare(r, single, 1e-4), "");
+  // And bf16 trains the GPT as fp32 does, to bf16's distance (losses within 3e-2).
+  const auto fp32 = test::train_single(c);
+  for (std::size_t i = 0; i < fp32.losses.size(); ++i)
+    EXPECT_NEAR(single.losses[i], fp32.losses[i], 3e-2 * fp32.losses[i]) << "step " << i + 1;
+}
+
 // Clipping by the global norm: every gradient of the whole model counted
 // once, although stages, tensor shards, replicated parameters (the
 // RowParallelLinear bias, the unpaired last Linear) and ZeRO-1 blocks spread
