@@ -122,6 +122,10 @@ class Layer {
   // throws config when the shape is not the one the layer needs.
   virtual std::string tied_to() const { return ""; }
   virtual void tie_weight(const Shape& /*shape*/) {}
+  // A pipeline stage without the tied layer (Sequential::set_tie_copies):
+  // the layer keeps a copy of the weight in its own slice again, which the
+  // model-parallel engine keeps equal to the original.
+  virtual void untie_weight() {}
   virtual void bind_tied(Vector<T> /*weight*/, Vector<T> /*grad*/) {}
   // Writes initial parameters into `params` (host memory, this layer's slice).
   // `layer_index` makes each layer's random stream distinct.

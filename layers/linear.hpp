@@ -38,6 +38,7 @@ class Linear final : public Layer<T> {
   void bind(Vector<T> params, Vector<T> grads) override;
   std::string tied_to() const override { return tie_; }
   void tie_weight(const Shape& shape) override;
+  void untie_weight() override { tied_ = false; }
   void bind_tied(Vector<T> weight, Vector<T> grad) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;

@@ -63,16 +63,20 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
     const auto params = parameters();
     const auto it = std::find_if(params.begin(), params.end(),
                                  [&](const ParamInfo& p) { return p.name == wanted; });
-    STRATA_REQUIRE(it != params.end(), config, where, ": ties its weight to '", wanted,
-                   "', which no earlier layer of this model", first_index_ > 0 ? " stage" : "",
-                   " has (tie names an earlier top-level layer with a weight; pipeline stages "
-                   "do not share tied weights)");
-    try {
-      layer->tie_weight(it->shape);
-    } catch (const Error& e) {
-      STRATA_THROW(config, where, ": ", e.message());
+    if (it == params.end() && tie_copies_allowed_) {  // on another pipeline stage: a copy
+      layer->untie_weight();
+      tie_copies_.emplace_back(layers_.size(), layer->tied_to());
+    } else {
+      STRATA_REQUIRE(it != params.end(), config, where, ": ties its weight to '", wanted,
+                     "', which no earlier layer of this model has (tie names an earlier "
+                     "top-level layer with a weight)");
+      try {
+        layer->tie_weight(it->shape);
+      } catch (const Error& e) {
+        STRATA_THROW(config, where, ": ", e.message());
+      }
+      ties_.push_back({layers_.size(), it->offset, it->shape.numel()});
     }
-    ties_.push_back({layers_.size(), it->offset, it->shape.numel()});
   }
   detail::check_param_table(where, layer->param_table(), layer->num_params());
   if (name.empty()) name = std::to_string(first_index_ + layers_.size());

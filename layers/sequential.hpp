@@ -49,6 +49,11 @@ class Sequential {
   // parameter names (default: its global position, as in PyTorch's
   // nn.Sequential). Not after build().
   Sequential& add(LayerPtr<T> layer, std::string name = "");
+  // A pipeline stage (before add()): a layer whose tied weight is on another
+  // stage keeps a copy of it (Layer::untie_weight) instead of being an error;
+  // tie_copies() lists them as (layer, name of the layer whose weight it copies).
+  void set_tie_copies(bool on) { tie_copies_allowed_ = on; }
+  const std::vector<std::pair<std::size_t, std::string>>& tie_copies() const { return tie_copies_; }
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
   // the activation buffers for batches of up to max_batch rows, for `slots`
@@ -207,6 +212,8 @@ class Sequential {
     std::size_t layer, offset, size;
   };
   std::vector<Tie> ties_;
+  bool tie_copies_allowed_ = false;
+  std::vector<std::pair<std::size_t, std::string>> tie_copies_;
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;
   std::size_t row_offset_ = 0;

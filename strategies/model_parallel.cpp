@@ -1,6 +1,7 @@
 #include "strategies/model_parallel.hpp"
 
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "backends/trace.hpp"
 
 #include <algorithm>
@@ -132,11 +133,29 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     auto* sharded = dynamic_cast<ShardedLayer<T>*>(l.get());
     full_sizes_.push_back(sharded ? sharded->full_num_params() : l->num_params());
   }
+  // Ties whose two layers fall on different stages.
+  auto stage_of = [&](std::size_t layer) {
+    int s = 0;
+    while (bounds_[static_cast<std::size_t>(s) + 1] <= layer) ++s;
+    return s;
+  };
+  for (std::size_t j = 0; j < all.layers.size(); ++j) {
+    if (all.layers[j]->tied_to().empty()) continue;
+    std::size_t i = 0, full = 0;
+    auto name_of = [&](std::size_t k) { return all.names[k].empty() ? std::to_string(k) : all.names[k]; };
+    while (i < j && name_of(i) != all.layers[j]->tied_to()) full += full_sizes_[i++];
+    if (i == j || stage_of(i) == stage_of(j)) continue;
+    for (const auto& info : all.layers[i]->param_table())
+      if (info.name == "weight")
+        ties_.push_back({i, j, info.shape.numel(), info.offset, full + info.offset, stage_of(i), stage_of(j)});
+  }
+
   // This rank's stage: the input shape at its first layer (whole: cuts only
   // fall where the activation is whole).
   Shape input = all.input;
   for (std::size_t i = 0; i < bounds_[p]; ++i) input = all.layers[i]->output_shape(input);
   stage_ = std::make_unique<Sequential<T>>(input, bounds_[p]);
+  stage_->set_tie_copies(true);
   for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i)
     stage_->add(std::move(all.layers[i]), all.names[i]);
   const bool mixed = options.precision != Precision::fp32;
@@ -174,6 +193,15 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
 
   stage_->build(max_micro_, slots_, pad);
   stage_->init(init, seed);
+  // Buckets of a tied layer's gradient (and of the layers before it) wait
+  // for the sum of both stages' gradients (sum_tied_gradients).
+  for (const CrossTie& t : ties_)
+    for (std::size_t layer : {t.source, t.copy})
+      if (layer >= bounds_[p] && layer < bounds_[p + 1]) {
+        held_ = holds_grads_ ? std::max(held_, layer - bounds_[p]) : layer - bounds_[p];
+        holds_grads_ = true;
+      }
+  share_tied_weights();
   // Gradient sums over the data-parallel group (buckets during the last
   // backward; with ZeRO-1 a reduce-scatter onto this rank's block).
   sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_->dp(), *stage_, options, options.zero == 1,
@@ -289,7 +317,10 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool las
   Matrix<T> dx;
   if (!first_stage()) dx = rows(dx_, count, stage_->in_features());
   // The last backward of the step launches the gradient buckets it completes.
-  if (last) stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) { sync_->layer_done(k); });
+  if (last)
+    stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) {
+      if (!holds_grads_ || k > held_) sync_->layer_done(k);
+    });
   else stage_->backward(ctx_, dy, dx, slot);
   if (!first_stage()) {
     ctx_.exec.fence();
@@ -314,6 +345,9 @@ void ModelParallel<T>::count_gradients() {
       const auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i));
       last = sharded ? last - sharded->replicated_tail() : first;
     }
+    // A copy of a tied weight on another stage counts there.
+    for (const CrossTie& t : ties_)
+      if (t.copy == bounds_[mesh_->pp_rank()] + i) first += t.size;
     // Within this rank's ZeRO-1 block (the whole stage without ZeRO).
     first = std::max(first, updated_.first);
     last = std::min(last, updated_.second);
@@ -386,6 +420,7 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     for (std::size_t m = M - warmup; m < M; ++m) Bk(m);
   }
   mesh_->pp().flush();  // a stage's last send may be held back (NCCL)
+  sum_tied_gradients();
   const auto t1 = Clock::now();
   {
     STRATA_SPAN("compute", "gradient sync and optimizer step");
@@ -416,13 +451,96 @@ void device_copy(const std::vector<T>& in, Vector<T> v) {
 }  // namespace
 
 template <class T>
+std::size_t ModelParallel<T>::tie_offset(const CrossTie& t) const {
+  const int p = mesh_->pp_rank();
+  return p == t.source_stage ? stage_->param_offset(t.source - bounds_[p]) + t.weight_offset
+                             : stage_->param_offset(t.copy - bounds_[p]);  // the copy's weight comes first
+}
+
+namespace pipeline_detail {
+// Tags of the tie exchanges (above every micro-batch tag).
+constexpr int kTieTag = 1 << 28;
+// g += other (a free function: device lambdas cannot live in private members).
+template <class T>
+void add_into(Context& ctx, Vector<T> g, ConstVector<T> other) {
+  for_range(ctx, "strata::pipeline::sum_tied", g.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
+    g(i) += other(i);
+  });
+}
+}  // namespace pipeline_detail
+using pipeline_detail::kTieTag;
+
+template <class T>
+void ModelParallel<T>::share_tied_weights() {
+  const int p = mesh_->pp_rank();
+  for (std::size_t k = 0; k < ties_.size(); ++k) {
+    const CrossTie& t = ties_[k];
+    if (p != t.source_stage && p != t.copy_stage) continue;
+    const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
+    Vector<T> w = Kokkos::subview(stage_->padded_params(), range);
+    ctx_.exec.fence();
+    if (p == t.source_stage) mesh_->pp().send(w, t.copy_stage, kTieTag + static_cast<int>(k));
+    else mesh_->pp().recv(w, t.source_stage, kTieTag + static_cast<int>(k));
+  }
+  mesh_->pp().flush();
+}
+
+template <class T>
+void ModelParallel<T>::sum_tied_gradients() {
+  const int p = mesh_->pp_rank();
+  for (std::size_t k = 0; k < ties_.size(); ++k) {
+    const CrossTie& t = ties_[k];
+    if (p != t.source_stage && p != t.copy_stage) continue;
+    STRATA_SPAN("comm", "tied weight gradients");
+    const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
+    const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
+    Vector<T> g = Kokkos::subview(stage_->padded_grads(), range);
+    if (tie_buffer_.extent(0) < t.size) tie_buffer_ = VectorBuffer<T>("strata::pipeline::tie", t.size);
+    Vector<T> other(tie_buffer_.data(), t.size);
+    ctx_.exec.fence();
+    // Both send, then both receive (sends are buffered) and add: the same
+    // two terms on both stages, so the sums are bitwise equal.
+    mesh_->pp().send(g, peer, kTieTag + static_cast<int>(k));
+    mesh_->pp().recv(other, peer, kTieTag + static_cast<int>(k));
+    pipeline_detail::add_into<T>(ctx_, g, other);
+  }
+  mesh_->pp().flush();
+}
+
+template <class T>
+double ModelParallel<T>::tied_copy_deviation() {
+  double worst = 0;
+  const int p = mesh_->pp_rank();
+  for (std::size_t k = 0; k < ties_.size(); ++k) {
+    const CrossTie& t = ties_[k];
+    if (p != t.source_stage && p != t.copy_stage) continue;
+    const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
+    std::vector<T> mine(t.size), theirs(t.size);
+    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(mine.data(), t.size),
+                      Kokkos::subview(stage_->padded_params(), range));
+    const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
+    mesh_->pp().send(mine.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
+    mesh_->pp().recv(theirs.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
+    for (std::size_t i = 0; i < t.size; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - static_cast<double>(theirs[i])));
+  }
+  mesh_->pp().flush();
+  return mesh_->world().allreduce_value(worst, comm::ReduceOp::max);
+}
+
+template <class T>
 std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values) {
   // This stage's layers in single-rank layout (tensor shards gathered).
   std::vector<T> mine;
   comm::Communicator& tp = mesh_->tp();
   for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
     const T* values = stage_values.data() + stage_->param_offset(i);
-    const std::size_t n = stage_->layer(i).num_params();
+    std::size_t n = stage_->layer(i).num_params();
+    for (const CrossTie& t : ties_)  // a copy of a tied weight: the original is in the layout
+      if (t.copy == bounds_[mesh_->pp_rank()] + i) {
+        values += t.size;
+        n -= t.size;
+      }
     if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i))) {
       std::vector<T> blocks(n * static_cast<std::size_t>(tp.size()));
       tp.allgather(values, blocks.data(), n, comm::data_type_of<T>());
@@ -464,10 +582,16 @@ std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const
   for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
     T* shard = mine.data() + stage_->param_offset(i);
     const T* whole = full.data() + offset;
+    std::size_t copied = 0;  // a copy of a tied weight: from the original's place
+    for (const CrossTie& t : ties_)
+      if (t.copy == first + i) {
+        std::copy(full.data() + t.full_offset, full.data() + t.full_offset + t.size, shard);
+        copied = t.size;
+      }
     if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i)))
       sharded->extract(whole, shard);
     else
-      std::copy(whole, whole + stage_->layer(i).num_params(), shard);
+      std::copy(whole, whole + stage_->layer(i).num_params() - copied, shard + copied);
     offset += full_sizes_[first + i];
   }
   return mine;
@@ -628,7 +752,11 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
       if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(l))) {
         sharded->full_index(index.data());
       } else {  // whole and replicated over the tensor group
-        for (std::size_t k = 0; k < count; ++k) index[k] = tp_root ? k : ShardedLayer<T>::kReplica;
+        std::size_t copied = 0;  // a copy of a tied weight: saved by the original's stage
+        for (const CrossTie& t : ties_)
+          if (t.copy == bounds_[mesh_->pp_rank()] + l) copied = t.size;
+        for (std::size_t k = 0; k < count; ++k)
+          index[k] = tp_root && k >= copied ? k - copied : ShardedLayer<T>::kReplica;
       }
       for (std::size_t k = a; k < b; ++k) {
         if (index[k - off] == ShardedLayer<T>::kReplica) continue;

@@ -171,6 +171,9 @@ class ModelParallel {
   // over world): every pipeline runs the data set through its stages, the
   // result is the same on every rank.
   Evaluation evaluate(const data::Dataset& data);
+  // Largest difference between a tied weight and its copy on another stage
+  // (0 without such ties; collective over the world): 0 when they agree bitwise.
+  double tied_copy_deviation();
 
  private:
   void forward_micro(const data::Batch<T>& shard, std::size_t m, std::size_t first,
@@ -188,12 +191,31 @@ class ModelParallel {
   std::vector<T> stage_state(Vector<T> state);
   void set_stage_state(Vector<T> state, const std::vector<T>& stage_values);
   Matrix<T> rows(const VectorBuffer<T>& buf, std::size_t count, std::size_t width) const;
+  // Tied weights across stages (a GPT's head on the last stage, its token
+  // embedding on the first): the copy stage holds a copy of the weight, as
+  // Megatron-LM does. After init (and restore) the source stage sends the
+  // weight; after every backward the two stages add each other's gradient
+  // before the data-parallel sum, so both update identically.
+  struct CrossTie {
+    std::size_t source, copy;  // layers of the whole model
+    std::size_t size;          // values of the weight
+    std::size_t weight_offset; // of the weight in the source layer's slice
+    std::size_t full_offset;   // of the weight in the single-rank layout
+    int source_stage, copy_stage;
+  };
+  void share_tied_weights();
+  void sum_tied_gradients();
+  // This stage's slice of tie k's weight in a flat buffer of the stage layout.
+  std::size_t tie_offset(const CrossTie& t) const;
 
   Context& ctx_;
   std::unique_ptr<Mesh> mesh_;
   ModelParallelOptions options_;
   std::vector<std::size_t> bounds_;  // stage s: layers [bounds_[s], bounds_[s+1])
   std::vector<std::size_t> full_sizes_;  // single-rank parameter count of every layer
+  std::vector<CrossTie> ties_;            // ties between stages (this rank's pipeline)
+  bool holds_grads_ = false;              // a tied layer here: buckets of layers <= held_ wait
+  std::size_t held_ = 0;
   std::size_t max_micro_ = 0;
   std::unique_ptr<Sequential<T>> stage_;
   std::unique_ptr<Loss<T>> loss_;
@@ -209,6 +231,7 @@ class ModelParallel {
   // output gradient and the input gradient sent back.
   std::vector<VectorBuffer<T>> inputs_;
   VectorBuffer<T> dy_, dx_;
+  VectorBuffer<T> tie_buffer_;  // the other stage's gradient of a tied weight
   MemoryReport memory_;
   Timing timing_;
 };

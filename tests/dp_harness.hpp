@@ -183,6 +183,7 @@ struct RunResult {
   std::map<std::string, std::vector<double>> buffers;  // running statistics (by name)
   std::vector<bool> applied;   // DataParallel: whether each step was applied
   std::size_t comm_bytes = 0;  // gradient-sum payload of this rank in the last step
+  double tie_drift = 0;  // ModelParallel: a tied weight against its copy on another stage
 };
 
 
@@ -334,6 +335,7 @@ inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, co
     }
   }
   r.params = mp.full_params();
+  r.tie_drift = mp.tied_copy_deviation();
   if (memory) *memory = mp.memory();
   if (peak_in_flight) *peak_in_flight = peak;
   if (end) *end = {c.steps, r.params, mp.full_optimizer_state(0), mp.full_optimizer_state(1)};

@@ -248,43 +248,85 @@ TEST(Gpt, ZeroAndRecomputationMatchSingleRank) {
 }
 
 // The state of a tied GPT moves between layouts in single-rank layout (the
-// tied weight once, under the embedding's name): ZeRO-1 on 2 ranks for 10
-// steps, then one rank of a mesh for 10 more, against 20 single-rank steps.
-TEST(Gpt, StateMovesFromZeroToOneRankInSingleRankLayout) {
+// tied weight once, under the embedding's name): ZeRO-1 on 2 ranks, or a
+// 2-stage pipeline (whose last stage holds a copy), for 10 steps, then one
+// rank for 10 more, against 20 single-rank steps; and the checkpoint shards
+// of the pipeline cover the model exactly once (the copy in none).
+TEST(Gpt, StateMovesBetweenLayoutsInSingleRankLayout) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c = test::gpt_config(false);  // FullState holds no Dropout pass counters
-  c.steps = 10;
-  test::FullState half;
+  const auto single20 = [&] {
+    DpConfig d = c;
+    d.steps = 20;
+    return test::train_single(d);
+  }();
   auto zero = mesh(2, 1, 1);
   zero.zero = 1;
-  run_ranks(2, 1, [&](Context& ctx, comm::Communicator& comm) {
-    test::FullState mine;
-    test::train_model_parallel(ctx, comm, c, zero, nullptr, nullptr, nullptr, &mine);
-    if (comm.rank() == 0) half = mine;
-  });
-  ASSERT_EQ(half.params.size(), build_model<float>(test::model_of(c), 1).num_params());
-  c.steps = 20;
-  RunResult second;
-  run_ranks(1, 1, [&](Context& ctx, comm::Communicator& comm) {
-    second = test::train_model_parallel(ctx, comm, c, mesh(1, 1, 1), nullptr, nullptr, &half);
-  });
-  const auto single = test::train_single(c);
-  RunResult tail{{single.losses.begin() + 10, single.losses.end()}, single.params};
-  EXPECT_EQ(test::compare(second, tail, 1e-5), "");
+  auto pipeline = mesh(1, 2, 1);
+  pipeline.micro_batches = 2;
+  const std::size_t n = build_model<float>(test::model_of(c), 1).num_params();
+  for (const auto& first : {zero, pipeline}) {
+    c.steps = 10;
+    test::FullState half;
+    std::vector<ModelParallel<float>::CheckpointShard> shards(2);
+    run_ranks(2, 1, [&](Context& ctx, comm::Communicator& comm) {
+      test::FullState mine;
+      test::train_model_parallel(ctx, comm, c, first, nullptr, nullptr, nullptr, &mine,
+                                 &shards[static_cast<std::size_t>(comm.rank())]);
+      if (comm.rank() == 0) half = mine;
+    });
+    ASSERT_EQ(half.params.size(), n);
+    std::vector<int> covered(n, 0);
+    for (const auto& sh : shards)
+      for (const auto& [at, count] : sh.ranges)
+        for (std::size_t k = at; k < at + count; ++k) ++covered[k];
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<std::ptrdiff_t>(n));
+    c.steps = 20;
+    RunResult second;
+    run_ranks(1, 1, [&](Context& ctx, comm::Communicator& comm) {
+      second = test::train_model_parallel(ctx, comm, c, mesh(1, 1, 1), nullptr, nullptr, &half);
+    });
+    RunResult tail{{single20.losses.begin() + 10, single20.losses.end()}, single20.params};
+    EXPECT_EQ(test::compare(second, tail, 1e-5), "") << (first.zero ? "from ZeRO-1" : "from pp2");
+    // Into a pipeline: the last stage's copy starts from the embedding's values and moments.
+    RunResult piped;
+    run_ranks(2, 1, [&](Context& ctx, comm::Communicator& comm) {
+      auto r = test::train_model_parallel(ctx, comm, c, pipeline, nullptr, nullptr, &half);
+      if (comm.rank() == 0) piped = r;
+    });
+    EXPECT_EQ(test::compare(piped, tail, 1e-5), "") << (first.zero ? "ZeRO-1" : "pp2") << " into pp2";
+    EXPECT_EQ(piped.tie_drift, 0.0);
+  }
 }
 
-// Pipeline stages do not share a tied weight yet: a clear error names it.
-TEST(Gpt, TiedWeightAcrossPipelineStagesIsAClearError) {
+// The tied head on the last stage and the token embedding on the first: the
+// last stage keeps a copy, the two gradients are added before the
+// data-parallel sum, and the copy stays bitwise equal to the original.
+// Pipelines of 2 and 3 stages (1F1B and GPipe), a dp2 x pp2 mesh and ZeRO-1
+// over two pipelines, with dropout, against single-rank training.
+TEST(Gpt, PipelinesKeepTiedWeightsInSyncAndMatchSingleRank) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
-  const DpConfig c = test::gpt_config(false);
-  try {
-    on_threads(2, c, mesh(1, 2, 1));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(e.message().find("ties its weight to 'wte.weight', which no earlier layer of this "
-                               "model stage has"),
-              std::string::npos)
-        << e.message();
+  const DpConfig c = test::gpt_config(true);
+  const auto single = test::train_single(c);
+  struct Case {
+    const char* name;
+    int dp, pp;
+    std::size_t micro;
+    Schedule schedule;
+    int zero;
+  };
+  for (const Case k : {Case{"pp2 1f1b x3", 1, 2, 3, Schedule::one_f_one_b, 0},
+                       Case{"pp3 1f1b x4", 1, 3, 4, Schedule::one_f_one_b, 0},
+                       Case{"pp3 gpipe x2", 1, 3, 2, Schedule::gpipe, 0},
+                       Case{"dp2 x pp2", 2, 2, 2, Schedule::one_f_one_b, 0},
+                       Case{"dp2 x pp2 zero1", 2, 2, 1, Schedule::one_f_one_b, 1}}) {
+    auto o = mesh(k.dp, k.pp, 1);
+    o.micro_batches = k.micro;
+    o.schedule = k.schedule;
+    o.zero = k.zero;
+    const auto r = on_threads(k.dp * k.pp, c, o);
+    EXPECT_EQ(test::compare(r, single, 1e-5), "") << k.name;
+    EXPECT_EQ(r.tie_drift, 0.0) << k.name << ": the copy of wte.weight drifted";
   }
 }
 
