@@ -187,6 +187,21 @@ TEST(DataParallelMpi, ResidualModelFileMatchesSingleRank) {
       << "pipeline over every rank";
 }
 
+// The GPT (dropout, head tied to the embedding) over MPI processes: data
+// parallel, and a pipeline over every rank (the tied weight's copy on the
+// last stage kept in sync through MPI).
+TEST(DataParallelMpi, GptMatchesSingleRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  const test::DpConfig c = test::gpt_config(true);
+  Context ctx;
+  const auto single = test::train_single(c);
+  EXPECT_EQ(test::compare(test::train_dp(ctx, world, c), single, 1e-5), "");
+  auto o = mesh_options(1, world.size(), 1, 3);
+  const auto piped = test::train_model_parallel(ctx, world, c, o);
+  EXPECT_EQ(test::compare(piped, single, 1e-5), "") << "pipeline over every rank";
+  EXPECT_EQ(piped.tie_drift, 0.0);
+}
+
 TEST(DataParallelMpi, SyncBatchNormMatchesSingleRank) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
   test::DpConfig c;

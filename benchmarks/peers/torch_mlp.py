@@ -123,6 +123,8 @@ def train(a, rank=0, size=1):
         model = nn.Sequential(*layers)
         in_shape, classes = [a.widths[0]], a.widths[-1]
     model = model.to(device=device, dtype=dtype)
+    # A language model (an embedding first) takes token ids; decided before DDP wraps it.
+    tokens = isinstance(next(iter(model.children()), None), nn.Embedding)
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -135,7 +137,6 @@ def train(a, rank=0, size=1):
     g = torch.Generator(device="cpu").manual_seed(a.seed)
     first, rows = shard(a.batch_size, rank, size)
     xs = torch.randn([a.batches, a.batch_size] + in_shape, generator=g)
-    tokens = isinstance(next(iter(model.children()), None), nn.Embedding)
     if tokens:  # a language model: token ids in, one label per position
         xs = torch.randint(0, classes, [a.batches, a.batch_size] + in_shape, generator=g)
         ys = torch.randint(0, classes, (a.batches, a.batch_size, in_shape[0]), generator=g)

@@ -207,7 +207,8 @@ def main(argv):
              "peer median, measured back to back in the same run. \"of sgemm\": GFLOP/s (the GEMM "
              "operations a step performs) over the OpenBLAS sgemm rate of the same GEMM shapes on the same "
              "threads, measured by strata-bench-train just before and after the configuration's runs." % (reps, NOISY),
-             "%s; PyTorch %s (Debian), fp32, SGD lr 0.01, synthetic data. Strata's extra environment: %s; "
+             "%s; PyTorch %s (Debian), fp32, SGD lr 0.01 (W5: AdamW lr 1e-3, samples of 128 tokens), "
+             "synthetic data. Strata's extra environment: %s; "
              "the 2-thread peer runs with OMP_WAIT_POLICY=PASSIVE." % (config, peer_info.get("torch", "?"), strata_env)]
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(md) + "\n\n" + "\n\n".join(notes) + "\n")
