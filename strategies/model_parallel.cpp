@@ -195,12 +195,14 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   stage_->init(init, seed);
   // Buckets of a tied layer's gradient (and of the layers before it) wait
   // for the sum of both stages' gradients (sum_tied_gradients).
-  for (const CrossTie& t : ties_)
-    for (std::size_t layer : {t.source, t.copy})
+  for (const CrossTie& t : ties_) {
+    const std::size_t both[2] = {t.source, t.copy};
+    for (const std::size_t layer : both)
       if (layer >= bounds_[p] && layer < bounds_[p + 1]) {
         held_ = holds_grads_ ? std::max(held_, layer - bounds_[p]) : layer - bounds_[p];
         holds_grads_ = true;
       }
+  }
   share_tied_weights();
   // Gradient sums over the data-parallel group (buckets during the last
   // backward; with ZeRO-1 a reduce-scatter onto this rank's block).
