@@ -167,8 +167,9 @@ class Layer {
   // y = this layer's output at `position` (< max_positions) for x, the input
   // row of that position alone (one row of the per-position width), given
   // what earlier positions left in `state` (its scratch holds
-  // decode_size(max_positions) values, zeroed before position 0; a block keeps its inner layers' states
-  // in state.inner). The default runs forward on the row: right for layers
+  // decode_size(max_positions) values, zeroed before position 0; a block
+  // keeps its inner layers' states in state.inner). The default runs
+  // forward on the row: right for layers
   // that act on each position alone (Linear, LayerNorm, activations,
   // Dropout in evaluation, Embedding); layers that look at the position or
   // at other positions (PositionEmbedding, CausalAttention, blocks)
