@@ -348,8 +348,7 @@ void ModelParallel<T>::count_gradients() {
       last = sharded ? last - sharded->replicated_tail() : first;
     }
     // A copy of a tied weight on another stage counts there.
-    for (const CrossTie& t : ties_)
-      if (t.copy == bounds_[mesh_->pp_rank()] + i) first += t.size;
+    if (const CrossTie* t = copy_at(i)) first += t->size;
     // Within this rank's ZeRO-1 block (the whole stage without ZeRO).
     first = std::max(first, updated_.first);
     last = std::min(last, updated_.second);
@@ -453,6 +452,13 @@ void device_copy(const std::vector<T>& in, Vector<T> v) {
 }  // namespace
 
 template <class T>
+const typename ModelParallel<T>::CrossTie* ModelParallel<T>::copy_at(std::size_t l) const {
+  for (const CrossTie& t : ties_)
+    if (t.copy == bounds_[mesh_->pp_rank()] + l) return &t;
+  return nullptr;
+}
+
+template <class T>
 std::size_t ModelParallel<T>::tie_offset(const CrossTie& t) const {
   const int p = mesh_->pp_rank();
   return p == t.source_stage ? stage_->param_offset(t.source - bounds_[p]) + t.weight_offset
@@ -538,11 +544,10 @@ std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values
   for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
     const T* values = stage_values.data() + stage_->param_offset(i);
     std::size_t n = stage_->layer(i).num_params();
-    for (const CrossTie& t : ties_)  // a copy of a tied weight: the original is in the layout
-      if (t.copy == bounds_[mesh_->pp_rank()] + i) {
-        values += t.size;
-        n -= t.size;
-      }
+    if (const CrossTie* t = copy_at(i)) {  // a copy of a tied weight: the original is in the layout
+      values += t->size;
+      n -= t->size;
+    }
     if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i))) {
       std::vector<T> blocks(n * static_cast<std::size_t>(tp.size()));
       tp.allgather(values, blocks.data(), n, comm::data_type_of<T>());
@@ -585,11 +590,10 @@ std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const
     T* shard = mine.data() + stage_->param_offset(i);
     const T* whole = full.data() + offset;
     std::size_t copied = 0;  // a copy of a tied weight: from the original's place
-    for (const CrossTie& t : ties_)
-      if (t.copy == first + i) {
-        std::copy(full.data() + t.full_offset, full.data() + t.full_offset + t.size, shard);
-        copied = t.size;
-      }
+    if (const CrossTie* t = copy_at(i)) {
+      std::copy(full.data() + t->full_offset, full.data() + t->full_offset + t->size, shard);
+      copied = t->size;
+    }
     if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i)))
       sharded->extract(whole, shard);
     else
@@ -754,9 +758,8 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
       if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(l))) {
         sharded->full_index(index.data());
       } else {  // whole and replicated over the tensor group
-        std::size_t copied = 0;  // a copy of a tied weight: saved by the original's stage
-        for (const CrossTie& t : ties_)
-          if (t.copy == bounds_[mesh_->pp_rank()] + l) copied = t.size;
+        // A copy of a tied weight: saved by the original's stage.
+        const std::size_t copied = copy_at(l) ? copy_at(l)->size : 0;
         for (std::size_t k = 0; k < count; ++k)
           index[k] = tp_root && k >= copied ? k - copied : ShardedLayer<T>::kReplica;
       }

@@ -207,6 +207,9 @@ class ModelParallel {
   void sum_tied_gradients();
   // This stage's slice of tie k's weight in a flat buffer of the stage layout.
   std::size_t tie_offset(const CrossTie& t) const;
+  // The tie whose copy is local layer `l` of this stage (nullptr: none); its
+  // weight leads the layer's slice and is not part of the single-rank layout.
+  const CrossTie* copy_at(std::size_t l) const;
 
   Context& ctx_;
   std::unique_ptr<Mesh> mesh_;
