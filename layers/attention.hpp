@@ -51,6 +51,8 @@ class CausalAttention final : public Layer<T> {
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
+  // Tensor parallelism: a shard of whole heads is an attention of its own.
+  TensorSplit tensor_split() const override { return TensorSplit::heads; }
   // Decoding: the keys and values of every earlier position (the KV cache)
   // and one row of scores per head: (2 W + H) max_positions values.
   std::size_t decode_size(std::size_t max_positions) const override;

@@ -74,6 +74,11 @@ class Block : public Layer<T> {
   bool residual() const { return residual_; }
   std::size_t num_layers() const { return layers_.size(); }
   Layer<T>& layer(std::size_t j) { return *layers_[j]; }
+  const Layer<T>& layer(std::size_t j) const { return *layers_[j]; }
+  const std::vector<std::string>& names() const { return names_; }
+  // Hands the inner layers over (tensor parallelism rebuilds a block of
+  // their shards); the block is empty afterwards and must not be used.
+  std::vector<LayerPtr<T>> release_layers() { return std::move(layers_); }
 
   // The initialisation stream index of inner layer j of the layer at
   // `layer_index`: distinct from every top-level index and every other

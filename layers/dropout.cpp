@@ -56,15 +56,25 @@ void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::si
 }  // namespace detail
 
 template <class T>
+typename Dropout<T>::Block Dropout<T>::block(std::size_t rows, std::size_t cols,
+                                             std::size_t row_offset) const {
+  if (col_total_ == 0) return {rows, cols, row_offset, cols};
+  // A column shard of the last dimension: one row per position.
+  const std::size_t width = this->in_shape_.rank() > 0 ? this->in_shape_.back() : cols;
+  const std::size_t positions = width > 0 ? cols / width : 1;
+  return {rows * positions, width, row_offset * positions, col_total_};
+}
+
+template <class T>
 void Dropout<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& s) {
   s.counter = calls_;  // backward draws the masks of this pass
   if (!s.training || p_ == 0.0) {
     Kokkos::deep_copy(ctx.exec, y, x);
     return;
   }
-  const std::size_t total = col_total_ ? col_total_ : x.extent(1);
-  detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(), x.extent(0),
-                        x.extent(1), s.row_offset, col_first_, total, seed_, calls_, p_);
+  const Block b = block(x.extent(0), x.extent(1), s.row_offset);
+  detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(), b.rows, b.cols,
+                        b.first_row, col_first_, b.total, seed_, calls_, p_);
 }
 
 template <class T>
@@ -74,9 +84,9 @@ void Dropout<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T
     if (dx.data() != dy.data()) Kokkos::deep_copy(ctx.exec, dx, dy);
     return;
   }
-  const std::size_t total = col_total_ ? col_total_ : dy.extent(1);
-  detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(), dy.extent(0),
-                        dy.extent(1), s.row_offset, col_first_, total, seed_, s.counter, p_);
+  const Block b = block(dy.extent(0), dy.extent(1), s.row_offset);
+  detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(), b.rows, b.cols,
+                        b.first_row, col_first_, b.total, seed_, s.counter, p_);
 }
 
 template class Dropout<float>;

@@ -52,10 +52,19 @@ class Dropout final : public Layer<T> {
   void write_buffer(std::size_t, const std::vector<double>& v) override;
 
  private:
+  // The (rows, cols) block of the whole activation (`total` columns) that a
+  // micro-batch's values are, and its first row.
+  struct Block {
+    std::size_t rows, cols, first_row, total;
+  };
+  Block block(std::size_t rows, std::size_t cols, std::size_t row_offset) const;
+
   double p_;
   std::uint64_t seed_;
   std::uint64_t calls_ = 0;
-  std::size_t col_first_ = 0, col_total_ = 0;  // 0: the input's own width
+  // A column shard (set_column_shard): columns [col_first_, + width) of the
+  // last dimension, col_total_ wide; 0: the whole input.
+  std::size_t col_first_ = 0, col_total_ = 0;
 };
 
 }  // namespace strata

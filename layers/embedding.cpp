@@ -8,7 +8,7 @@ namespace strata {
 
 template <class T>
 Embedding<T>::Embedding(std::size_t vocab, std::size_t dim, double std)
-    : vocab_(vocab), dim_(dim), std_(std) {
+    : vocab_(vocab), dim_(dim), std_(std), total_(vocab) {
   STRATA_REQUIRE(vocab > 0 && dim > 0, config, "Embedding(", vocab, ", ", dim,
                  "): sizes must be positive");
   STRATA_REQUIRE(vocab <= (std::size_t(1) << 24), config, "Embedding(", vocab, ", ", dim,
@@ -39,6 +39,15 @@ Shape Embedding<T>::output_shape(const Shape& in) const {
 }
 
 template <class T>
+void Embedding<T>::set_vocab_shard(std::size_t first, std::size_t total) {
+  STRATA_REQUIRE(first + vocab_ <= total && total <= (std::size_t(1) << 24), config, name(),
+                 ": rows [", first, ", ", first + vocab_, ") are not a block of a vocabulary of ",
+                 total);
+  first_ = first;
+  total_ = total;
+}
+
+template <class T>
 std::vector<ParamInfo> Embedding<T>::param_table() const {
   return {{"weight", Shape{vocab_, dim_}, 0, ParamGroup::decay}};
 }
@@ -58,7 +67,7 @@ void Embedding<T>::init(HostVector<T> params, Init, std::uint64_t seed,
 template <class T>
 void Embedding<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) {
   const ConstVector<T> ids(x.data(), x.extent(0) * x.extent(1));
-  const int vocab = static_cast<int>(vocab_);
+  const int vocab = static_cast<int>(total_);
   std::size_t bad = 0;
   sum_range(ctx, "strata::Embedding::check", ids.extent(0),
       KOKKOS_LAMBDA(const int n, std::size_t& acc) {
@@ -67,13 +76,17 @@ void Embedding<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
       },
       bad);
   STRATA_REQUIRE(bad == 0, data, name(), ": ", bad, " of the batch's ", ids.extent(0),
-                 " token ids are not whole numbers in [0, ", vocab_, ")");
+                 " token ids are not whole numbers in [0, ", total_, ")");
   const Matrix<T> rows = as_rows(y, dim_);
   const ConstMatrix<T> w = weight_;
-  const int dim = static_cast<int>(dim_);
+  const int dim = static_cast<int>(dim_), first = static_cast<int>(first_),
+            held = static_cast<int>(vocab_);
   for_range(ctx, "strata::Embedding::forward", ids.extent(0), KOKKOS_LAMBDA(const int n) {
-        const int id = static_cast<int>(ids(n));
-        for (int c = 0; c < dim; ++c) rows(n, c) = w(id, c);
+        const int id = static_cast<int>(ids(n)) - first;
+        if (id >= 0 && id < held)
+          for (int c = 0; c < dim; ++c) rows(n, c) = w(id, c);
+        else
+          for (int c = 0; c < dim; ++c) rows(n, c) = T(0);
       },
       dim_);
 }
@@ -88,12 +101,14 @@ void Embedding<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   const ConstVector<T> ids(saved.x.data(), positions);
   const ConstMatrix<T> g = as_rows(dy, dim_);
   const Matrix<T> dw = dweight_;
-  const int dim = static_cast<int>(dim_), n = static_cast<int>(positions);
+  const int dim = static_cast<int>(dim_), n = static_cast<int>(positions),
+            first = static_cast<int>(first_), held = static_cast<int>(vocab_);
   for_range(ctx, "strata::Embedding::backward", (dim_ + block - 1) / block,
       KOKKOS_LAMBDA(const int b) {
         const int c0 = b * block, c1 = c0 + block < dim ? c0 + block : dim;
         for (int p = 0; p < n; ++p) {
-          const int id = static_cast<int>(ids(p));
+          const int id = static_cast<int>(ids(p)) - first;
+          if (id < 0 || id >= held) continue;
           for (int c = c0; c < c1; ++c) dw(id, c) += g(p, c);
         }
       },

@@ -12,7 +12,8 @@
 //           sum does not depend on the thread count. The ids have no gradient.
 //
 // A forward with an id outside [0, vocab) or not a whole number throws a
-// `data` error naming the layer and how many ids were bad.
+// `data` error naming the layer and how many ids were bad. Under vocabulary
+// parallelism a layer holds a block of rows (set_vocab_shard).
 #pragma once
 
 #include "layers/layer.hpp"
@@ -38,13 +39,21 @@ class Embedding final : public Layer<T> {
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
+  TensorSplit tensor_split() const override { return TensorSplit::vocabulary; }
 
   std::size_t vocab() const { return vocab_; }
   std::size_t dim() const { return dim_; }
+  double init_std() const { return std_; }
+  // Vocabulary parallelism (strategies/vocab_parallel.hpp): this layer holds
+  // rows [first, first + vocab) of a vocabulary of `total` ids. Ids are
+  // checked against `total`; forward writes zeros for ids outside the
+  // shard, and backward leaves their rows alone.
+  void set_vocab_shard(std::size_t first, std::size_t total);
 
  private:
   std::size_t vocab_, dim_;
   double std_;
+  std::size_t first_ = 0, total_;  // set_vocab_shard (whole: 0, vocab_)
   Matrix<T> weight_, dweight_;  // (vocab, dim)
 };
 

@@ -68,7 +68,9 @@ struct BufferInfo {
 enum class TensorSplit {
   none,         // stays whole, replicated on every tensor rank
   elementwise,  // acts on each value alone: runs unchanged on a column shard
-  linear,       // Linear(in, out) with a bias: column- then row-parallel in a pair
+  linear,       // Linear(in, out): column- then row-parallel in a pair
+  heads,        // attention over heads: a shard of whole heads between such a pair
+  vocabulary,   // an embedding: its rows (token ids) split over the ranks
 };
 
 // Host memory, for initialisation.
@@ -159,8 +161,9 @@ class Layer {
   // the per-micro-batch scratch is saved_size's, counted by the caller).
   virtual std::size_t workspace_bytes(std::size_t /*max_batch*/) const { return 0; }
   // Tensor parallelism: how the layer splits, and (elementwise layers) that
-  // it sees columns [first, first + its width) of an activation `total`
-  // wide: a layer that indexes values by position (Dropout's masks) uses it.
+  // it sees columns [first, first + its width) of the last dimension of an
+  // activation whose last dimension is `total` wide: a layer that indexes
+  // values by position (Dropout's masks) uses it.
   virtual TensorSplit tensor_split() const { return TensorSplit::none; }
   virtual void set_column_shard(std::size_t /*first*/, std::size_t /*total*/) {}
   // Generation one position at a time (layers/decoder.hpp, a KV cache):

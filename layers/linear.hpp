@@ -46,12 +46,14 @@ class Linear final : public Layer<T> {
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
   TensorSplit tensor_split() const override {
-    return bias_ && tie_.empty() ? TensorSplit::linear : TensorSplit::none;
+    return tie_.empty() ? TensorSplit::linear : TensorSplit::none;
   }
 
   std::size_t in() const { return in_; }
   std::size_t out() const { return out_; }
   bool has_bias() const { return bias_; }
+  double init_std() const { return std_; }
+  bool weight_tied() const { return tied_; }  // tie_weight was called (and not undone)
   ConstMatrix<T> weight() const { return weight_; }
   ConstVector<T> bias() const { return b_; }
 

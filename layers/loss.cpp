@@ -140,6 +140,13 @@ std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) {
   return correct;
 }
 
+template <class T>
+std::size_t Loss<T>::count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) {
+  return strata::count_correct<T>(ctx, out, labels);
+}
+
+template class Loss<float>;
+template class Loss<double>;
 template class SoftmaxCrossEntropy<float>;
 template class SoftmaxCrossEntropy<double>;
 template class MeanSquaredError<float>;

@@ -46,6 +46,9 @@ class Loss {
   virtual void check(std::size_t batch, std::size_t width, const Targets<T>& t) const = 0;
   virtual double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
                                   Matrix<T> dout, T scale) = 0;
+  // Labels whose class holds the largest output (count_correct below; a
+  // loss over outputs split across ranks says it for the whole output).
+  virtual std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels);
 };
 
 // Per-sample loss: log(sum_j exp(z_j)) - z_label, computed stably (max shift).

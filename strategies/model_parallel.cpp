@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
+#include "strategies/vocab_parallel.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -120,7 +121,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   mesh_ = std::make_unique<Mesh>(world, shape);
   const int p = mesh_->pp_rank(), S = shape.pp;
 
-  TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(model, seed), mesh_->tp());
+  TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(model, seed), mesh_->tp(),
+                                                        loss == LossKind::cross_entropy);
   resolve_ties(all.layers, all.names);  // single-rank sizes (full_sizes_) of tied layers
   const std::vector<double>& flops = all.flops;
   std::vector<double> cost(all.layers.size());
@@ -130,7 +132,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                   : static_cast<double>(all.layers[i]->num_params());
   bounds_ = plan_stages(cost, all.cut_ok, S, options.cuts);
   for (auto& l : all.layers) {
-    auto* sharded = dynamic_cast<ShardedLayer<T>*>(l.get());
+    const TensorShard<T>* sharded = tensor_shard(*l);
     full_sizes_.push_back(sharded ? sharded->full_num_params() : l->num_params());
   }
   // Ties whose two layers fall on different stages.
@@ -145,9 +147,19 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     auto name_of = [&](std::size_t k) { return all.names[k].empty() ? std::to_string(k) : all.names[k]; };
     while (i < j && name_of(i) != all.layers[j]->tied_to()) full += full_sizes_[i++];
     if (i == j || stage_of(i) == stage_of(j)) continue;
+    // Where this rank's part of the weight begins in the single-rank layout
+    // (a vocabulary shard of an embedding is one block of rows).
     for (const auto& info : all.layers[i]->param_table())
-      if (info.name == "weight")
-        ties_.push_back({i, j, info.shape.numel(), info.offset, full + info.offset, stage_of(i), stage_of(j)});
+      if (info.name == "weight") {
+        std::size_t whole = info.offset;
+        if (const TensorShard<T>* s = tensor_shard(*all.layers[i])) {
+          std::vector<std::size_t> index(s->shard_size());
+          std::vector<std::uint8_t> replica(s->shard_size());
+          s->shard_map(mesh_->tp_rank(), index.data(), replica.data());
+          whole = index[info.offset];
+        }
+        ties_.push_back({i, j, info.shape.numel(), info.offset, full + whole, stage_of(i), stage_of(j)});
+      }
   }
 
   // This rank's stage: the input shape at its first layer (whole: cuts only
@@ -223,7 +235,10 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     stage_->set_weights_rounded(true);  // 16-bit-input GEMMs (cuBLAS)
   }
   count_gradients();
-  loss_ = make_loss<T>(loss);
+  if (all.classes > 0)  // the logits split over the tensor group by class
+    loss_ = std::make_unique<VocabParallelCrossEntropy<T>>(mesh_->tp(), all.first_class, all.classes);
+  else
+    loss_ = make_loss<T>(loss);
   if (p > 0) {
     for (std::size_t s = 0; s < slots_; ++s)
       inputs_.emplace_back("strata::pipeline::input", max_micro_ * stage_->in_features());
@@ -341,18 +356,27 @@ void ModelParallel<T>::count_gradients() {
   const bool tp_first = mesh_->tp_rank() == 0;
   counted_.clear();
   if (!dp_counts) return;
-  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
-    std::size_t first = stage_->param_offset(i), last = stage_->param_offset(i + 1);
-    if (!tp_first) {
-      const auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i));
-      last = sharded ? last - sharded->replicated_tail() : first;
-    }
-    // A copy of a tied weight on another stage counts there.
-    if (const CrossTie* t = copy_at(i)) first += t->size;
+  auto count = [&](std::size_t first, std::size_t last) {
     // Within this rank's ZeRO-1 block (the whole stage without ZeRO).
     first = std::max(first, updated_.first);
     last = std::min(last, updated_.second);
-    if (first < last) counted_.push_back({first, last});
+    if (first >= last) return;
+    if (!counted_.empty() && counted_.back().second == first) counted_.back().second = last;
+    else counted_.push_back({first, last});
+  };
+  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
+    std::size_t first = stage_->param_offset(i);
+    const std::size_t last = stage_->param_offset(i + 1);
+    // A copy of a tied weight on another stage counts there.
+    if (const CrossTie* t = copy_at(i)) first += t->size;
+    const TensorShard<T>* sharded = tensor_shard(stage_->layer(i));
+    if (!sharded) {
+      if (tp_first) count(first, last);
+      continue;
+    }
+    const std::vector<std::uint8_t> once = counted_once(*sharded, mesh_->tp_rank());
+    for (std::size_t k = 0; k < once.size(); ++k)
+      if (once[k]) count(first + k, first + k + 1);
   }
 }
 
@@ -548,11 +572,11 @@ std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values
       values += t->size;
       n -= t->size;
     }
-    if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i))) {
+    if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(i))) {
       std::vector<T> blocks(n * static_cast<std::size_t>(tp.size()));
       tp.allgather(values, blocks.data(), n, comm::data_type_of<T>());
       std::vector<T> full(sharded->full_num_params());
-      sharded->assemble(blocks.data(), full.data());
+      assemble_shards(*sharded, tp.size(), blocks.data(), full.data());
       mine.insert(mine.end(), full.begin(), full.end());
     } else {
       mine.insert(mine.end(), values, values + n);
@@ -594,8 +618,8 @@ std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const
       std::copy(full.data() + t->full_offset, full.data() + t->full_offset + t->size, shard);
       copied = t->size;
     }
-    if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(i)))
-      sharded->extract(whole, shard);
+    if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(i)))
+      extract_shard(*sharded, mesh_->tp_rank(), whole, shard + copied);
     else
       std::copy(whole, whole + stage_->layer(i).num_params() - copied, shard + copied);
     offset += full_sizes_[first + i];
@@ -754,17 +778,17 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
     const std::size_t off = stage_->param_offset(l), count = stage_->layer(l).num_params();
     const std::size_t a = std::max(lo, off), b = std::min(hi, off + count);
     if (a < b) {
-      index.resize(count);
-      if (auto* sharded = dynamic_cast<const ShardedLayer<T>*>(&stage_->layer(l))) {
-        sharded->full_index(index.data());
-      } else {  // whole and replicated over the tensor group
-        // A copy of a tied weight: saved by the original's stage.
-        const std::size_t copied = copy_at(l) ? copy_at(l)->size : 0;
-        for (std::size_t k = 0; k < count; ++k)
-          index[k] = tp_root && k >= copied ? k - copied : ShardedLayer<T>::kReplica;
+      // A copy of a tied weight leads the layer's values: saved by the original's stage.
+      const std::size_t copied = copy_at(l) ? copy_at(l)->size : 0;
+      index.assign(count, kReplica);
+      if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(l))) {
+        const std::vector<std::size_t> mine = checkpoint_index(*sharded, mesh_->tp_rank());
+        std::copy(mine.begin(), mine.end(), index.begin() + static_cast<std::ptrdiff_t>(copied));
+      } else if (tp_root) {  // whole and replicated over the tensor group
+        for (std::size_t k = copied; k < count; ++k) index[k] = k - copied;
       }
       for (std::size_t k = a; k < b; ++k) {
-        if (index[k - off] == ShardedLayer<T>::kReplica) continue;
+        if (index[k - off] == kReplica) continue;
         const std::size_t at = full_offset + index[k - off];
         if (out.ranges.empty() || out.ranges.back().first + out.ranges.back().second != at)
           out.ranges.emplace_back(at, 0);
@@ -798,7 +822,7 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
     ConstMatrix<T> out = stage_->forward(ctx_, in, 0, false);
     if (last_stage()) {
       sum += loss_->forward_backward(ctx_, out, b.targets, Matrix<T>(), T(1));
-      if (d.is_classification()) correct += count_correct(ctx_, out, b.targets.labels);
+      if (d.is_classification()) correct += loss_->count_correct(ctx_, out, b.targets.labels);
     } else {
       ctx_.exec.fence();
       mesh_->pp().send(writable(out), p + 1, 0);

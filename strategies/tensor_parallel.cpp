@@ -1,31 +1,19 @@
 #include "strategies/tensor_parallel.hpp"
 
 #include "backends/error.hpp"
+#include "layers/attention.hpp"
+#include "strategies/vocab_parallel.hpp"
 
 namespace strata {
 
 namespace {
+// The width each rank holds of one split `what` of `width`.
 std::size_t divided(std::size_t width, comm::Communicator& tp, const std::string& layer,
                     const char* what) {
   const auto n = static_cast<std::size_t>(tp.size());
   STRATA_REQUIRE(width % n == 0, config, "tensor parallelism: --tp ", n, " does not divide the ",
-                 what, " width ", width, " of ", layer);
+                 what, " ", width, " of ", layer);
   return width / n;
-}
-
-std::string describe(const char* kind, std::size_t in, std::size_t out, int tp) {
-  return std::string(kind) + "(" + std::to_string(in) + ", " + std::to_string(out) + ", tp=" +
-         std::to_string(tp) + ")";
-}
-
-// The whole layer's initial values, from which every rank cuts its shard.
-template <class T>
-std::vector<T> full_init(std::size_t in, std::size_t out, Init scheme, std::uint64_t seed,
-                         std::uint64_t layer_index) {
-  Linear<T> whole(in, out);
-  std::vector<T> values(whole.num_params());
-  whole.init(HostVector<T>(values.data(), values.size()), scheme, seed, layer_index);
-  return values;
 }
 
 // Waits for the kernels on ctx, then sums buf over the group.
@@ -36,64 +24,142 @@ void allreduce_after(Context& ctx, comm::Communicator& comm, Matrix<T> buf) {
 }
 }  // namespace
 
-// ----------------------------------------------------- what both kinds share
-template <class T, class Shard>
-TensorParallelLinear<T, Shard>::TensorParallelLinear(std::size_t in, std::size_t out,
-                                                     comm::Communicator& tp, std::size_t local_in,
-                                                     std::size_t local_out, bool bias)
-    : in_(in), out_(out), tp_(tp), local_(local_in, local_out, bias) {}
-
-template <class T, class Shard>
-std::string TensorParallelLinear<T, Shard>::name() const {
-  return describe(Shard::kind, in_, out_, tp_.size());
+// ---------------------------------------------------------------- shard maps
+template <class T>
+void extract_shard(const TensorShard<T>& s, int r, const T* full, T* shard) {
+  const std::size_t n = s.shard_size();
+  std::vector<std::size_t> index(n);
+  std::vector<std::uint8_t> replica(n);
+  s.shard_map(r, index.data(), replica.data());
+  for (std::size_t k = 0; k < n; ++k) shard[k] = full[index[k]];
 }
 
-template <class T, class Shard>
-void TensorParallelLinear<T, Shard>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
-                                          std::uint64_t layer_index) const {
-  extract(full_init<T>(in_, out_, scheme, seed, layer_index).data(), params.data());
-}
-
-template <class T, class Shard>
-void TensorParallelLinear<T, Shard>::extract(const T* full, T* shard) const {
-  const auto& self = static_cast<const Shard&>(*this);
-  const int r = tp_.rank();
-  for (std::size_t k = 0, n = this->num_params(); k < n; ++k) shard[k] = full[self.position(r, k)];
-}
-
-template <class T, class Shard>
-void TensorParallelLinear<T, Shard>::assemble(const T* blocks, T* full) const {
-  const auto& self = static_cast<const Shard&>(*this);
-  const std::size_t n = this->num_params();
-  for (int r = 0; r < tp_.size(); ++r) {
+template <class T>
+void assemble_shards(const TensorShard<T>& s, int ranks, const T* blocks, T* full) {
+  const std::size_t n = s.shard_size();
+  std::vector<std::size_t> index(n);
+  std::vector<std::uint8_t> replica(n);
+  for (int r = 0; r < ranks; ++r) {
+    s.shard_map(r, index.data(), replica.data());
     const T* block = blocks + static_cast<std::size_t>(r) * n;
     for (std::size_t k = 0; k < n; ++k)
-      if (owns(r, k)) full[self.position(r, k)] = block[k];
+      if (r == 0 || !replica[k]) full[index[k]] = block[k];
   }
 }
 
-template <class T, class Shard>
-void TensorParallelLinear<T, Shard>::full_index(std::size_t* index) const {
-  const auto& self = static_cast<const Shard&>(*this);
-  const int r = tp_.rank();
-  for (std::size_t k = 0, n = this->num_params(); k < n; ++k)
-    index[k] = owns(r, k) ? self.position(r, k) : ShardedLayer<T>::kReplica;
+template <class T>
+std::vector<std::size_t> checkpoint_index(const TensorShard<T>& s, int r) {
+  const std::size_t n = s.shard_size();
+  std::vector<std::size_t> index(n);
+  std::vector<std::uint8_t> replica(n);
+  s.shard_map(r, index.data(), replica.data());
+  if (r != 0)
+    for (std::size_t k = 0; k < n; ++k)
+      if (replica[k]) index[k] = kReplica;
+  return index;
+}
+
+template <class T>
+std::vector<std::uint8_t> counted_once(const TensorShard<T>& s, int r) {
+  const std::size_t n = s.shard_size();
+  std::vector<std::size_t> index(n);
+  std::vector<std::uint8_t> replica(n);
+  s.shard_map(r, index.data(), replica.data());
+  for (auto& x : replica) x = r == 0 || !x;
+  return replica;
+}
+
+// ----------------------------------------------------- what both kinds share
+template <class T>
+TensorParallelLinear<T>::TensorParallelLinear(std::unique_ptr<Linear<T>>&& whole,
+                                              comm::Communicator& tp, std::size_t local_in,
+                                              std::size_t local_out, bool local_bias)
+    : whole_(std::move(whole)),
+      tp_(tp),
+      local_(local_in, local_out, local_bias, whole_->init_std(), whole_->tied_to()) {}
+
+template <class T>
+std::string TensorParallelLinear<T>::describe(const char* kind) const {
+  return std::string(kind) + "(" + std::to_string(whole_->in()) + ", " +
+         std::to_string(whole_->out()) + ", tp=" + std::to_string(tp_.size()) + ")";
+}
+
+template <class T>
+void TensorParallelLinear<T>::set_input_shape(const Shape& in) {
+  Layer<T>::set_input_shape(in);
+  local_.set_input_shape(in);
+}
+
+template <class T>
+void TensorParallelLinear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
+                                   std::uint64_t layer_index) const {
+  // The whole layer's initial values (its own stream), from which every
+  // rank cuts its shard; a tied weight's copy is filled by the engine.
+  std::vector<T> full(whole_->num_params());
+  whole_->init(HostVector<T>(full.data(), full.size()), scheme, seed, layer_index);
+  const std::size_t copy = this->num_params() - this->shard_size();
+  extract_shard<T>(*this, tp_.rank(), full.data(), params.data() + copy);
 }
 
 // ------------------------------------------------------------ column-parallel
+namespace {
+// A column-parallel layer's output features on each rank.
 template <class T>
-ColumnParallelLinear<T>::ColumnParallelLinear(std::size_t in, std::size_t out,
-                                              comm::Communicator& tp)
-    : TensorParallelLinear<T, ColumnParallelLinear<T>>(
-          in, out, tp, in, divided(out, tp, describe("Linear", in, out, tp.size()), "output"),
-          /*bias=*/true),
-      local_out_(out / static_cast<std::size_t>(tp.size())) {}
+std::size_t column_width(const Linear<T>& w, comm::Communicator& tp, std::size_t groups) {
+  STRATA_REQUIRE(groups > 0 && w.out() % groups == 0, config, "tensor parallelism: ", w.name(),
+                 " cannot be cut into ", groups, " equal parts");
+  if (groups == 1) return divided(w.out(), tp, w.name(), "output width");
+  return groups * divided(w.out() / groups, tp, w.name() + " (" + std::to_string(groups) +
+                                                    " parts: queries, keys, values)", "part width");
+}
+}  // namespace
+
+template <class T>
+ColumnParallelLinear<T>::ColumnParallelLinear(std::unique_ptr<Linear<T>>&& whole,
+                                              comm::Communicator& tp, std::size_t groups)
+    : TensorParallelLinear<T>(std::move(whole), tp, whole->in(), column_width(*whole, tp, groups),
+                              whole->has_bias()),
+      groups_(groups),
+      local_out_(this->local_.out()) {
+  if (this->whole_->weight_tied()) this->local_.tie_weight(Shape{local_out_, this->whole_->in()});
+}
+
+template <class T>
+std::size_t ColumnParallelLinear<T>::whole_feature(int r, std::size_t f) const {
+  const std::size_t part = local_out_ / groups_, whole_part = this->whole_->out() / groups_;
+  return (f / part) * whole_part + static_cast<std::size_t>(r) * part + f % part;
+}
+
+template <class T>
+std::size_t ColumnParallelLinear<T>::shard_size() const {
+  const Linear<T>& w = *this->whole_;
+  return (w.weight_tied() ? 0 : local_out_ * w.in()) + (w.has_bias() ? local_out_ : 0);
+}
+
+template <class T>
+void ColumnParallelLinear<T>::shard_map(int r, std::size_t* index, std::uint8_t* replica) const {
+  // Whole layout: W (out, in) unless tied, then b (out).
+  const Linear<T>& w = *this->whole_;
+  const std::size_t in = w.in(), weights = w.weight_tied() ? 0 : local_out_ * in;
+  const std::size_t whole_weights = w.weight_tied() ? 0 : w.out() * in;
+  for (std::size_t k = 0; k < weights; ++k) index[k] = whole_feature(r, k / in) * in + k % in;
+  if (w.has_bias())
+    for (std::size_t f = 0; f < local_out_; ++f) index[weights + f] = whole_weights + whole_feature(r, f);
+  std::fill(replica, replica + shard_size(), std::uint8_t{0});
+}
+
+template <class T>
+void ColumnParallelLinear<T>::tie_weight(const Shape& shape) {
+  this->local_.tie_weight(shape);
+  this->whole_->tie_weight(Shape{this->whole_->out(), this->whole_->in()});
+}
 
 template <class T>
 Shape ColumnParallelLinear<T>::output_shape(const Shape& in) const {
-  STRATA_REQUIRE(in == Shape{this->in_}, config, this->name(), " expects inputs of shape {",
-                 this->in_, "} but gets shape ", in.str());
-  return Shape{local_out_};
+  STRATA_REQUIRE(in.back() == this->whole_->in(), config, name(),
+                 " expects inputs whose last dimension is ", this->whole_->in(), " but gets shape ",
+                 in.str());
+  return in.with_back(local_out_);
 }
 
 template <class T>
@@ -110,24 +176,52 @@ void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T
 
 // --------------------------------------------------------------- row-parallel
 template <class T>
-RowParallelLinear<T>::RowParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp)
-    : TensorParallelLinear<T, RowParallelLinear<T>>(
-          in, out, tp, divided(in, tp, describe("Linear", in, out, tp.size()), "input"), out,
-          /*bias=*/false),
-      local_in_(in / static_cast<std::size_t>(tp.size())) {}
+RowParallelLinear<T>::RowParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp)
+    : TensorParallelLinear<T>(std::move(whole), tp, divided(whole->in(), tp, whole->name(), "input width"),
+                              whole->out(), /*local_bias=*/false),
+      local_in_(this->local_.in()) {}
+
+template <class T>
+std::size_t RowParallelLinear<T>::num_params() const {
+  return this->whole_->out() * local_in_ + (this->whole_->has_bias() ? this->whole_->out() : 0);
+}
+
+template <class T>
+std::vector<ParamInfo> RowParallelLinear<T>::param_table() const {
+  const std::size_t out = this->whole_->out();
+  std::vector<ParamInfo> t{{"weight", Shape{out, local_in_}, 0, ParamGroup::decay}};
+  if (this->whole_->has_bias()) t.push_back({"bias", Shape{out}, out * local_in_, ParamGroup::no_decay});
+  return t;
+}
+
+template <class T>
+void RowParallelLinear<T>::shard_map(int r, std::size_t* index, std::uint8_t* replica) const {
+  // Columns [r * in/tp, (r+1) * in/tp) of W, then all of b (replicated).
+  const std::size_t in = this->whole_->in(), out = this->whole_->out();
+  const std::size_t first = local_in_ * static_cast<std::size_t>(r), weights = out * local_in_;
+  for (std::size_t k = 0; k < weights; ++k) {
+    index[k] = (k / local_in_) * in + first + k % local_in_;
+    replica[k] = 0;
+  }
+  for (std::size_t k = weights; k < num_params(); ++k) {
+    index[k] = out * in + (k - weights);
+    replica[k] = 1;
+  }
+}
 
 template <class T>
 Shape RowParallelLinear<T>::output_shape(const Shape& in) const {
-  STRATA_REQUIRE(in == Shape{local_in_}, config, this->name(), " expects its shard of shape {",
-                 local_in_, "} of the input but gets shape ", in.str());
-  return Shape{this->out_};
+  STRATA_REQUIRE(in.back() == local_in_, config, name(), " expects its shard of ", local_in_,
+                 " input features in the last dimension but gets shape ", in.str());
+  return in.with_back(this->whole_->out());
 }
 
 template <class T>
 void RowParallelLinear<T>::bind(Vector<T> params, Vector<T> grads) {
-  const std::size_t nw = this->out_ * local_in_, out = this->out_;
+  const std::size_t nw = this->whole_->out() * local_in_, out = this->whole_->out();
   this->local_.bind(Kokkos::subview(params, Kokkos::make_pair(std::size_t(0), nw)),
                     Kokkos::subview(grads, Kokkos::make_pair(std::size_t(0), nw)));
+  if (!this->whole_->has_bias()) return;
   b_ = Kokkos::subview(params, Kokkos::make_pair(nw, nw + out));
   db_ = Kokkos::subview(grads, Kokkos::make_pair(nw, nw + out));
 }
@@ -136,56 +230,166 @@ template <class T>
 void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
   this->local_.forward(ctx, x, y, saved);  // this rank's part of x W^T
   if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, y);
-  detail::add_bias<T>(ctx, y, b_);
+  if (this->whole_->has_bias()) detail::add_bias<T>(ctx, as_rows(y, this->whole_->out()), b_);
 }
 
 template <class T>
 void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
-  detail::accumulate_bias_grad<T>(ctx, dy, db_);
+  if (this->whole_->has_bias())
+    detail::accumulate_bias_grad<T>(ctx, as_rows(dy, this->whole_->out()), db_);
   this->local_.backward(ctx, dy, dx, saved);  // dx is this rank's shard of the input gradient
 }
 
-// ----------------------------------------------------------------- the model
+// --------------------------------------------------------------------- blocks
 template <class T>
-TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp) {
+std::size_t ShardedBlock<T>::full_num_params() const {
+  std::size_t n = 0;
+  for (std::size_t j = 0; j < this->num_layers(); ++j) {
+    const TensorShard<T>* s = tensor_shard(this->layer(j));
+    n += s ? s->full_num_params() : this->layer(j).num_params();
+  }
+  return n;
+}
+
+template <class T>
+void ShardedBlock<T>::shard_map(int r, std::size_t* index, std::uint8_t* replica) const {
+  std::size_t local = 0, whole = 0;  // where inner layer j starts in each layout
+  for (std::size_t j = 0; j < this->num_layers(); ++j) {
+    const Layer<T>& l = this->layer(j);
+    const std::size_t n = l.num_params();
+    if (const TensorShard<T>* s = tensor_shard(l)) {
+      s->shard_map(r, index + local, replica + local);
+      for (std::size_t k = 0; k < n; ++k) index[local + k] += whole;
+      whole += s->full_num_params();
+    } else {
+      for (std::size_t k = 0; k < n; ++k) {
+        index[local + k] = whole + k;
+        replica[local + k] = 1;
+      }
+      whole += n;
+    }
+    local += n;
+  }
+}
+
+// ----------------------------------------------------------------- the model
+namespace {
+// Splits one list of layers (the model's, or a block's inner layers) whose
+// inputs have the shapes `shapes` (one more: the last output).
+template <class T>
+class Splitter {
+ public:
+  explicit Splitter(comm::Communicator& tp) : tp_(tp) {}
+
+  void split(std::vector<LayerPtr<T>>& layers, const std::vector<Shape>& shapes,
+             const std::vector<std::string>& names) {
+    const std::size_t n = layers.size();
+    auto is = [&](std::size_t i, TensorSplit s) { return layers[i]->tensor_split() == s; };
+    auto label = [&](std::size_t i) { return names[i] + " (" + layers[i]->name() + ")"; };
+    for (std::size_t i = 0; i < n; ++i) {
+      if (auto* block = dynamic_cast<Block<T>*>(layers[i].get())) {
+        layers[i] = split_block(*block, shapes[i], names[i]);
+        continue;
+      }
+      if (is(i, TensorSplit::vocabulary)) {
+        auto& e = dynamic_cast<Embedding<T>&>(*layers[i]);
+        divided(e.vocab(), tp_, label(i), "vocabulary");
+        layers[i] = std::make_unique<VocabParallelEmbedding<T>>(
+            std::unique_ptr<Embedding<T>>(static_cast<Embedding<T>*>(layers[i].release())), tp_);
+        continue;
+      }
+      if (!is(i, TensorSplit::linear)) continue;
+      // A pair: Linear, layers that run on a shard, Linear.
+      std::size_t j = i + 1, heads_at = n;
+      while (j < n && (is(j, TensorSplit::elementwise) || is(j, TensorSplit::heads))) {
+        if (is(j, TensorSplit::heads)) {
+          if (heads_at != n) break;  // two attention cores: no pair
+          heads_at = j;
+        }
+        ++j;
+      }
+      if (j == n || !is(j, TensorSplit::linear)) continue;
+      std::size_t groups = 1;
+      if (heads_at != n) {
+        STRATA_REQUIRE(heads_at == i + 1, config, "tensor parallelism: ", label(i + 1),
+                       " between ", label(i), " and the attention core ", label(heads_at),
+                       " would see this rank's queries, keys and values side by side");
+        groups = shapes[heads_at].back() / shapes[heads_at + 1].back();
+        auto& core = dynamic_cast<CausalAttention<T>&>(*layers[heads_at]);
+        const std::size_t heads = divided(core.heads(), tp_, label(heads_at), "number of heads");
+        layers[heads_at] = std::make_unique<CausalAttention<T>>(heads, core.head_size());
+      }
+      layers[i] = std::make_unique<ColumnParallelLinear<T>>(take_linear(layers[i]), tp_, groups);
+      layers[j] = std::make_unique<RowParallelLinear<T>>(take_linear(layers[j]), tp_);
+      // The layers between see columns [first, first + width) of the whole
+      // activation's last dimension (after a core: this rank's heads).
+      for (std::size_t k = (heads_at != n ? heads_at : i) + 1; k < j; ++k) {
+        const std::size_t whole = shapes[k].back(), local = whole / static_cast<std::size_t>(tp_.size());
+        layers[k]->set_column_shard(local * static_cast<std::size_t>(tp_.rank()), whole);
+      }
+      i = j;
+    }
+  }
+
+  static std::unique_ptr<Linear<T>> take_linear(LayerPtr<T>& l) {
+    return std::unique_ptr<Linear<T>>(static_cast<Linear<T>*>(l.release()));
+  }
+
+ private:
+  // path: the block's name in the model ("h.0"), which errors prefix to
+  // the inner layers' names ("h.0.0.attn.core").
+  LayerPtr<T> split_block(Block<T>& block, const Shape& input, const std::string& path) {
+    const bool residual = block.residual();
+    const std::vector<std::string> names = block.names();
+    std::vector<LayerPtr<T>> inner = block.release_layers();
+    std::vector<Shape> shapes{input};
+    for (const auto& l : inner) shapes.push_back(l->output_shape(shapes.back()));
+    std::vector<std::string> paths;
+    for (const auto& n : names) paths.push_back(path + "." + n);
+    split(inner, shapes, paths);
+    bool sharded = false;
+    for (const auto& l : inner) sharded = sharded || tensor_shard(*l) != nullptr;
+    if (sharded) return std::make_unique<ShardedBlock<T>>(std::move(inner), residual, names);
+    return std::make_unique<Block<T>>(std::move(inner), residual, names);
+  }
+
+  comm::Communicator& tp_;
+};
+}  // namespace
+
+template <class T>
+TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp,
+                                             bool vocab_head) {
   TensorParallelLayers<T> m;
   m.input = model.input;
   m.names = std::move(model.names);
   std::vector<LayerPtr<T>>& layers = model.layers;
   const std::size_t n = layers.size();
-  // Input shape of every layer.
   std::vector<Shape> shapes{model.input};
   for (const auto& l : layers) shapes.push_back(l->output_shape(shapes.back()));
-  // What the layers declare (Layer::tensor_split).
-  auto pairable = [&](std::size_t i) {
-    return layers[i]->tensor_split() == TensorSplit::linear && shapes[i].rank() == 1;
-  };
-  auto elementwise = [&](std::size_t i) {
-    return layers[i]->tensor_split() == TensorSplit::elementwise;
-  };
-  if (tp.size() > 1)
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!pairable(i)) continue;
-      std::size_t j = i + 1;
-      while (j < n && elementwise(j)) ++j;
-      if (j == n || !pairable(j)) continue;
-      const auto& a = dynamic_cast<const Linear<T>&>(*layers[i]);
-      const auto& b = dynamic_cast<const Linear<T>&>(*layers[j]);
-      layers[i] = std::make_unique<ColumnParallelLinear<T>>(a.in(), a.out(), tp);
-      layers[j] = std::make_unique<RowParallelLinear<T>>(b.in(), b.out(), tp);
-      i = j;
+  if (tp.size() > 1) {
+    std::vector<std::string> labels(n);
+    for (std::size_t i = 0; i < n; ++i) labels[i] = m.names[i].empty() ? std::to_string(i) : m.names[i];
+    Splitter<T>(tp).split(layers, shapes, labels);
+    // A language model's head: column-parallel over the vocabulary.
+    if (vocab_head && n > 0 && shapes[n - 1].rank() >= 2 &&
+        dynamic_cast<Linear<T>*>(layers[n - 1].get()) != nullptr) {
+      auto head = Splitter<T>::take_linear(layers[n - 1]);
+      m.classes = head->out();
+      divided(m.classes, tp, labels[n - 1] + " (" + head->name() + ")", "vocabulary");
+      layers[n - 1] = std::make_unique<ColumnParallelLinear<T>>(std::move(head), tp);
+      m.first_class = m.classes / static_cast<std::size_t>(tp.size()) * static_cast<std::size_t>(tp.rank());
     }
-  // Walk the layers: after a column-parallel layer the activation is sharded
-  // until the row-parallel layer that follows.
-  const ColumnParallelLinear<T>* column = nullptr;
+  }
+  // Walk the top level: after a column-parallel layer the activation is
+  // sharded until the row-parallel layer that follows.
+  bool sharded = false;
   Shape shape = model.input;
   for (auto& layer : layers) {
-    if (auto* c = dynamic_cast<const ColumnParallelLinear<T>*>(layer.get())) column = c;
-    if (dynamic_cast<const RowParallelLinear<T>*>(layer.get())) column = nullptr;
-    if (column && layer->tensor_split() == TensorSplit::elementwise)
-      layer->set_column_shard(column->first_feature(), shape.numel() * static_cast<std::size_t>(tp.size()));
+    if (dynamic_cast<const ColumnParallelLinear<T>*>(layer.get())) sharded = true;
+    if (dynamic_cast<const RowParallelLinear<T>*>(layer.get())) sharded = false;
     shape = layer->output_shape(shape);
-    m.cut_ok.push_back(column == nullptr);
+    m.cut_ok.push_back(!sharded);
     m.flops.push_back(layer->num_params() > 0 ? static_cast<double>(layer->num_params())
                                               : static_cast<double>(shape.numel()));
     m.layers.push_back(std::move(layer));
@@ -193,15 +397,18 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
   return m;
 }
 
-template class TensorParallelLinear<float, ColumnParallelLinear<float>>;
-template class TensorParallelLinear<double, ColumnParallelLinear<double>>;
-template class TensorParallelLinear<float, RowParallelLinear<float>>;
-template class TensorParallelLinear<double, RowParallelLinear<double>>;
-template class ColumnParallelLinear<float>;
-template class ColumnParallelLinear<double>;
-template class RowParallelLinear<float>;
-template class RowParallelLinear<double>;
-template TensorParallelLayers<float> make_tensor_parallel(ModelLayers<float>, comm::Communicator&);
-template TensorParallelLayers<double> make_tensor_parallel(ModelLayers<double>, comm::Communicator&);
+#define STRATA_TENSOR_PARALLEL(T)                                                              \
+  template void extract_shard<T>(const TensorShard<T>&, int, const T*, T*);                    \
+  template void assemble_shards<T>(const TensorShard<T>&, int, const T*, T*);                  \
+  template std::vector<std::size_t> checkpoint_index<T>(const TensorShard<T>&, int);           \
+  template std::vector<std::uint8_t> counted_once<T>(const TensorShard<T>&, int);              \
+  template class TensorParallelLinear<T>;                                                      \
+  template class ColumnParallelLinear<T>;                                                      \
+  template class RowParallelLinear<T>;                                                         \
+  template class ShardedBlock<T>;                                                              \
+  template TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T>, comm::Communicator&, bool);
+STRATA_TENSOR_PARALLEL(float)
+STRATA_TENSOR_PARALLEL(double)
+#undef STRATA_TENSOR_PARALLEL
 
 }  // namespace strata

@@ -1,11 +1,14 @@
-// Tensor parallelism (Megatron-LM style): a Linear layer's weight split over
-// the ranks of a tensor-parallel group.
+// Tensor parallelism (Megatron-LM style): layers split over the ranks of a
+// tensor-parallel group.
 //
 //   ColumnParallelLinear(in, out): rank t holds output features
-//     [t * out/tp, (t+1) * out/tp) of W and b. The input is replicated, the
-//     output stays sharded (batch, out/tp). backward: the input gradient is a
-//     sum of every rank's part, reduced with one allreduce (skipped when no
-//     input gradient is needed).
+//     [t * out/tp, (t+1) * out/tp) of W and b (with `groups` > 1: that block
+//     of each of the groups equal parts of the output, e.g. the queries, keys
+//     and values of an attention's QKV projection, so that a rank holds whole
+//     heads of each). The input is replicated, the output stays sharded
+//     (batch, out/tp). backward: the input gradient is a sum of every rank's
+//     part, reduced with one allreduce (skipped when no input gradient is
+//     needed).
 //   RowParallelLinear(in, out): rank t holds input features
 //     [t * in/tp, (t+1) * in/tp) of W (all of b, replicated). The input is
 //     sharded, each rank's product is partial: one allreduce in forward, then
@@ -13,9 +16,13 @@
 //
 // So Linear - activation - Linear as column then row parallel costs one
 // allreduce in forward and one in backward, and the activation (and a
-// Dropout) works on the shard. Replicated parameters (the row layer's bias,
-// unsharded layers) get identical gradients on every rank of the group, so
-// tensor parallelism needs no gradient communication of its own.
+// Dropout) works on the shard. An attention block (qkv Linear, attention
+// core, proj Linear) is the same pair with the core between them, running
+// on the rank's tp-th of the heads. Embeddings and a language model's head
+// split over the vocabulary (strategies/vocab_parallel.hpp). Replicated
+// parameters (the row layer's bias, LayerNorm, unsplit layers) get identical
+// gradients on every rank of the group, so tensor parallelism needs no
+// gradient communication of its own.
 //
 // Parameters are initialised as the whole layer would be (the shard is cut
 // out of the single-rank initialisation), so a tensor-parallel model starts
@@ -23,129 +30,168 @@
 #pragma once
 
 #include "backends/comm/communicator.hpp"
+#include "layers/block.hpp"
 #include "layers/linear.hpp"
 #include "layers/registry.hpp"
 
+#include <cstdint>
 #include <vector>
 
 namespace strata {
 
-// A layer whose parameters are one shard of a larger single-rank layer.
+// What a layer holding one shard of a larger single-rank layer says about
+// it (a second base of such layers, beside Layer<T>; tensor_shard() finds
+// it). The shard's values are the layer's num_params() values, less a tied
+// weight's copy that leads them on a pipeline stage without the tied layer
+// (the model-parallel engine handles those): shard_size() values.
 template <class T>
-class ShardedLayer : public Layer<T> {
+class TensorShard {
  public:
-  // Parameters of the whole layer (single-rank layout).
+  virtual ~TensorShard() = default;
+  // Parameters of the whole layer in single-rank layout (a tied weight left out).
   virtual std::size_t full_num_params() const = 0;
-  // This rank's shard (num_params() values) out of the whole layer's values.
-  virtual void extract(const T* full, T* shard) const = 0;
-  // The whole layer's values from every rank's shard (tp blocks of
-  // num_params() values, in rank order).
-  virtual void assemble(const T* blocks, T* full) const = 0;
-  // Parameters at the end of the shard that every rank of the group holds
-  // identically (RowParallelLinear's bias): norms count them once.
-  virtual std::size_t replicated_tail() const { return 0; }
-  // For sharded checkpoints, which rank writes which value: index[k] (k <
-  // num_params()) is the position of shard value k among the whole layer's
-  // values (the one extract() reads), or kReplica for a value that every rank
-  // of the group holds and group rank 0 writes.
-  static constexpr std::size_t kReplica = ~std::size_t{0};
-  virtual void full_index(std::size_t* index) const = 0;
+  // Values of the shard that map into the single-rank layout.
+  virtual std::size_t shard_size() const = 0;
+  // For value k of group rank r's shard: index[k], its position among the
+  // whole layer's values, and replica[k] != 0 when every rank of the group
+  // holds the same value (a row-parallel layer's bias, a LayerNorm in a
+  // block).
+  virtual void shard_map(int r, std::size_t* index, std::uint8_t* replica) const = 0;
 };
 
-// What column- and row-parallel Linear layers share: the shard of a
-// Linear(in, out) held on each rank of tp, computed by a local Linear, and
-// extract/assemble/full_index from one map, Shard::position(r, k): the
-// position among the whole layer's values of value k of group rank r's shard.
-template <class T, class Shard>
-class TensorParallelLinear : public ShardedLayer<T> {
+// The layer's shard interface, or nullptr for a layer that is whole.
+template <class T>
+const TensorShard<T>* tensor_shard(const Layer<T>& layer) {
+  return dynamic_cast<const TensorShard<T>*>(&layer);
+}
+
+// Positions in the single-rank layout of a sharded checkpoint: kReplica for
+// a value that another rank of the group writes.
+constexpr std::size_t kReplica = ~std::size_t{0};
+
+// shard = group rank r's values out of the whole layer's.
+template <class T>
+void extract_shard(const TensorShard<T>& s, int r, const T* full, T* shard);
+// full = the whole layer's values from every rank's shard (`ranks` blocks of
+// shard_size() values in rank order; replicas taken from rank 0).
+template <class T>
+void assemble_shards(const TensorShard<T>& s, int ranks, const T* blocks, T* full);
+// For each value of group rank r's shard, its position in the whole layer,
+// or kReplica for a replica that rank 0 writes instead.
+template <class T>
+std::vector<std::size_t> checkpoint_index(const TensorShard<T>& s, int r);
+// Whether value k of group rank r's shard counts once over the group (the
+// gradient norm): 1 unless it is a replica on a rank other than 0.
+template <class T>
+std::vector<std::uint8_t> counted_once(const TensorShard<T>& s, int r);
+
+// What column- and row-parallel Linear layers share: the whole Linear (its
+// initialisation and tie), this rank's shard as a local Linear, and the
+// communicator.
+template <class T>
+class TensorParallelLinear : public Layer<T>, public TensorShard<T> {
  public:
-  std::string name() const override;
-  std::size_t full_num_params() const override { return out_ * in_ + out_; }
+  std::size_t full_num_params() const override { return whole_->num_params(); }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
   std::size_t saved_size(std::size_t batch) const override { return local_.saved_size(batch); }
   bool backward_reads_output() const override { return false; }
-  void extract(const T* full, T* shard) const override;
-  void assemble(const T* blocks, T* full) const override;
-  void full_index(std::size_t* index) const override;
+  double flops() const override { return local_.flops(); }
+  void set_input_shape(const Shape& in) override;
 
  protected:
-  // local_in x local_out: this rank's Linear (with a bias when `bias`).
-  TensorParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp,
-                       std::size_t local_in, std::size_t local_out, bool bias);
-  // Whether group rank r writes shard value k (false for a replica on r > 0).
-  bool owns(int r, std::size_t k) const {
-    return r == 0 || k < this->num_params() - this->replicated_tail();
-  }
+  // local: this rank's Linear (local_in x local_out, with a bias when the
+  // whole layer has one, tied as the whole layer is).
+  TensorParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp,
+                       std::size_t local_in, std::size_t local_out, bool local_bias);
+  std::string describe(const char* kind) const;
 
-  std::size_t in_, out_;
+  std::unique_ptr<Linear<T>> whole_;
   comm::Communicator& tp_;
   Linear<T> local_;
 };
 
 template <class T>
-class ColumnParallelLinear final : public TensorParallelLinear<T, ColumnParallelLinear<T>> {
+class ColumnParallelLinear final : public TensorParallelLinear<T> {
  public:
-  static constexpr const char* kind = "ColumnParallelLinear";
-  ColumnParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
+  // groups: the output is that many equal parts, each split over the ranks.
+  ColumnParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp,
+                       std::size_t groups = 1);
 
+  std::string name() const override { return this->describe("ColumnParallelLinear"); }
   Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return this->local_.num_params(); }
   std::vector<ParamInfo> param_table() const override { return this->local_.param_table(); }
   void bind(Vector<T> params, Vector<T> grads) override { this->local_.bind(params, grads); }
+  std::string tied_to() const override { return this->local_.tied_to(); }
+  void tie_weight(const Shape& shape) override;
+  void untie_weight() override { this->local_.untie_weight(); }
+  void bind_tied(Vector<T> weight, Vector<T> grad) override { this->local_.bind_tied(weight, grad); }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  std::size_t shard_size() const override;
+  void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
 
-  std::size_t first_feature() const { return local_out_ * static_cast<std::size_t>(this->tp_.rank()); }
-  // Rows [r * out/tp, (r+1) * out/tp) of W, then those entries of b.
-  std::size_t position(int r, std::size_t k) const {
-    const std::size_t first = local_out_ * static_cast<std::size_t>(r), in = this->in_;
-    if (k < local_out_ * in) return (first + k / in) * in + k % in;
-    return this->out_ * in + first + (k - local_out_ * in);
-  }
+  // The whole output feature of this rank's local feature f (groups laid
+  // out one after the other, this rank's block of each).
+  std::size_t whole_feature(int r, std::size_t f) const;
+  std::size_t local_out() const { return local_out_; }
 
  private:
-  std::size_t local_out_;
+  std::size_t groups_, local_out_;
 };
 
 template <class T>
-class RowParallelLinear final : public TensorParallelLinear<T, RowParallelLinear<T>> {
+class RowParallelLinear final : public TensorParallelLinear<T> {
  public:
-  static constexpr const char* kind = "RowParallelLinear";
-  RowParallelLinear(std::size_t in, std::size_t out, comm::Communicator& tp);
+  RowParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp);
 
+  std::string name() const override { return this->describe("RowParallelLinear"); }
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override { return this->out_ * local_in_ + this->out_; }
-  std::vector<ParamInfo> param_table() const override {
-    return {{"weight", Shape{this->out_, local_in_}, 0, ParamGroup::decay},
-            {"bias", Shape{this->out_}, this->out_ * local_in_, ParamGroup::no_decay}};
-  }
+  std::size_t num_params() const override;
+  std::vector<ParamInfo> param_table() const override;
   void bind(Vector<T> params, Vector<T> grads) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
-  std::size_t replicated_tail() const override { return this->out_; }
-
-  // Columns [r * in/tp, (r+1) * in/tp) of W, then all of b.
-  std::size_t position(int r, std::size_t k) const {
-    const std::size_t first = local_in_ * static_cast<std::size_t>(r), out = this->out_;
-    if (k < out * local_in_) return (k / local_in_) * this->in_ + first + k % local_in_;
-    return out * this->in_ + (k - out * local_in_);
-  }
+  std::size_t shard_size() const override { return num_params(); }
+  void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
 
  private:
   std::size_t local_in_;
   Vector<T> b_, db_;  // the replicated bias (the local Linear has none)
 };
 
-// A model's top-level layers with tensor parallelism over tp, as the layers
-// declare (Layer::tensor_split): Linear layers (with a bias, on rank-1
-// inputs) separated only by elementwise layers (activations, Dropout) are
-// paired, column- then row-parallel; every other layer (an unpaired Linear,
-// LayerNorm, blocks) stays whole and replicated.
+// A block some of whose inner layers are shards: its shard map joins theirs
+// (whole inner layers are replicas).
+template <class T>
+class ShardedBlock final : public Block<T>, public TensorShard<T> {
+ public:
+  using Block<T>::Block;
+  std::size_t full_num_params() const override;
+  std::size_t shard_size() const override { return this->num_params(); }
+  void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
+};
+
+// A model's layers with tensor parallelism over tp, as the layers declare
+// (Layer::tensor_split), at every depth of blocks:
+//   - a Linear followed, through layers that run on a shard (elementwise
+//     ones: activations, Dropout; `heads` ones: an attention core), by
+//     another Linear: column- then row-parallel. With an attention core
+//     between them the first splits its output in groups (queries, keys,
+//     values: core input width / core output width) and the core becomes
+//     the attention over the rank's heads;
+//   - an embedding (`vocabulary`): split by rows (VocabParallelEmbedding);
+//   - with vocab_head (a cross-entropy loss), a last top-level Linear on
+//     per-position inputs ({T, C}: a language model's head, tied or not):
+//     column-parallel, its output (the logits) left sharded for
+//     VocabParallelCrossEntropy;
+//   - every other layer (an unpaired Linear, LayerNorm, convolutions, ...)
+//     stays whole and replicated.
 // For an MLP that is every Linear in pairs, the last one whole when their
-// number is odd. Dropout after a column-parallel layer masks its shard as the
-// whole layer would. With tp of size 1: the layers as they are. Throws
-// config, naming the layer, when tp does not divide a width it must split.
+// number is odd. Dropout after a column-parallel layer masks its shard as
+// the whole layer would. With tp of size 1: the layers as they are. Throws
+// config, naming the layer, when tp does not divide a width, a number of
+// heads or a vocabulary it must split.
 // cut_ok[i]: a pipeline stage may end after layer i (the activation there is
 // whole, not sharded).
 template <class T>
@@ -155,9 +201,13 @@ struct TensorParallelLayers {
   std::vector<std::string> names;
   std::vector<bool> cut_ok;
   std::vector<double> flops;  // forward multiply-adds per sample, per layer
+  // vocab_head: the last layer's output is this rank's classes
+  // [first_class, first_class + its width) of `classes` per position (0: whole).
+  std::size_t first_class = 0, classes = 0;
 };
 
 template <class T>
-TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp);
+TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp,
+                                             bool vocab_head = false);
 
 }  // namespace strata

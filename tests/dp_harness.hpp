@@ -42,17 +42,17 @@ struct DpConfig {
 };
 
 // A GPT as the equivalence tests train it (DpConfig with tokens: 6 token ids
-// below 11 per sample): embeddings, two pre-norm blocks of causal attention
-// (2 heads) and a GELU MLP, with Dropout when `dropout`, a final LayerNorm
-// and a head tied to the token embedding; 6 top-level layers.
-inline std::string gpt_model(bool dropout = false) {
+// below `vocab` (11) per sample): embeddings, two pre-norm blocks of causal
+// attention (`heads` heads, 2) and a GELU MLP, with Dropout when `dropout`, a
+// final LayerNorm and a head tied to the token embedding; 6 top-level layers.
+inline std::string gpt_model(bool dropout = false, int heads = 2, int vocab = 11) {
   const std::string drop = dropout ? "\n    { type = \"dropout\", p = 0.2 }," : "";
   return R"(
 input = [6]
 [[layers]]
 name = "wte"
 type = "embedding"
-vocab = 11
+vocab = )" + std::to_string(vocab) + R"(
 dim = 8
 [[layers]]
 name = "wpe"
@@ -65,7 +65,7 @@ repeat = 2
 layers = [
   { type = "residual", layers = [
     { type = "layernorm" },
-    { type = "attention", heads = 2, std = 0.2, bias = false },)" + drop + R"(
+    { type = "attention", heads = )" + std::to_string(heads) + R"(, std = 0.2, bias = false },)" + drop + R"(
   ] },
   { type = "residual", layers = [
     { type = "layernorm" },
@@ -80,7 +80,7 @@ type = "layernorm"
 [[layers]]
 name = "lm_head"
 type = "linear"
-out = 11
+out = )" + std::to_string(vocab) + R"(
 bias = false
 tie = "wte"
 )";
@@ -94,13 +94,13 @@ tie = "wte"
 // rounding noise into steps of +-lr (5e-5 apart after one step); and at Adam
 // 1e-2 or SGD 0.1 the tied embedding amplifies rounding differences to
 // 5e-3 - 4e-2 relative in 20 steps (SGD 0.01: 5e-6; Adam 1e-3: 9e-6).
-inline DpConfig gpt_config(bool dropout = false) {
+inline DpConfig gpt_config(bool dropout = false, int heads = 2, int vocab = 11) {
   DpConfig c;
   c.optimizer = {OptimizerKind::adam, 0.001};
-  c.model = gpt_model(dropout);
+  c.model = gpt_model(dropout, heads, vocab);
   c.tokens = true;
   c.features = 6;
-  c.classes = 11;
+  c.classes = static_cast<std::size_t>(vocab);
   c.label_width = 6;
   c.batch = 11;
   return c;

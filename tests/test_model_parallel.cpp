@@ -1,13 +1,15 @@
 // Model parallelism on thread ranks against single-rank training of the same
 // model on the same global batches (losses and whole-model parameters within
 // 1e-5 relative after 20 fp32 steps): pipelines of 2-4 stages with 1, 4 and 7
-// micro-batches under both schedules, tensor parallelism over 2 and 4 ranks,
-// ZeRO-1 over 2 and 3 ranks, and the meshes dp2 x pp2 and dp2 x tp2. Also the
-// activation bound of 1F1B, the memory budget, and the errors for impossible
-// configurations.
+// micro-batches under both schedules, tensor parallelism over 2 and 4 ranks
+// (MLPs, residual blocks and a GPT: heads, vocabulary, parallel
+// cross-entropy), ZeRO-1 over 2 and 3 ranks, and the meshes dp2 x pp2,
+// dp2 x tp2 and pp2 x tp2. Also the activation bound of 1F1B, the memory
+// budget, and the errors for impossible configurations.
 #include "backends/comm/self.hpp"
 #include "backends/ranks.hpp"
 #include "dp_harness.hpp"
+#include "strategies/vocab_parallel.hpp"
 
 #include <gtest/gtest.h>
 
@@ -90,7 +92,8 @@ INSTANTIATE_TEST_SUITE_P(StagesMicroBatchesSchedules, Pipeline,
 
 // The residual model file (6 top-level layers; the blocks stay whole on a
 // stage) through pipelines, ZeRO-1, a dp x pp mesh and tensor parallelism
-// (its Linear layers are not in pairs: everything is replicated).
+// (the Linear pair inside each residual block column- then row-parallel,
+// with its Dropout on the shard).
 TEST(ResidualModel, PipelinesAndMeshesMatchSingleRank) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;
@@ -327,6 +330,131 @@ TEST(Gpt, PipelinesKeepTiedWeightsInSyncAndMatchSingleRank) {
     const auto r = on_threads(k.dp * k.pp, c, o);
     EXPECT_EQ(test::compare(r, single, 1e-5), "") << k.name;
     EXPECT_EQ(r.tie_drift, 0.0) << k.name << ": the copy of wte.weight drifted";
+  }
+}
+
+// Megatron-style tensor parallelism of the GPT (with dropout; 4 heads and a
+// vocabulary of 12, so that 2 and 4 ranks divide both): the attention split
+// by heads (QKV column-parallel in three parts, the projection row-parallel),
+// the MLP column then row, the embedding and the tied head over the
+// vocabulary with the vocabulary-parallel cross-entropy. Alone on 2 and 4
+// ranks, and in meshes: data parallel with ZeRO-1, and a pipeline whose
+// last stage keeps a copy of its rank's vocabulary shard of the tied weight.
+TEST(Gpt, TensorParallelMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = test::gpt_config(true, 4, 12);
+  const auto single = test::train_single(c);
+  for (int tp : {2, 4})
+    EXPECT_EQ(test::compare(on_threads(tp, c, mesh(1, 1, tp)), single, 1e-5), "") << "tp" << tp;
+  auto z = mesh(2, 1, 2);
+  z.zero = 1;
+  EXPECT_EQ(test::compare(on_threads(4, c, z), single, 1e-5), "") << "dp2 x tp2 zero1";
+  auto p = mesh(1, 2, 2);
+  p.micro_batches = 3;
+  const auto r = on_threads(4, c, p);
+  EXPECT_EQ(test::compare(r, single, 1e-5), "") << "pp2 x tp2";
+  EXPECT_EQ(r.tie_drift, 0.0) << "pp2 x tp2: a shard of wte.weight's copy drifted";
+}
+
+// The GPT on a pp2 x tp2 mesh: its checkpoint shards cover the model exactly
+// once (each tensor rank's vocabulary shard of the tied weight saved by the
+// first stage only, not by the copy on the last) and hold the values
+// gathered in single-rank layout, which continue on one rank: 10 steps on
+// the mesh, then 10 on one rank, against 20 single-rank steps.
+TEST(Gpt, TensorParallelStagesCheckpointInSingleRankLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = test::gpt_config(false, 4, 12);  // FullState holds no Dropout pass counters
+  const auto single20 = [&] {
+    DpConfig d = c;
+    d.steps = 20;
+    return test::train_single(d);
+  }();
+  auto o = mesh(1, 2, 2);
+  o.micro_batches = 2;
+  c.steps = 10;
+  const std::size_t n = build_model<float>(test::model_of(c), 1).num_params();
+  test::FullState half;
+  std::vector<ModelParallel<float>::CheckpointShard> shards(4);
+  run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
+    test::FullState mine;
+    test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, nullptr, &mine,
+                               &shards[static_cast<std::size_t>(comm.rank())]);
+    if (comm.rank() == 0) half = mine;
+  });
+  ASSERT_EQ(half.params.size(), n);
+  std::vector<int> covered(n, 0);
+  std::size_t mismatches = 0;
+  for (const auto& sh : shards) {
+    std::size_t at = 0;
+    for (const auto& [offset, count] : sh.ranges)
+      for (std::size_t k = offset; k < offset + count; ++k, ++at) {
+        ++covered[k];
+        mismatches += sh.params[at] != half.params[k] || sh.opt0[at] != half.opt0[k];
+      }
+  }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<std::ptrdiff_t>(n));
+  EXPECT_EQ(mismatches, 0u);
+  c.steps = 20;
+  RunResult second;
+  run_ranks(1, 1, [&](Context& ctx, comm::Communicator& comm) {
+    second = test::train_model_parallel(ctx, comm, c, mesh(1, 1, 1), nullptr, nullptr, &half);
+  });
+  RunResult tail{{single20.losses.begin() + 10, single20.losses.end()}, single20.params};
+  EXPECT_EQ(test::compare(second, tail, 1e-5), "") << "mesh, then one rank";
+  // And back into the mesh: every tensor rank's copy of its shard of the
+  // tied weight starts from the embedding's values and moments.
+  RunResult again;
+  run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
+    auto r = test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, &half);
+    if (comm.rank() == 0) again = r;
+  });
+  EXPECT_EQ(test::compare(again, tail, 1e-5), "") << "mesh, then the mesh again";
+  EXPECT_EQ(again.tie_drift, 0.0);
+}
+
+// The vocabulary-parallel cross-entropy against the whole softmax
+// cross-entropy: logits of 4 rows x 3 positions x 8 classes split by class
+// over 2 and 4 thread ranks (each its block of every position's classes),
+// with an ignored label and a position whose largest logit is on two ranks
+// (ties go to the smallest class, as count_correct). The loss within 1e-6
+// relative and every gradient value within 1e-7 absolute (float sums of 8
+// exponentials in another order: a few ulps of values below 1), the
+// number correct exactly.
+TEST(VocabParallel, CrossEntropyMatchesTheWholeSoftmax) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const std::size_t rows = 4, P = 3, V = 8;
+  std::vector<float> z = test::randn<float>(rows * P * V, 5);
+  std::vector<std::int32_t> labels{3, 0, 7, 5, -100, 2, 1, 6, 4, 0, 7, 3};
+  z[1 * V + 0] = z[1 * V + 6] = 9.0f;  // position 1: a tie between classes 0 and 6
+  Context ctx;
+  LabelsBuffer dl("labels", labels.size());
+  Kokkos::deep_copy(dl, test::to_device(labels));
+  Targets<float> t;
+  t.labels = dl;
+  SoftmaxCrossEntropy<float> whole;
+  MatrixBuffer<float> g("g", rows, P * V);
+  const double want = whole.forward_backward(ctx, test::to_device(z, rows, P * V), t, g, 0.25f);
+  const auto want_g = test::to_host(g);
+  const std::size_t want_correct = count_correct<float>(ctx, test::to_device(z, rows, P * V), dl);
+  EXPECT_GE(want_correct, 1u);  // position 1: label 0, tied with class 6, counts
+  for (int tp : {2, 4}) {
+    const std::size_t w = V / static_cast<std::size_t>(tp);
+    run_ranks(tp, 1, [&](Context& rctx, comm::Communicator& comm) {
+      const std::size_t first = w * static_cast<std::size_t>(comm.rank());
+      std::vector<float> mine(rows * P * w);
+      for (std::size_t i = 0; i < rows * P; ++i)
+        for (std::size_t j = 0; j < w; ++j) mine[i * w + j] = z[i * V + first + j];
+      VocabParallelCrossEntropy<float> loss(comm, first, V);
+      MatrixBuffer<float> gm("g", rows, P * w);
+      const auto out = test::to_device(mine, rows, P * w);
+      const double got = loss.forward_backward(rctx, out, t, gm, 0.25f);
+      EXPECT_NEAR(got, want, 1e-6 * std::fabs(want)) << "tp " << tp << " rank " << comm.rank();
+      const auto got_g = test::to_host(gm);
+      for (std::size_t i = 0; i < rows * P; ++i)
+        for (std::size_t j = 0; j < w; ++j)
+          EXPECT_NEAR(got_g[i * w + j], want_g[i * V + first + j], 1e-7) << "position " << i << " class " << first + j;
+      EXPECT_EQ(loss.count_correct(rctx, out, dl), want_correct) << "tp " << tp;
+    });
   }
 }
 
@@ -772,7 +900,7 @@ std::string error_of(int world_size, const DpConfig& c, const ModelParallelOptio
   try {
     run_ranks(world_size, 1, [&](Context& ctx, comm::Communicator& comm) {
       try {
-        ModelParallel<float> mp(ctx, comm, mlp_model({c.widths}), Init::kaiming_uniform, 1,
+        ModelParallel<float> mp(ctx, comm, test::model_of(c), Init::kaiming_uniform, 1,
                                 LossKind::cross_entropy, c.optimizer, c.batch, o);
       } catch (const Error& e) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -798,6 +926,16 @@ TEST(ModelParallelErrors, TensorParallelismMustDivideTheWidth) {
   c.widths = {12, 15, 8, 3};
   const auto m = error_of(2, c, mesh(1, 1, 2));
   EXPECT_NE(m.find("--tp 2 does not divide the output width 15"), std::string::npos) << m;
+}
+
+// A GPT under --tp: the heads and the vocabulary must divide, and the error
+// names the layer by its path in the model.
+TEST(ModelParallelErrors, TensorParallelismMustDivideHeadsAndVocabulary) {
+  auto m = error_of(4, test::gpt_config(false, 2, 12), mesh(1, 1, 4));
+  EXPECT_NE(m.find("--tp 4 does not divide the number of heads 2 of h.0.0.1.core"),
+            std::string::npos) << m;
+  m = error_of(2, test::gpt_config(false, 2, 11), mesh(1, 1, 2));
+  EXPECT_NE(m.find("--tp 2 does not divide the vocabulary 11 of wte"), std::string::npos) << m;
 }
 
 TEST(ModelParallelErrors, MeshMustCoverTheWorld) {

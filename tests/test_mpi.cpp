@@ -200,6 +200,11 @@ TEST(DataParallelMpi, GptMatchesSingleRank) {
   const auto piped = test::train_model_parallel(ctx, world, c, o);
   EXPECT_EQ(test::compare(piped, single, 1e-5), "") << "pipeline over every rank";
   EXPECT_EQ(piped.tie_drift, 0.0);
+  // Tensor parallelism over every rank (heads, MLP, vocabulary and the
+  // parallel cross-entropy; 4 heads and a vocabulary of 12 divide 1, 2, 4).
+  const test::DpConfig t = test::gpt_config(true, 4, 12);
+  const auto split = test::train_model_parallel(ctx, world, t, mesh_options(1, 1, world.size(), 1));
+  EXPECT_EQ(test::compare(split, test::train_single(t), 1e-5), "") << "tensor parallel over every rank";
 }
 
 TEST(DataParallelMpi, SyncBatchNormMatchesSingleRank) {

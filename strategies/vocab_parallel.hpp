@@ -1,0 +1,83 @@
+// Vocabulary parallelism (Megatron-LM's VocabParallelEmbedding and parallel
+// cross-entropy): a language model's token embedding and its head split over
+// the ranks of a tensor-parallel group by token id, so that no rank holds the
+// whole (vocab, dim) weight or the whole logits.
+//
+//   VocabParallelEmbedding(vocab, dim): rank t holds rows
+//     [t * vocab/tp, (t+1) * vocab/tp) of the weight. forward: each rank
+//     writes the rows of the ids it holds and zeros elsewhere, one allreduce
+//     (sum) makes the whole output on every rank. backward: each rank adds
+//     into its own rows only; no communication.
+//   The head (strategies/tensor_parallel.hpp: the last Linear of a model
+//     trained with cross-entropy, column-parallel) leaves each rank the
+//     logits of its own classes; tied to the embedding, its weight shard is
+//     the embedding's shard (the same rows), on the same rank.
+//   VocabParallelCrossEntropy: softmax cross-entropy over logits split by
+//     class: per position the max (allreduce max), then the sum of
+//     exp(z - max) and the target's logit (one allreduce sum of both), give
+//     the loss on every rank; the gradient softmax - onehot is local. Three
+//     values per position cross the group, never the logits.
+#pragma once
+
+#include "backends/comm/communicator.hpp"
+#include "layers/embedding.hpp"
+#include "layers/loss.hpp"
+#include "strategies/tensor_parallel.hpp"
+
+namespace strata {
+
+template <class T>
+class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T> {
+ public:
+  // whole: the single-rank embedding (its initialisation); throws config
+  // when tp does not divide its vocabulary.
+  VocabParallelEmbedding(std::unique_ptr<Embedding<T>>&& whole, comm::Communicator& tp);
+
+  std::string name() const override;
+  Shape output_shape(const Shape& in) const override { return local_.output_shape(in); }
+  void set_input_shape(const Shape& in) override;
+  std::size_t num_params() const override { return local_.num_params(); }
+  std::vector<ParamInfo> param_table() const override { return local_.param_table(); }
+  double flops() const override { return 0; }
+  void bind(Vector<T> params, Vector<T> grads) override { local_.bind(params, grads); }
+  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+            std::uint64_t layer_index) const override;
+  void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
+  void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override {
+    local_.backward(ctx, dy, dx, saved);
+  }
+  bool backward_reads_output() const override { return false; }
+
+  std::size_t full_num_params() const override { return whole_->num_params(); }
+  std::size_t shard_size() const override { return local_.num_params(); }
+  void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
+
+ private:
+  std::unique_ptr<Embedding<T>> whole_;
+  comm::Communicator& tp_;
+  Embedding<T> local_;
+};
+
+template <class T>
+class VocabParallelCrossEntropy final : public Loss<T> {
+ public:
+  // This rank holds classes [first_class, first_class + width) of `classes`
+  // per position.
+  VocabParallelCrossEntropy(comm::Communicator& tp, std::size_t first_class, std::size_t classes);
+
+  std::string name() const override { return "vocabulary-parallel softmax cross-entropy"; }
+  LossKind kind() const override { return LossKind::cross_entropy; }
+  void check(std::size_t batch, std::size_t width, const Targets<T>& t) const override;
+  double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+                          Matrix<T> dout, T scale) override;
+  // Whether each label's class holds the largest logit over all ranks
+  // (ties to the smallest class, as count_correct): the same on every rank.
+  std::size_t count_correct(Context& ctx, ConstMatrix<T> out, Labels labels) override;
+
+ private:
+  comm::Communicator& tp_;
+  std::size_t first_, classes_;
+  VectorBuffer<T> stats_;  // per position: max, sum of exp, target logit
+};
+
+}  // namespace strata
