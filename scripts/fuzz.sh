@@ -5,7 +5,7 @@
 # time taken and the crashes found.
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
-#        (default: 60 seconds; targets fuzz_idx fuzz_csv fuzz_checkpoint fuzz_train_args fuzz_model)
+#        (default: 60 seconds; targets fuzz_idx fuzz_csv fuzz_checkpoint fuzz_safetensors fuzz_train_args fuzz_model)
 # Installs Debian's clang and libclang-rt-dev when they are missing (unless
 # STRATA_FUZZ_CXX names a compiler, or STRATA_NO_APT=1).
 # Environment:
@@ -22,7 +22,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
 
-all_targets=(fuzz_idx fuzz_csv fuzz_checkpoint fuzz_train_args fuzz_model)
+all_targets=(fuzz_idx fuzz_csv fuzz_checkpoint fuzz_safetensors fuzz_train_args fuzz_model)
 seconds="${1:-60}"
 case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 shift || true

@@ -1,8 +1,9 @@
 // Tests for the host-side data readers: IDX, CSV, synthetic data, splitting
-// and normalisation.
+// and normalisation, text and BPE, safetensors.
 #include "data/dataset.hpp"
 #include "data/bpe.hpp"
 #include "data/text.hpp"
+#include "data/safetensors.hpp"
 
 #include "backends/error.hpp"
 #include "strata_config.hpp"
@@ -725,6 +726,142 @@ TEST(SyntheticTokens, SeededIdsAndLabelsBelowTheVocabulary) {
   }
   for (int l : a.labels) ASSERT_TRUE(l >= 0 && l < 11);
   EXPECT_GT(std::count(seen.begin(), seen.end(), 1), 8);  // 35 draws cover most of 11 ids
+}
+
+
+// ----------------------------------------------------------------- safetensors
+namespace st = strata::safetensors;
+
+// A safetensors file from its header text and data bytes, as the format
+// lays it out (written here by hand, not by st::serialize).
+std::string st_file(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+template <class T>
+std::string raw(std::initializer_list<T> values) {
+  std::string s;
+  for (T v : values) s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return s;
+}
+
+TEST(Safetensors, ReadsAFileWrittenByHand) {
+  // 2x3 F32, then 2 BF16 values (1.0 and -2.0: bits 0x3f80 and 0xc000), metadata.
+  const std::string data = raw<float>({1, -2, 3.5f, 0, 1e-3f, 7}) + raw<std::uint16_t>({0x3f80, 0xc000});
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[24,28]}}  )";
+  const st::File f = st::parse(st_file(header, data), "hand.safetensors");
+  EXPECT_EQ(f.metadata.at("format"), "pt");
+  ASSERT_EQ(f.tensors.size(), 2u);
+  ASSERT_NE(f.find("w"), nullptr);
+  EXPECT_EQ(f.find("w")->shape, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(f.find("w")->to_float(), (std::vector<float>{1, -2, 3.5f, 0, 1e-3f, 7}));
+  EXPECT_EQ(f.find("b")->to_float(), (std::vector<float>{1, -2}));
+  EXPECT_EQ(f.tensors[0].name, "w");  // in the order of their data
+}
+
+TEST(Safetensors, EveryDtypeRoundTripsAndRoundsToNearest) {
+  const std::vector<double> exact{0, 1, -2, 3, 96, -7};  // exact in every dtype but BOOL and U8
+  const float third = 1.0f / 3.0f;
+  st::File f;
+  for (st::DType t : {st::DType::F64, st::DType::F32, st::DType::F16, st::DType::BF16, st::DType::I64,
+                      st::DType::I32, st::DType::I16, st::DType::I8})
+    f.tensors.push_back(st::make_tensor(std::string("t_") + st::to_string(t), {2, 3}, exact, t));
+  f.tensors.push_back(st::make_tensor("third_bf16", {1}, &third, st::DType::BF16));
+  f.tensors.push_back(st::make_tensor("third_f16", {1}, &third, st::DType::F16));
+  f.tensors.push_back(st::make_tensor("scalar", {}, std::vector<double>{42}, st::DType::I64));
+  f.metadata["note"] = "written by the test";
+  const st::File g = st::parse(st::serialize(f), "round trip");
+  EXPECT_EQ(g.metadata, f.metadata);
+  ASSERT_EQ(g.tensors.size(), f.tensors.size());
+  for (std::size_t i = 0; i + 3 < f.tensors.size(); ++i)
+    EXPECT_EQ(g.tensors[i].to_double(), exact) << g.tensors[i].name;
+  // 1/3 rounded to nearest even: bf16 0x3eab (0.333984375), fp16 0x3555 (0.333251953125).
+  EXPECT_EQ(g.find("third_bf16")->to_double(), std::vector<double>{0.333984375});
+  EXPECT_EQ(g.find("third_f16")->to_double(), std::vector<double>{0.333251953125});
+  EXPECT_EQ(g.find("scalar")->to_double(), std::vector<double>{42});
+  // The header is padded so that the data begin 8-byte aligned.
+  const std::string bytes = st::serialize(f);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(bytes[8], '{');
+}
+
+// Each way a file can be wrong: a data error naming the file (and the tensor).
+TEST(Safetensors, DamagedFilesAreRefusedNamingTheFileAndTensor) {
+  const std::string w = raw<float>({1, 2, 3, 4});
+  auto entry = [](const std::string& name, const std::string& dtype, const std::string& shape,
+                  const std::string& offsets) {
+    return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+           ",\"data_offsets\":" + offsets + "}";
+  };
+  struct Case {
+    const char* what;
+    std::string bytes, expect;
+  };
+  const std::string good_header = "{" + entry("w", "F32", "[2,2]", "[0,16]") + "}";
+  const std::string good = st_file(good_header, w);
+  std::string long_header = good;
+  long_header[0] = static_cast<char>(0xff);  // header length 255 > the file
+  const std::vector<Case> cases{
+      {"empty", "", "shorter than the 8-byte header length"},
+      {"truncated data", good.substr(0, good.size() - 3), "tensor 'w': data_offsets [0, 16] reach past the 13 bytes"},
+      {"header longer than the file", long_header, "the header says it is 255 bytes long"},
+      {"not safetensors", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(40, 'x'), "the header says it is"},
+      {"not JSON", st_file("{\"w\": [", ""), "the header is not a JSON object"},
+      {"unknown dtype", st_file("{" + entry("w", "F8", "[2,2]", "[0,16]") + "}", w), "tensor 'w': unknown dtype 'F8'"},
+      {"negative dimension", st_file("{" + entry("w", "F32", "[-2,2]", "[0,16]") + "}", w), "tensor 'w': shape [-2,2] is not"},
+      {"size and offsets disagree", st_file("{" + entry("w", "F32", "[3,2]", "[0,16]") + "}", w), "tensor 'w': shape [3, 2] of F32 needs 24 bytes"},
+      {"out of range", st_file("{" + entry("w", "F32", "[2,2]", "[4,20]") + "}", w), "tensor 'w': data_offsets [4, 20] reach past the 16 bytes"},
+      {"begin after end", st_file("{" + entry("w", "F32", "[2,2]", "[16,0]") + "}", w), "begin <= end"},
+      {"overlap", st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "," + entry("b", "F32", "[2]", "[4,12]") + "}", w),
+       "tensor 'b' (bytes [4, 12)) overlaps tensor 'a'"},
+      {"hole", st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "," + entry("b", "F32", "[1]", "[12,16]") + "}", w),
+       "bytes [8, 12) of the data belong to no tensor"},
+      {"unused tail", st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "}", w), "bytes [8, 16) of the data belong to no tensor"},
+      {"duplicate name", st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "," + entry("a", "F32", "[2]", "[8,16]") + "}", w),
+       "tensor 'a' appears twice"},
+      {"bad metadata", st_file("{\"__metadata__\":{\"k\":3}," + entry("w", "F32", "[2,2]", "[0,16]") + "}", w),
+       "__metadata__ entry 'k' is not a string"},
+  };
+  for (const Case& c : cases) {
+    try {
+      st::parse(c.bytes, "bad.safetensors");
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::data) << c.what;
+      EXPECT_NE(e.message().find("safetensors file 'bad.safetensors'"), std::string::npos) << c.what << ": " << e.message();
+      EXPECT_NE(e.message().find(c.expect), std::string::npos) << c.what << ": " << e.message();
+    }
+  }
+  EXPECT_EQ(st::parse(good, "good").tensors.size(), 1u);  // the cases differ from a good file by their defect
+}
+
+TEST_F(DataFiles, SafetensorsWriteIsAtomicAndReadBack) {
+  st::File f;
+  const std::vector<float> v{1.5f, -0.25f};
+  f.tensors.push_back(st::make_tensor("x", {2}, v.data(), st::DType::F32));
+  const std::string p = path("model.safetensors");
+  st::write(p, f);
+  EXPECT_EQ(st::read(p).find("x")->to_float(), v);
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  try {
+    st::write(path("no-such-dir/model.safetensors"), f);
+    ADD_FAILURE() << "wrote into a missing directory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::runtime);
+    EXPECT_NE(e.message().find("no-such-dir/model.safetensors"), std::string::npos) << e.message();
+  }
+  try {
+    st::read(path("missing.safetensors"));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::data);
+    EXPECT_NE(e.message().find("missing.safetensors"), std::string::npos);
+  }
 }
 
 }  // namespace strata::data
