@@ -80,7 +80,7 @@ void BatchNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t
 
 template <class T>
 std::vector<BufferInfo> BatchNorm<T>::buffer_table() const {
-  return {{"running_mean", channels_}, {"running_var", channels_}, {"num_batches_tracked", 1}};
+  return {{"running_mean", channels_}, {"running_var", channels_}, {"num_batches_tracked", 1, true, /*integer=*/true}};
 }
 
 template <class T>

@@ -45,7 +45,7 @@ class Dropout final : public Layer<T> {
   // an exact resume (a double holds it exactly up to 2^53 passes).
   std::uint64_t calls() const { return calls_; }
   void set_calls(std::uint64_t calls) { calls_ = calls; }
-  std::vector<BufferInfo> buffer_table() const override { return {{"calls", 1}}; }
+  std::vector<BufferInfo> buffer_table() const override { return {{"calls", 1, /*state_dict=*/false}}; }
   std::vector<double> read_buffer(std::size_t) const override {
     return {static_cast<double>(calls_)};
   }

@@ -59,9 +59,14 @@ struct ParamInfo {
 
 // A non-trainable tensor a layer keeps across steps (running statistics,
 // random-stream counters): checkpoints store and restore it by name.
+// state_dict: PyTorch keeps it in the module's state_dict too (BatchNorm's
+// running statistics; exported with the weights), unlike Strata's own
+// bookkeeping (Dropout's pass counter); integer: an integer there (int64).
 struct BufferInfo {
   std::string name;
   std::size_t size = 0;
+  bool state_dict = true;
+  bool integer = false;
 };
 
 // How tensor parallelism (strategies/tensor_parallel.hpp) may split a layer.

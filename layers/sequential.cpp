@@ -123,6 +123,20 @@ std::vector<BufferInfo> Sequential<T>::buffers() const {
 }
 
 template <class T>
+std::vector<std::pair<std::string, std::string>> Sequential<T>::tied_weights() const {
+  std::vector<std::pair<std::string, std::string>> ties;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::string to = layers_[i]->tied_to();
+    // A pipeline stage's copy (untied) holds its weight itself.
+    if (to.empty() || layers_[i]->param_table().size() > 0 &&
+                          layers_[i]->param_table().front().name == "weight")
+      continue;
+    ties.emplace_back(names_[i] + ".weight", to + ".weight");
+  }
+  return ties;
+}
+
+template <class T>
 std::map<std::string, std::vector<double>> Sequential<T>::read_buffers() const {
   std::map<std::string, std::vector<double>> all;
   for (std::size_t i = 0; i < layers_.size(); ++i) {

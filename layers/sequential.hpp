@@ -147,6 +147,10 @@ class Sequential {
   std::vector<ParamInfo> parameters() const;
   // Every buffer of the model (full names), in layer order.
   std::vector<BufferInfo> buffers() const;
+  // Weights that layers use from another layer (Layer::tied_to): (the name
+  // the tying layer's weight would have, the name of the weight it uses),
+  // e.g. ("lm_head.weight", "wte.weight").
+  std::vector<std::pair<std::string, std::string>> tied_weights() const;
   // Every buffer of the model (full names) with its values, and back:
   // write_buffers throws config naming a buffer the model has and `values`
   // lacks, or one of another size; names the model lacks are errors too.

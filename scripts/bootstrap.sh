@@ -12,9 +12,10 @@
 #   The hip and cuda flavours install their own Debian packages (and, for
 #   cuda, add bookworm's contrib/non-free components in a separate apt
 #   sources file); the default flavour never does.
-#   --peers also installs what scripts/compare.sh needs to run the peers and
-#   draw the charts: PyTorch (python3-torch, 1.13) and python3-matplotlib,
-#   both for Debian's /usr/bin/python3.
+#   PyTorch (python3-torch, 1.13, for Debian's /usr/bin/python3) is always
+#   installed: the weights tests use it as their oracle, and scripts/compare.sh
+#   runs it as the peer. --peers also installs python3-matplotlib, which
+#   draws compare.sh's charts.
 #
 # Environment:
 #   Kokkos_ROOT         use this Kokkos as it is (nothing is built)
@@ -50,11 +51,12 @@ packages=(
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes   # data: images, and the text corpus of the language models
+  python3-torch              # PyTorch as the oracle of the weights tests (tests/torch_oracle.py)
   iproute2 util-linux bc     # the simulated cluster (scripts/cluster-sim.sh; Slurm and
                              # nftables are installed by the scripts that use them)
 )
 strata_apt_install "${packages[@]}"
-if [ "$peers" = 1 ]; then strata_apt_install python3-torch python3-matplotlib; fi
+if [ "$peers" = 1 ]; then strata_apt_install python3-matplotlib; fi
 case "$flavour" in
   openmp|debug) ;;
   hip)  strata_apt_install $(strata_flavour_packages hip) ;;

@@ -46,6 +46,9 @@ struct ModelTable {
   std::vector<ParamInfo> params;
   std::vector<BufferInfo> buffers;
   bool mlp = false;  // the MLP of --layers (format 1 checkpoints are its)
+  // Tied weights: (the tying layer's weight name, the weight it uses)
+  // (Sequential::tied_weights).
+  std::vector<std::pair<std::string, std::string>> ties;
 };
 
 // The checkpoint sections for `config` (JSON compared on resume), a position

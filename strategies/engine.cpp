@@ -47,7 +47,7 @@ std::string describe_grad_sync(const GradSyncOptions& o) {
 
 // The single-rank model's table (names in single-rank layout whatever the engine).
 ModelTable model_table(const Sequential<T>& model, const ModelSpec& spec) {
-  return {model.parameters(), model.buffers(), spec.mlp};
+  return {model.parameters(), model.buffers(), spec.mlp, model.tied_weights()};
 }
 
 class DataParallelEngine final : public Engine {
@@ -101,6 +101,16 @@ class DataParallelEngine final : public Engine {
     s.opt0 = to_host_vector(optimizer_->state0());
     s.opt1 = to_host_vector(optimizer_->state1());
     return checkpoint::save(target.dir, p.step, s, target.keep);
+  }
+  Weights weights() override {
+    return {to_host_vector(strategy_->master_params()), model_.read_buffers()};
+  }
+  void set_weights(const Weights& w) override {
+    from_host_vector(w.params, strategy_->master_params());
+    strategy_->sync_working_params();
+    auto buffers = model_.read_buffers();
+    for (const auto& [name, values] : w.buffers) buffers[name] = values;
+    model_.write_buffers(buffers);
   }
   void restore(const Snapshot& s) override {
     from_host_vector(s.params, strategy_->master_params());
@@ -187,6 +197,15 @@ class ModelParallelEngine final : public Engine {
         world_, target.dir, p.step, checkpoint_state(target.config, p, snap, table_),
         mp_->layout(), mp_->full_num_params(), mine, target.keep);
     return world_.rank() == 0 ? file : std::string();
+  }
+  Weights weights() override {
+    return {mp_->full_params(), mp_->full_buffers(table_.buffers)};
+  }
+  void set_weights(const Weights& w) override {
+    mp_->set_full_params(w.params);
+    auto buffers = mp_->full_buffers(table_.buffers);
+    for (const auto& [name, values] : w.buffers) buffers[name] = values;
+    mp_->set_full_buffers(buffers);
   }
   void restore(const Snapshot& s) override {
     mp_->set_full_params(s.params);

@@ -20,6 +20,7 @@
 #include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
 #include "strategies/model_parallel.hpp"
+#include "strategies/weights.hpp"
 
 #include <memory>
 #include <string>
@@ -76,6 +77,12 @@ class Engine {
   virtual std::string save(const CheckpointTarget& target, const Position& p) = 0;
   // Every rank restores the same snapshot (single-rank layout).
   virtual void restore(const Snapshot& s) = 0;
+  // The model's weights (fp32 master weights with a 16-bit precision) and
+  // buffers in single-rank layout, on every rank (collective), and back
+  // (every rank gives the same; the optimizer state stays as it is; buffers
+  // not given keep their values).
+  virtual Weights weights() = 0;
+  virtual void set_weights(const Weights& w) = 0;
   // The parameter tensors and buffers of the single-rank model.
   const ModelTable& table() const { return table_; }
 

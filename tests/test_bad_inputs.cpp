@@ -10,6 +10,7 @@
 // Covered elsewhere and referenced in docs/errors.md: divergence and a
 // failing rank (test_train_app), a loss target of the wrong shape (reachable
 // through the API and strata-example-simple-model, test_train_app).
+#include "data/safetensors.hpp"
 #include "strategies/checkpoint.hpp"
 #include "strata_config.hpp"
 #include "test_utils.hpp"
@@ -185,6 +186,26 @@ void PrintTo(const Entry& e, std::ostream* os) { *os << e.name; }
 
 std::string csv(Workspace& w, const std::string& text) { return "--dataset csv:" + w.write("d.csv", text); }
 
+// The weights of the MLP of kCheckpointArgs (--layers 12,32,4) as safetensors
+// bytes; `shapes` replaces the shape of the tensors it names, `drop` leaves
+// one out.
+std::string mlp_weights(const std::map<std::string, std::vector<std::uint64_t>>& shapes = {},
+                        const std::string& drop = "") {
+  safetensors::File f;
+  const std::vector<std::pair<std::string, std::vector<std::uint64_t>>> tensors{
+      {"0.weight", {32, 12}}, {"0.bias", {32}}, {"2.weight", {4, 32}}, {"2.bias", {4}}};
+  for (auto [name, shape] : tensors) {
+    if (name == drop) continue;
+    if (shapes.count(name)) shape = shapes.at(name);
+    std::uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    f.tensors.push_back(safetensors::make_tensor(name, shape, std::vector<double>(n, 0.01), safetensors::DType::F32));
+  }
+  return safetensors::serialize(f);
+}
+constexpr const char* kWeightArgs =
+    "--dataset synthetic --layers 12,32,4 --samples 300 --batch-size 16 --no-eval -q --steps 2 ";
+
 const std::vector<Entry>& catalogue() {
   static const std::vector<Entry> entries = {
       // ---------------------------------------------------------- options (2)
@@ -226,6 +247,51 @@ const std::vector<Entry>& catalogue() {
        [](Workspace&) { return "--epochs 2 --steps 3"; }},
       {"--resume with --resume-from", 2, {"--resume and --resume-from contradict each other"},
        [](Workspace&) { return "--checkpoint-dir x --resume --resume-from y"; }},
+      {"--init-from with --resume", 2, {"--init-from starts a new run from weights"},
+       [](Workspace&) { return "--checkpoint-dir x --resume --init-from w.safetensors"; }},
+      {"unknown --export-dtype", 2, {"--export-dtype: unknown dtype 'int4'"},
+       [](Workspace&) { return "--export w.safetensors --export-dtype int4"; }},
+      // ------------------------------------------------- weights (--init-from)
+      {"weights file that is not safetensors", 3, {"safetensors file '", "w.safetensors'", "not a safetensors file"},
+       [](Workspace& w) { return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", "1,2,3\n4,5,6\n"); }},
+      {"truncated weights file", 3, {"w.safetensors', tensor '2.bias': data_offsets [2176, 2192] reach past the 2182 bytes"},
+       [](Workspace& w) {
+         const std::string b = mlp_weights();
+         return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", b.substr(0, b.size() - 10));
+       }},
+      {"weights header longer than the file", 3, {"w.safetensors': the header says it is", "bytes long"},
+       [](Workspace& w) {
+         std::string b = mlp_weights();
+         b[3] = 1;  // header length + 2^24
+         return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", b);
+       }},
+      {"overlapping tensors in a weights file", 3, {"w.safetensors': tensor '0.bias' (bytes [1532, 1660)) overlaps tensor '0.weight'"},
+       [](Workspace& w) {
+         std::string b = mlp_weights();
+         const auto at = b.find("[1536,1664]");  // 0.bias, moved 4 bytes into 0.weight
+         b.replace(at, 11, "[1532,1660]");
+         return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", b);
+       }},
+      {"unknown dtype in a weights file", 3, {"w.safetensors', tensor '0.bias': unknown dtype 'F99'"},
+       [](Workspace& w) {
+         std::string b = mlp_weights();
+         b.replace(b.find("F32"), 3, "F99");
+         return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", b);
+       }},
+      {"weights of another shape", 3, {"w.safetensors' does not match the model", "1 of another shape: 0.weight: file [32, 13], model [32, 12]"},
+       [](Workspace& w) {
+         return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", mlp_weights({{"0.weight", {32, 13}}}));
+       }},
+      {"weights missing a tensor", 3, {"1 of the model's tensors missing: 2.bias [4]", "--no-strict"},
+       [](Workspace& w) {
+         return std::string(kWeightArgs) + "--init-from " + w.write("w.safetensors", mlp_weights({}, "2.bias"));
+       }},
+      {"unwritable --export path", 4, {"--export: cannot write '", "no-dir/w.safetensors'"},
+       [](Workspace& w) {
+         return std::string(kWeightArgs) + "--metrics " + w.path("m.jsonl") + " --export " + w.path("no-dir/w.safetensors");
+       },
+       {},
+       "m.jsonl"},
       {"--resume without --checkpoint-dir", 2, {"--resume needs --checkpoint-dir"},
        [](Workspace&) { return "--resume"; }},
       {"--checkpoint-every without --checkpoint-dir", 2, {"--checkpoint-every needs --checkpoint-dir"},

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <fstream>
@@ -76,6 +77,21 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     engine->restore(snapshot);
     start = position;
   }
+  // Weights from a safetensors file (every rank reads it and sets the same).
+  std::string init_note;
+  if (!c.init_from.empty()) {
+    const safetensors::File file = safetensors::read(c.init_from);
+    Weights w = engine->weights();
+    const ImportReport r = import_weights(file, c.init_from, engine->table(), w, c.strict);
+    engine->set_weights(w);
+    init_note = "initialised from " + c.init_from + ": " + std::to_string(r.loaded) + " tensors";
+    auto add = [&](const std::vector<std::string>& v, const char* kind) {
+      for (const std::string& s : v) init_note += "\n" + rep.prefix + "  " + kind + ": " + s;
+    };
+    add(r.missing, "missing, kept the model's initialisation");
+    add(r.unexpected, "unexpected, skipped");
+    add(r.mismatched, "of another shape, skipped");
+  }
   // One loader per micro-batch of an optimizer step (each keeps its batch alive).
   std::vector<std::unique_ptr<data::BatchLoader<T>>> loaders;
   for (std::size_t m = 0; m < c.accumulate; ++m)
@@ -92,6 +108,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   if (!resume_file.empty())
     progress.line(rep.prefix + "resumed from " + resume_file + " at step " +
                   std::to_string(start.step) + " (epoch " + std::to_string(start.epoch + 1) + ")");
+  if (!init_note.empty()) progress.line(rep.prefix + init_note);
   progress.line(rep.prefix + "strategy: " + engine->describe());
   for (const std::string& note : option_notes(c, model)) progress.line(rep.prefix + "note: " + note);
   progress.line(rep.prefix + "model: " + std::to_string(engine->num_params()) + " parameters, " +
@@ -219,6 +236,14 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     const std::string file = save(pos);
     if (comm.rank() == 0) progress.line(rep.prefix + "checkpoint: " + file);
   }
+  if (!c.export_file.empty()) {
+    const Weights w = engine->weights();  // collective
+    if (comm.rank() == 0) {
+      safetensors::write(c.export_file,
+                         export_weights(engine->table(), w, parse_weight_dtype(c.export_dtype, "--export-dtype")));
+      progress.line(rep.prefix + "weights: " + c.export_file);
+    }
+  }
   // No rate when no step ran after the warm-up steps (--warmup-steps).
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
   // The share of a step spent waiting for the next batch (its gathering,
@@ -280,6 +305,14 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   // An unusable checkpoint directory fails now rather than after the first
   // stretch of training.
   if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
+  // So does an --export file that cannot be written (its temporary, tried now).
+  if (!c.export_file.empty() && world.rank() == 0) {
+    const std::string probe = c.export_file + ".tmp";
+    const bool ok = static_cast<bool>(std::ofstream(probe, std::ios::binary | std::ios::app));
+    std::remove(probe.c_str());
+    STRATA_REQUIRE(ok, runtime, "--export: cannot write '", c.export_file, "' (its directory "
+                   "must exist and be writable; checked before training)");
+  }
   data::Split d = load_data(c, build_model<T>(model, c.seed));
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;

@@ -6,6 +6,7 @@
 #include "backends/runtime.hpp"
 #include "layers/mlp.hpp"
 #include "strategies/gradient_sync.hpp"
+#include "strategies/weights.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -283,6 +284,17 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(whole_number(1, 1000000));
   app.add_flag("--resume", c.resume, "continue from the latest checkpoint in --checkpoint-dir");
   app.add_option("--resume-from", c.resume_from, "continue from this checkpoint file");
+  app.add_option("--init-from", c.init_from,
+                 "start from the weights of this safetensors file (PyTorch state_dict names; "
+                 "docs/weights.md)");
+  app.add_flag("--strict,!--no-strict", c.strict,
+               "--init-from: refuse a file with missing, unexpected or mis-shaped tensors "
+               "(default); --no-strict loads what matches and reports the rest");
+  app.add_option("--export", c.export_file,
+                 "write the trained weights (and BatchNorm statistics) to this safetensors file, "
+                 "under the names PyTorch's state_dict uses");
+  app.add_option("--export-dtype", c.export_dtype, "f32, bf16, f16 or f64 (--export)")
+      ->capture_default_str();
   app.add_flag("--quiet,-q", c.quiet, "print only errors and the final result");
   app.add_flag("--version", version, "print the build configuration and exit");
 
@@ -333,6 +345,10 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "--resume needs --checkpoint-dir (or use --resume-from FILE)");
   STRATA_REQUIRE(!(c.resume && !c.resume_from.empty()), config,
                  "--resume and --resume-from contradict each other; give one");
+  STRATA_REQUIRE(c.init_from.empty() || (!c.resume && c.resume_from.empty()), config,
+                 "--init-from starts a new run from weights; --resume and --resume-from continue "
+                 "a run from its checkpoint: give one");
+  parse_weight_dtype(c.export_dtype, "--export-dtype");
   STRATA_REQUIRE(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), config,
                  "--checkpoint-every needs --checkpoint-dir");
   const std::vector<std::string> strategies{"auto", "local", "dp", "pipeline", "tensor", "hybrid"};

@@ -24,8 +24,8 @@ struct TrainConfig {
   std::size_t samples = 1024;             // synthetic
   double test_fraction = 0.1;             // synthetic, csv and text
   std::size_t eval_every = 0;             // also evaluate every N steps (0: at epoch ends only)
-  std::size_t seq_len = 0;
-  std::string tokenizer;                  // text: a BPE file (strata-tokenize train); empty: bytes                // text: tokens per sample (0: the model's input length)
+  std::size_t seq_len = 0;                // text: tokens per sample (0: the model's input length)
+  std::string tokenizer;                  // text: a BPE file (strata-tokenize train); empty: bytes
   std::vector<std::size_t> input_shape;   // --input-shape: the CSV's sample shape
   std::size_t random_crop = 0;            // augmentation: padding of the random crop
   bool random_flip = false;               // augmentation: random horizontal flip
@@ -84,6 +84,11 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   bool resume = false;               // from the latest checkpoint in checkpoint_dir
   std::string resume_from;           // a checkpoint file
+  // Weights in and out (safetensors, PyTorch's names: strategies/weights.hpp).
+  std::string init_from;             // start from these weights
+  bool strict = true;                // --no-strict: skip what does not match, and report it
+  std::string export_file;           // write the trained weights here
+  std::string export_dtype = "f32";  // f32 | bf16 | f16 | f64
 };
 
 // Whether the configuration needs the model-parallel engine (pipeline,
