@@ -512,6 +512,40 @@ TEST_F(TrainApp, ModelFilesTrainDescribeAndCheckpointByName) {
 
 // --no-decay-bias-norm changes training (biases and LayerNorm parameters
 // are spared) and gives the same losses on a ZeRO-1 mesh as on one rank.
+// Weights out of a run: strata-train --export writes, byte for byte, the file
+// strata-export makes of the run's last checkpoint, for a whole checkpoint of
+// the --layers MLP (rebuilt from what the checkpoint records) and for a
+// sharded one of a model file trained on 2 tensor-parallel ranks; a new run
+// starts from the export. A model file's checkpoint without --model is
+// refused, saying so.
+TEST_F(TrainApp, ExportOfARunEqualsExportOfItsCheckpoint) {
+  auto same_file = [](const std::string& a, const std::string& b) {
+    std::ifstream x(a, std::ios::binary), y(b, std::ios::binary);
+    const std::string p((std::istreambuf_iterator<char>(x)), {}), q((std::istreambuf_iterator<char>(y)), {});
+    return !p.empty() && p == q;
+  };
+  auto run = train("--dataset synthetic --layers 10,8,2 --samples 200 --batch-size 20 --steps 4 -q "
+                   "--checkpoint-dir " + path("ck") + " --export " + path("a.safetensors"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto ex = test::run_command(bin("strata-export") + " " + path("ck/latest") + " " + path("b.safetensors"));
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  EXPECT_TRUE(same_file(path("a.safetensors"), path("b.safetensors")));
+  const std::string model = std::string(STRATA_SOURCE_DIR) + "/models/residual-mlp.toml";
+  run = train("--dataset synthetic --model " + model + " --samples 64 --batch-size 16 --steps 2 -q "
+              "--strategy tensor --ranks 2 --checkpoint-dir " + path("ck2") + " --export " + path("c.safetensors"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ex = test::run_command(bin("strata-export") + " " + path("ck2") + " " + path("d.safetensors") + " --model " + model);
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  EXPECT_TRUE(same_file(path("c.safetensors"), path("d.safetensors")));
+  run = train("--dataset synthetic --model " + model + " --samples 64 --batch-size 16 --steps 1 "
+              "--init-from " + path("d.safetensors"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_OUTPUT_HAS(run, "initialised from " + path("d.safetensors") + ": 30 tensors");
+  ex = test::run_command(bin("strata-export") + " " + path("ck2") + " " + path("e.safetensors"));
+  EXPECT_EQ(ex.exit_code, 2) << ex.output;
+  EXPECT_OUTPUT_HAS(ex, "was trained with a model file: give it with --model");
+}
+
 TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {
   const std::string run = "--dataset synthetic --samples 240 --batch-size 24 --steps 6 --log-every 1 "
                           "--optimizer adamw --weight-decay 0.5 --threads 1 --model " +
