@@ -546,6 +546,55 @@ TEST_F(TrainApp, ExportOfARunEqualsExportOfItsCheckpoint) {
   EXPECT_OUTPUT_HAS(ex, "was trained with a model file: give it with --model");
 }
 
+// strata-predict over the test split of a trained run: classification (from
+// the checkpoint, the MLP rebuilt from it; from the exported weights with
+// --layers) gives strata-train's test accuracy and one row per sample;
+// regression gives its test loss as the mean squared error.
+TEST_F(TrainApp, PredictReproducesTheTrainingRunsTestFigures) {
+  auto run = train("--dataset synthetic --layers 10,8,3 --samples 300 --batch-size 20 --steps 30 -q "
+                   "--checkpoint-dir " + path("ck") + " --export " + path("w.safetensors") +
+                   " --metrics " + path("m.jsonl"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto last = [&](const std::string& file, const char* key) {  // the last evaluation's figure
+    double v = -1;
+    for (const auto& j : read_metrics(file))
+      if (j.contains(key)) v = j[key].get<double>();
+    return v;
+  };
+  const double accuracy = last("m.jsonl", "test_accuracy");
+  const std::string want = "(" + std::to_string(static_cast<int>(std::lround(accuracy * 30))) + " of 30)";
+  auto p = test::run_command(bin("strata-predict") + " --checkpoint " + path("ck") +
+                             " --samples 300 --output " + path("p.csv"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_OUTPUT_HAS(p, want);
+  std::ifstream csv(path("p.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "index,label,predicted,p0,p1,p2");
+  std::size_t rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 30u);
+  p = test::run_command(bin("strata-predict") + " --weights " + path("w.safetensors") +
+                        " --layers 10,8,3 --dataset synthetic --samples 300 --output " + path("p.jsonl"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_OUTPUT_HAS(p, want);
+  EXPECT_EQ(read_metrics("p.jsonl").size(), 30u);  // one JSON line per sample
+  EXPECT_EQ(read_metrics("p.jsonl").front()["probabilities"].size(), 3u);
+  run = train("--dataset synthetic --layers 10,4,2 --loss mse --samples 300 --batch-size 20 --steps 30 -q "
+              "--checkpoint-dir " + path("ckr") + " --metrics " + path("r.jsonl"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const double loss = last("r.jsonl", "test_loss");
+  p = test::run_command(bin("strata-predict") + " --checkpoint " + path("ckr") +
+                        " --loss mse --samples 300 --output " + path("r.csv"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const auto at = p.output.find("mean squared error ");
+  ASSERT_NE(at, std::string::npos) << p.output;
+  EXPECT_NEAR(std::stod(p.output.substr(at + 19)), loss, 1e-5 * loss);  // printed to 6 digits
+  p = test::run_command(bin("strata-predict") + " --samples 300");
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_OUTPUT_HAS(p, "give the trained model: --checkpoint PATH or --weights FILE");
+}
+
 TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {
   const std::string run = "--dataset synthetic --samples 240 --batch-size 24 --steps 6 --log-every 1 "
                           "--optimizer adamw --weight-decay 0.5 --threads 1 --model " +

@@ -19,6 +19,12 @@ reports the test as skipped, with the reason).
 
 usage: /usr/bin/python3 tests/torch_oracle.py --train build/bin/strata-train \
            --case mlp|residual|cnn --work DIR [--steps 20] [--tol 1e-5]
+       /usr/bin/python3 tests/torch_oracle.py --evaluate FILE --layers 784,256,128,10 \
+           [--idx-dir DIR]
+The second form (scripts/check-weights.sh) runs an MLP's weights exported by
+strata-train over Fashion-MNIST's test images, normalised as the file's
+metadata says (strata.input_mean, strata.input_inv_std), and prints
+"correct N of M".
 """
 import argparse
 import json
@@ -44,7 +50,11 @@ CASES = {
                      optimizer=("sgd", 0.05)),
     "cnn": dict(strata=["--model", "models/cnn-fashion.toml", "--input-shape", "1,28,28"],
                 features=784, classes=10, optimizer=("sgd-momentum", 0.001)),
+    # gpt-mini (tied head) on windows of 32 byte tokens of a seeded text.
+    "gpt": dict(strata=["--model", "models/gpt-mini.toml", "--seq-len", "32"], text=True,
+                optimizer=("adam", 1e-3)),
 }
+SEQ, TEXT_BATCH = 32, 8
 SAMPLES, TEST, BATCH = 220, 20, 20  # the last TEST samples are the test split
 
 
@@ -127,13 +137,55 @@ def strata_optimizer(name, lr):
     return ["--optimizer", name, "--lr", repr(lr)]
 
 
+def read_idx(path, torch):
+    """An IDX file (gzip-compressed or not) as a uint8 tensor of its shape."""
+    import gzip
+    with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">%dI" % ndim, data[4:4 + 4 * ndim])
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
+
+
+def evaluate(a, torch, nn):
+    """Correct test images of an exported MLP, as strata-train's data path
+    prepares them: bytes / 255 in float32, then (x - mean) * inv_std."""
+    widths = [int(w) for w in a.layers.split(",")]
+    mods = []
+    for i in range(len(widths) - 1):
+        mods.append(nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            mods.append(nn.ReLU())
+    model = nn.Sequential(*mods)
+    model.load_state_dict(read_safetensors(a.evaluate), strict=True)
+    model.eval()
+    with open(a.evaluate, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        meta = json.loads(f.read(n)).get("__metadata__", {})
+    images = read_idx(os.path.join(a.idx_dir, "t10k-images-idx3-ubyte.gz"), torch)
+    labels = read_idx(os.path.join(a.idx_dir, "t10k-labels-idx1-ubyte.gz"), torch).long()
+    x = images.reshape(images.shape[0], -1).float() / 255.0
+    if "strata.input_mean" in meta:
+        mean = torch.tensor(json.loads(meta["strata.input_mean"]), dtype=torch.float32)
+        inv = torch.tensor(json.loads(meta["strata.input_inv_std"]), dtype=torch.float32)
+        x = (x - mean) * inv
+    with torch.no_grad():
+        correct = int((model(x).argmax(dim=1) == labels).sum())
+    print("correct %d of %d" % (correct, labels.shape[0]))
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--train", required=True, help="the strata-train program")
-    p.add_argument("--case", required=True, choices=sorted(CASES))
-    p.add_argument("--work", required=True, help="a directory for the files")
+    p.add_argument("--train", help="the strata-train program")
+    p.add_argument("--case", choices=sorted(CASES))
+    p.add_argument("--work", help="a directory for the files")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--evaluate", help="an MLP's safetensors file to evaluate on Fashion-MNIST")
+    p.add_argument("--layers", help="--evaluate: the MLP's widths")
+    p.add_argument("--idx-dir", default="/usr/share/datasets/fashion-mnist",
+                   help="--evaluate: Fashion-MNIST's IDX files (Debian's dataset-fashion-mnist)")
     a = p.parse_args()
     try:
         import torch
@@ -142,6 +194,10 @@ def main():
         print("torch oracle: SKIPPED: PyTorch is missing (Debian's python3-torch for /usr/bin/python3; "
               "scripts/bootstrap.sh installs it)")
         return 77
+    if a.evaluate:
+        return evaluate(a, torch, nn)
+    if not (a.train and a.case and a.work):
+        p.error("--train, --case and --work (or --evaluate)")
     case = CASES[a.case]
     os.makedirs(a.work, exist_ok=True)
     torch.manual_seed(1234)
@@ -149,12 +205,40 @@ def main():
 
     # Seeded data, written with float32-exact text (9 significant digits).
     g = torch.Generator().manual_seed(99)
-    x = torch.randn(SAMPLES, case["features"], generator=g)
-    y = torch.randint(0, case["classes"], (SAMPLES,), generator=g)
-    csv = os.path.join(a.work, "data.csv")
-    with open(csv, "w") as f:
-        for i in range(SAMPLES):
-            f.write(",".join("%.9g" % v for v in x[i].tolist()) + ",%d\n" % int(y[i]))
+    if case.get("text"):
+        # Seeded text of words; strata-train's windows: the last tenth of the
+        # tokens held out, non-overlapping windows of SEQ with the next
+        # token as each position's label (data/text.cpp).
+        words = "the of a strata kokkos rank shard tensor pipeline weight loss step data model".split()
+        picks = torch.randint(0, len(words), (6000,), generator=g).tolist()
+        text = " ".join(words[i] + ("\n" if k % 9 == 8 else "") for k, i in enumerate(picks)).encode()
+        path = os.path.join(a.work, "text.txt")
+        with open(path, "wb") as f:
+            f.write(text)
+        tokens = torch.tensor(list(text), dtype=torch.long)
+        cut = len(tokens) - int(0.1 * len(tokens) + 0.5)
+
+        def windows(begin, end):
+            count = (end - begin - 1) // SEQ
+            idx = begin + torch.arange(count)[:, None] * SEQ + torch.arange(SEQ)[None, :]
+            return tokens[idx], tokens[idx + 1]
+        train_x, train_y = windows(0, cut)
+        test_x, test_y = windows(cut, len(tokens))
+        data_args = ["--dataset", "text:" + path, "--test-fraction", "0.1"]
+        batch = TEXT_BATCH
+    else:
+        x = torch.randn(SAMPLES, case["features"], generator=g)
+        y = torch.randint(0, case["classes"], (SAMPLES,), generator=g)
+        csv = os.path.join(a.work, "data.csv")
+        with open(csv, "w") as f:
+            for i in range(SAMPLES):
+                f.write(",".join("%.9g" % v for v in x[i].tolist()) + ",%d\n" % int(y[i]))
+        train_x, train_y = x[:SAMPLES - TEST], y[:SAMPLES - TEST]
+        test_x, test_y = x[SAMPLES - TEST:], y[SAMPLES - TEST:]
+        if a.case == "cnn":
+            train_x, test_x = train_x.view(-1, 1, 28, 28), test_x.view(-1, 1, 28, 28)
+        data_args = ["--dataset", "csv:" + csv, "--test-fraction", repr(TEST / SAMPLES), "--normalize", "none"]
+        batch = BATCH
     model = torch_model(a.case, torch, nn)
     init = os.path.join(a.work, "init.safetensors")
     write_safetensors(init, list(model.state_dict().items()))
@@ -164,9 +248,8 @@ def main():
     if os.path.exists(metrics):
         os.remove(metrics)
     opt_name, lr = case["optimizer"]
-    cmd = [a.train] + case["strata"] + [
-        "--dataset", "csv:" + csv, "--test-fraction", repr(TEST / SAMPLES), "--normalize", "none",
-        "--no-shuffle", "--batch-size", str(BATCH), "--steps", str(a.steps), "--log-every", "1",
+    cmd = [a.train] + case["strata"] + data_args + [
+        "--no-shuffle", "--batch-size", str(batch), "--steps", str(a.steps), "--log-every", "1",
         "--init-from", init, "--export", out, "--metrics", metrics, "--seed", "5"] + \
         strata_optimizer(opt_name, lr)
     print("torch oracle: " + " ".join(cmd), flush=True)
@@ -179,19 +262,20 @@ def main():
     strata_losses = [l["loss"] for l in lines if "loss" in l and "step" in l and "test_loss" not in l]
     evals = [l for l in lines if "test_accuracy" in l]
 
-    # PyTorch: the same batches in file order, epoch after epoch.
-    train_x, train_y = x[:SAMPLES - TEST], y[:SAMPLES - TEST]
-    if a.case == "cnn":
-        train_x = train_x.view(-1, 1, 28, 28)
+    # PyTorch: the same batches in file order, epoch after epoch (each
+    # position of a language model's windows a sample of the mean).
     opt = optimizer_of(opt_name, lr, model.parameters(), torch)
-    loss_fn = nn.CrossEntropyLoss()
+    ce = nn.CrossEntropyLoss()
+
+    def loss_fn(logits, labels):
+        return ce(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
     model.train()
     torch_losses = []
-    per_epoch = (SAMPLES - TEST) // BATCH
+    per_epoch = len(train_x) // batch
     for s in range(a.steps):
         b = s % per_epoch
         opt.zero_grad()
-        loss = loss_fn(model(train_x[b * BATCH:(b + 1) * BATCH]), train_y[b * BATCH:(b + 1) * BATCH])
+        loss = loss_fn(model(train_x[b * batch:(b + 1) * batch]), train_y[b * batch:(b + 1) * batch])
         loss.backward()
         opt.step()
         torch_losses.append(loss.item())
@@ -233,18 +317,16 @@ def main():
     fresh = torch_model(a.case, torch, nn)
     fresh.load_state_dict({k: v.to(want[k].dtype) for k, v in exported.items()}, strict=True)
     fresh.eval()
-    test_x, test_y = x[SAMPLES - TEST:], y[SAMPLES - TEST:]
-    if a.case == "cnn":
-        test_x = test_x.view(-1, 1, 28, 28)
     with torch.no_grad():
-        correct = int((fresh(test_x).argmax(dim=1) == test_y).sum())
-    strata_correct = round(evals[-1]["test_accuracy"] * TEST) if evals else -1
+        correct = int((fresh(test_x).argmax(dim=-1) == test_y).sum())
+    total = test_y.numel()  # labels: one per sample, or per position
+    strata_correct = round(evals[-1]["test_accuracy"] * total) if evals else -1
     if correct != strata_correct:
         failures.append("test split: PyTorch counts %d of %d correct with Strata's weights, "
-                        "strata-train %d" % (correct, TEST, strata_correct))
+                        "strata-train %d" % (correct, total, strata_correct))
     print("torch oracle %s: %d steps, largest loss difference %.3g, largest parameter difference "
           "%.3g (%s), test %d/%d correct in both" %
-          (a.case, a.steps, worst_loss, worst_param, worst_name, correct, TEST))
+          (a.case, a.steps, worst_loss, worst_param, worst_name, correct, total))
     for f in failures:
         print("torch oracle: " + f)
     return 1 if failures else 0

@@ -12,19 +12,15 @@
 // file holds the same values as strata-train --export at that step.
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
+#include "apps/common/saved_model.hpp"
 #include "backends/runtime.hpp"
-#include "layers/activation.hpp"
-#include "layers/mlp.hpp"
 #include "layers/registry.hpp"
-#include "strategies/checkpoint.hpp"
 #include "strategies/checkpoint_state.hpp"
 #include "strategies/weights.hpp"
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,33 +51,11 @@ bool parse(const std::vector<std::string>& args, ExportConfig& c) {
   return parse_cli(app, args);
 }
 
-// The checkpoint file a path names: itself, or what a directory's (or a
-// given) `latest` points to.
-std::string checkpoint_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (fs::is_directory(path)) return checkpoint::latest(path);
-  if (fs::path(path).filename() == "latest") return checkpoint::latest(fs::path(path).parent_path().string());
-  return path;
-}
-
 int run(const ExportConfig& c) {
   const safetensors::DType dtype = parse_weight_dtype(c.dtype, "--dtype");
   const std::string file = checkpoint_file(c.checkpoint);
-  // What the checkpoint was trained with: the MLP of --layers is in it.
-  const nlohmann::json config = nlohmann::json::parse(checkpoint::load(file).config, nullptr, false);
-  ModelSpec spec;
-  if (!c.model_file.empty()) {
-    spec = read_model_file(c.model_file);
-    if (c.seq_len > 0) spec.input = Shape{c.seq_len};
-  } else {
-    STRATA_REQUIRE(config.is_object() && config.contains("layers") && config["layers"].is_array(),
-                   config, "checkpoint '", file, "' was trained with a model file: give it with --model");
-    MlpSpec mlp;
-    mlp.widths = config["layers"].get<std::vector<std::size_t>>();
-    mlp.activation = parse_activation(config.value("activation", std::string("relu")));
-    mlp.dropout = config.value("dropout", 0.0);
-    spec = mlp_model(mlp);
-  }
+  const ModelSpec spec = saved_model(c.model_file, c.seq_len, recorded_config(file),
+                                     "checkpoint '" + file + "'");
   const Sequential<float> model = build_model<float>(spec, 1);
   const ModelTable table{model.parameters(), model.buffers(), spec.mlp, model.tied_weights()};
   auto [snapshot, position] = read_checkpoint(file, "{}", table);

@@ -60,7 +60,8 @@ struct Reporter {
 };
 
 // Trains on one rank of `comm` (all ranks run this).
-void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split& d, Context& ctx,
+void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split& d,
+                const data::Normalizer& norm, Context& ctx,
                 comm::Communicator& comm, const Reporter& rep, Metrics& metrics) {
   const auto wall0 = Clock::now();
   Progress progress(rep.active && !c.quiet);
@@ -239,8 +240,14 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   if (!c.export_file.empty()) {
     const Weights w = engine->weights();  // collective
     if (comm.rank() == 0) {
-      safetensors::write(c.export_file,
-                         export_weights(engine->table(), w, parse_weight_dtype(c.export_dtype, "--export-dtype")));
+      safetensors::File file =
+          export_weights(engine->table(), w, parse_weight_dtype(c.export_dtype, "--export-dtype"));
+      // How the inputs were normalised, for whoever runs the weights: x = (x - mean) * inv_std.
+      if (!norm.mean.empty()) {
+        file.metadata["strata.input_mean"] = nlohmann::json(norm.mean).dump();
+        file.metadata["strata.input_inv_std"] = nlohmann::json(norm.inv_std).dump();
+      }
+      safetensors::write(c.export_file, file);
       progress.line(rep.prefix + "weights: " + c.export_file);
     }
   }
@@ -313,7 +320,8 @@ int train(const TrainConfig& c, comm::Communicator& world) {
     STRATA_REQUIRE(ok, runtime, "--export: cannot write '", c.export_file, "' (its directory "
                    "must exist and be writable; checked before training)");
   }
-  data::Split d = load_data(c, build_model<T>(model, c.seed));
+  data::Normalizer norm;  // what the inputs went through (exported with the weights)
+  data::Split d = load_data(c, build_model<T>(model, c.seed), &norm);
   // Global rank 0 writes metrics; the file is opened before any rank starts.
   const bool root_process = world.rank() == 0;
   Metrics metrics(root_process ? c.metrics : std::string());
@@ -331,7 +339,7 @@ int train(const TrainConfig& c, comm::Communicator& world) {
     }
     Reporter rep{comm.rank() == 0 || c.verbose_ranks, comm.rank() == 0,
                  c.verbose_ranks ? "[rank " + std::to_string(comm.rank()) + "] " : ""};
-    train_rank(c, model, d, ctx, comm, rep, metrics);
+    train_rank(c, model, d, norm, ctx, comm, rep, metrics);
   };
   auto finish = [&] {
     if (!c.trace.empty()) trace::write(trace_path(c.trace, world), world.rank());

@@ -107,7 +107,8 @@ void wait_policy_hint(const TrainConfig& c, const comm::Communicator& world) {
 }
 
 // `model`: the single-rank model (not built), for its input and output shapes.
-data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
+data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
+                      data::Normalizer* normalizer) {
   const std::size_t in = model.in_features(), out = model.out_features();
   // How errors name the model's ends.
   const std::string first = c.model_file.empty()
@@ -167,6 +168,7 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model) {
     const auto n = data::Normalizer::fit(s.train, norm == Normalize::per_feature);
     n.apply(s.train);
     if (s.test.size() > 0) n.apply(s.test);
+    if (normalizer) *normalizer = n;
   }
   // Sample shapes: IDX images carry theirs, a CSV takes --input-shape,
   // synthetic data the model's.

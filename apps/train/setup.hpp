@@ -27,8 +27,10 @@ bool has_kokkos_threads_option(const std::vector<char*>& kokkos_args);
 void wait_policy_hint(const TrainConfig& c, const comm::Communicator& world);
 
 // The training and test sets, normalised, checked against the model's input
-// and output (`model`: the single-rank model, not built).
-data::Split load_data(const TrainConfig& c, const Sequential<float>& model);
+// and output (`model`: the single-rank model, not built). normalizer (when
+// given): the normalisation applied (empty vectors: none).
+data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
+                      data::Normalizer* normalizer = nullptr);
 
 GemmBackend gemm_backend(const TrainConfig& c);
 // What the strategy gets: the model, the optimizer and the parallel layout
