@@ -128,8 +128,8 @@ std::vector<std::pair<std::string, std::string>> Sequential<T>::tied_weights() c
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const std::string to = layers_[i]->tied_to();
     // A pipeline stage's copy (untied) holds its weight itself.
-    if (to.empty() || layers_[i]->param_table().size() > 0 &&
-                          layers_[i]->param_table().front().name == "weight")
+    if (to.empty() || (!layers_[i]->param_table().empty() &&
+                       layers_[i]->param_table().front().name == "weight"))
       continue;
     ties.emplace_back(names_[i] + ".weight", to + ".weight");
   }
