@@ -593,6 +593,9 @@ TEST_F(TrainApp, PredictReproducesTheTrainingRunsTestFigures) {
   p = test::run_command(bin("strata-predict") + " --samples 300");
   EXPECT_EQ(p.exit_code, 2) << p.output;
   EXPECT_OUTPUT_HAS(p, "give the trained model: --checkpoint PATH or --weights FILE");
+  p = test::run_command(bin("strata-predict") + " --weights " + path("w.safetensors"));
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_OUTPUT_HAS(p, "holds weights, not the model: give --model FILE or --layers WIDTHS");
 }
 
 TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {

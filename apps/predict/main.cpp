@@ -121,9 +121,9 @@ int run(PredictConfig& c) {
     recorded["activation"] = to_string(d.activation);
     recorded["dropout"] = d.dropout;
   }
-  const ModelSpec spec = saved_model(d.model_file, d.seq_len, recorded,
-                                     file.empty() ? "--weights " + c.weights + ": a model; it"
-                                                  : "checkpoint '" + file + "'");
+  STRATA_REQUIRE(!file.empty() || !d.model_file.empty() || c.layers_given, config, "--weights ",
+                 c.weights, " holds weights, not the model: give --model FILE or --layers WIDTHS");
+  const ModelSpec spec = saved_model(d.model_file, d.seq_len, recorded, "checkpoint '" + file + "'");
   if (d.model_file.empty() && recorded.contains("layers")) d.layers = recorded["layers"].get<std::vector<std::size_t>>();
   if (!c.dataset_given && recorded.contains("dataset")) d.dataset = recorded["dataset"].get<std::string>();
   if (!c.seed_given && recorded.contains("seed")) d.seed = recorded["seed"].get<std::uint64_t>();
