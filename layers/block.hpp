@@ -72,6 +72,7 @@ class Block : public Layer<T> {
   void use_arena(Vector<T> arena) override;
 
   bool residual() const { return residual_; }
+  bool recomputes() const { return recompute_; }
   std::size_t num_layers() const { return layers_.size(); }
   Layer<T>& layer(std::size_t j) { return *layers_[j]; }
   const Layer<T>& layer(std::size_t j) const { return *layers_[j]; }

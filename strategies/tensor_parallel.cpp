@@ -339,7 +339,7 @@ class Splitter {
   // path: the block's name in the model ("h.0"), which errors prefix to
   // the inner layers' names ("h.0.0.attn.core").
   LayerPtr<T> split_block(Block<T>& block, const Shape& input, const std::string& path) {
-    const bool residual = block.residual();
+    const bool residual = block.residual(), recompute = block.recomputes();
     const std::vector<std::string> names = block.names();
     std::vector<LayerPtr<T>> inner = block.release_layers();
     std::vector<Shape> shapes{input};
@@ -349,8 +349,10 @@ class Splitter {
     split(inner, shapes, paths);
     bool sharded = false;
     for (const auto& l : inner) sharded = sharded || tensor_shard(*l) != nullptr;
-    if (sharded) return std::make_unique<ShardedBlock<T>>(std::move(inner), residual, names);
-    return std::make_unique<Block<T>>(std::move(inner), residual, names);
+    LayerPtr<T> rebuilt = sharded ? std::make_unique<ShardedBlock<T>>(std::move(inner), residual, names)
+                                  : std::make_unique<Block<T>>(std::move(inner), residual, names);
+    rebuilt->set_recompute(recompute);  // a model file's `recompute = true` on the block
+    return rebuilt;
   }
 
   comm::Communicator& tp_;

@@ -527,6 +527,29 @@ TEST_P(TensorParallel, ShardedDropoutMatchesSingleRankTraining) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorParallel, ::testing::Values(2, 4));
 
+// Splitting rebuilds blocks around their shards: a block keeps what the model
+// file set on it (recomputation), and one holding shards maps them.
+TEST(TensorParallel, SplitBlocksKeepTheirRecomputation) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const ModelSpec spec = parse_model(R"(
+input = [12]
+[[layers]]
+name = "blocks"
+type = "residual"
+recompute = true
+layers = [{ type = "linear", out = 16 }, { type = "gelu" }, { type = "linear", out = 12 }]
+)", "test model");
+  run_ranks(2, 1, [&](Context&, comm::Communicator& tp) {
+    auto split = make_tensor_parallel<float>(build_layers<float>(spec, 1), tp);
+    const auto* block = dynamic_cast<const Block<float>*>(split.layers.at(0).get());
+    ASSERT_NE(block, nullptr);
+    EXPECT_TRUE(block->recomputes());
+    ASSERT_NE(tensor_shard(*split.layers[0]), nullptr);
+    EXPECT_EQ(tensor_shard(*split.layers[0])->full_num_params(), 12u * 16 + 16 + 16 * 12 + 12);
+    EXPECT_EQ(split.layers[0]->num_params(), 12u * 8 + 8 + 12 * 8 + 12);  // halves, the row bias whole
+  });
+}
+
 // -------------------------------------------------------------------- ZeRO-1
 class Zero1 : public ::testing::TestWithParam<int> {};
 
