@@ -102,6 +102,35 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
   return s + "]";
 }
 
+// The deepest nesting of objects and arrays in JSON text (strings skipped),
+// checked before parsing: a valid header nests 3 deep (the header, an entry,
+// its shape), and a hostile one must not make the parser or an error
+// message recurse a million levels.
+std::size_t nesting(const std::string& text) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A JSON value of the header for a message: at most 60 characters of it.
+std::string shown(const nlohmann::json& j) {
+  std::string s = j.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
 // A JSON value as a non-negative integer, or false.
 bool unsigned_of(const nlohmann::json& j, std::uint64_t& v) {
   if (!j.is_number_unsigned()) return false;
@@ -193,6 +222,8 @@ File parse(const std::string& contents, const std::string& what) {
   const std::string header = contents.substr(8, n);
   STRATA_REQUIRE(!header.empty() && header[0] == '{', data, where,
                  ": the header does not start with '{' (not a safetensors file)");
+  STRATA_REQUIRE(nesting(header) <= 3, data, where, ": the header nests objects or arrays ",
+                 nesting(header), " deep (a safetensors header nests 3: header, tensor, shape)");
   // Duplicated names: nlohmann keeps the last; the format has one of each.
   std::string duplicate;
   std::set<std::string> names;
@@ -232,7 +263,7 @@ File parse(const std::string& contents, const std::string& what) {
     STRATA_REQUIRE(e.contains("shape") && e["shape"].is_array(), data, at, ": no shape array");
     for (const auto& d : e["shape"]) {
       std::uint64_t v = 0;
-      STRATA_REQUIRE(unsigned_of(d, v), data, at, ": shape ", e["shape"].dump(),
+      STRATA_REQUIRE(unsigned_of(d, v), data, at, ": shape ", shown(e["shape"]),
                      " is not a list of non-negative integers");
       t.shape.push_back(v);
     }
@@ -242,7 +273,7 @@ File parse(const std::string& contents, const std::string& what) {
     std::uint64_t begin = 0, end = 0, numel = 0;
     STRATA_REQUIRE(unsigned_of(e["data_offsets"][0], begin) && unsigned_of(e["data_offsets"][1], end) &&
                        begin <= end,
-                   data, at, ": data_offsets ", e["data_offsets"].dump(),
+                   data, at, ": data_offsets ", shown(e["data_offsets"]),
                    " are not two non-negative integers with begin <= end");
     STRATA_REQUIRE(end <= data_size, data, at, ": data_offsets [", begin, ", ", end,
                    "] reach past the ", data_size, " bytes of data (truncated file?)");

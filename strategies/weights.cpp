@@ -68,7 +68,8 @@ safetensors::File export_weights(const ModelTable& model, const Weights& w, safe
 }
 
 ImportReport import_weights(const safetensors::File& f, const std::string& path,
-                            const ModelTable& model, Weights& w, bool strict) {
+                            const ModelTable& model, Weights& w, bool strict,
+                            const std::string& lenient_option) {
   const std::string where = "safetensors file '" + path + "'";
   ImportReport r;
   Weights out = w;
@@ -84,8 +85,13 @@ ImportReport import_weights(const safetensors::File& f, const std::string& path,
         found = t;
         continue;
       }
-      STRATA_REQUIRE(t->shape == found->shape && t->to_double() == found->to_double(), data, where,
-                     ": tensors '", found->name, "' and '", t->name,
+      STRATA_REQUIRE(t->shape == found->shape, data, where, ": tensors '", found->name, "' and '",
+                     t->name, "' are one tied weight in this model, but their shapes differ (",
+                     text(found->shape), ", ", text(t->shape), ")");
+      // The same bits (NaN included) when stored alike, else the same values.
+      const bool same = t->dtype == found->dtype ? t->bytes == found->bytes
+                                                 : t->to_double() == found->to_double();
+      STRATA_REQUIRE(same, data, where, ": tensors '", found->name, "' and '", t->name,
                      "' are one tied weight in this model, but their values differ");
     }
     return found;
@@ -133,8 +139,8 @@ ImportReport import_weights(const safetensors::File& f, const std::string& path,
     add(r.missing, "of the model's tensors missing");
     add(r.unexpected, "unexpected (not in the model)");
     add(r.mismatched, "of another shape");
-    STRATA_THROW(data, where, " does not match the model: ", what,
-                 " (--no-strict loads the tensors that match and reports the rest)");
+    STRATA_THROW(data, where, " does not match the model: ", what, " (", lenient_option,
+                 " loads the tensors that match and reports the rest)");
   }
   w = std::move(out);
   return r;

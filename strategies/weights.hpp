@@ -46,8 +46,11 @@ struct ImportReport {
 // mis-shaped tensor, w unchanged; otherwise those are skipped (the model
 // keeps its own values) and reported. A file whose two copies of a tied
 // weight differ is a data error either way.
+// lenient_option: how the caller's user asks for strict = false (the error
+// suggests it).
 ImportReport import_weights(const safetensors::File& f, const std::string& path,
-                            const ModelTable& model, Weights& w, bool strict);
+                            const ModelTable& model, Weights& w, bool strict,
+                            const std::string& lenient_option = "--no-strict");
 
 // "F32" | "BF16" | "F16" | "F64" (any case; also fp32, bf16, fp16, fp64);
 // throws config naming `option` for anything else.

@@ -824,6 +824,8 @@ TEST(Safetensors, DamagedFilesAreRefusedNamingTheFileAndTensor) {
       {"unused tail", st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "}", w), "bytes [8, 16) of the data belong to no tensor"},
       {"duplicate name", st_file("{" + entry("a", "F32", "[2]", "[0,8]") + "," + entry("a", "F32", "[2]", "[8,16]") + "}", w),
        "tensor 'a' appears twice"},
+      {"deep nesting", st_file("{" + entry("w", "F32", "[[[[2]]],2]", "[0,16]") + "}", w),
+       "the header nests objects or arrays 6 deep"},
       {"bad metadata", st_file("{\"__metadata__\":{\"k\":3}," + entry("w", "F32", "[2,2]", "[0,16]") + "}", w),
        "__metadata__ entry 'k' is not a string"},
   };

@@ -513,7 +513,8 @@ TEST_F(TrainApp, ModelFilesTrainDescribeAndCheckpointByName) {
 // --no-decay-bias-norm changes training (biases and LayerNorm parameters
 // are spared) and gives the same losses on a ZeRO-1 mesh as on one rank.
 // Weights out of a run: strata-train --export writes, byte for byte, the file
-// strata-export makes of the run's last checkpoint, for a whole checkpoint of
+// strata-export makes of the run's last checkpoint (synthetic data: no
+// normalisation metadata, which only --export knows), for a whole checkpoint of
 // the --layers MLP (rebuilt from what the checkpoint records) and for a
 // sharded one of a model file trained on 2 tensor-parallel ranks; a new run
 // starts from the export. A model file's checkpoint without --model is

@@ -248,8 +248,9 @@ def main():
 
     out = os.path.join(a.work, "strata.safetensors")
     metrics = os.path.join(a.work, "metrics.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)
+    for stale in (out, metrics):  # an earlier run's files must not stand in for this one's
+        if os.path.exists(stale):
+            os.remove(stale)
     opt_name, lr = case["optimizer"]
     cmd = [a.train] + case["strata"] + data_args + [
         "--no-shuffle", "--batch-size", str(batch), "--steps", str(a.steps), "--log-every", "1",
@@ -258,8 +259,8 @@ def main():
     print("torch oracle: " + " ".join(cmd), flush=True)
     run = subprocess.run(cmd, cwd=TOP, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(run.stdout)
-    if run.returncode != 0:
-        print("torch oracle: strata-train failed (exit %d)" % run.returncode)
+    if run.returncode != 0 or not os.path.exists(out) or not os.path.exists(metrics):
+        print("torch oracle: strata-train failed (exit %d) or wrote no export or metrics" % run.returncode)
         return 1
     lines = [json.loads(l) for l in open(metrics)]
     strata_losses = [l["loss"] for l in lines if "loss" in l and "step" in l and "test_loss" not in l]
@@ -318,7 +319,7 @@ def main():
 
     # PyTorch evaluates Strata's weights on the test split.
     fresh = torch_model(a.case, torch, nn)
-    fresh.load_state_dict({k: v.to(want[k].dtype) for k, v in exported.items()}, strict=True)
+    fresh.load_state_dict({k: v.to(want[k].dtype) for k, v in exported.items() if k in want}, strict=True)
     fresh.eval()
     with torch.no_grad():
         correct = int((fresh(test_x).argmax(dim=-1) == test_y).sum())

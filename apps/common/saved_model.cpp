@@ -31,9 +31,18 @@ ModelSpec saved_model(const std::string& model_file, std::size_t seq_len,
   STRATA_REQUIRE(config.contains("layers") && config["layers"].is_array(), config, what,
                  " was trained with a model file: give it with --model");
   MlpSpec mlp;
-  mlp.widths = config["layers"].get<std::vector<std::size_t>>();
-  mlp.activation = parse_activation(config.value("activation", std::string("relu")));
-  mlp.dropout = config.value("dropout", 0.0);
+  for (const auto& w : config["layers"]) {
+    STRATA_REQUIRE(w.is_number_unsigned(), data, what, ": its recorded layers ",
+                   config["layers"].dump(), " are not whole numbers");
+    mlp.widths.push_back(w.get<std::size_t>());
+  }
+  const auto activation = config.find("activation");
+  const auto dropout = config.find("dropout");
+  STRATA_REQUIRE((activation == config.end() || activation->is_string()) &&
+                     (dropout == config.end() || dropout->is_number()),
+                 data, what, ": its recorded activation or dropout is not a name or a number");
+  mlp.activation = parse_activation(activation == config.end() ? "relu" : activation->get<std::string>());
+  mlp.dropout = dropout == config.end() ? 0.0 : dropout->get<double>();
   return mlp_model(mlp);
 }
 

@@ -9,7 +9,9 @@
 // verified and assembled in single-rank layout, as --resume does. The MLP of
 // --layers is rebuilt from what the checkpoint records; a model file's
 // checkpoint needs --model (and --seq-len when it was trained with one). The
-// file holds the same values as strata-train --export at that step.
+// file holds the same tensors as strata-train --export at that step, without
+// the input normalisation that --export adds to the metadata (a checkpoint
+// does not record the data).
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
 #include "apps/common/saved_model.hpp"

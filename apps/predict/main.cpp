@@ -7,8 +7,9 @@
 // The model is the checkpoint's (the --layers MLP is rebuilt from what the
 // checkpoint records; a model file's needs --model) or a safetensors file's
 // with --model or --layers. The data are strata-train's: the same --dataset
-// options select and normalise them as training did (the checkpoint's data
-// set and seed are the defaults). Each sample of the split (--split test or
+// options select, split and normalise them as training did (the checkpoint's
+// data set, seed and loss are the defaults; give --samples, --test-fraction,
+// --normalize and --input-shape as the run did). Each sample of the split (--split test or
 // train) gets a row: its index, its label, the predicted class and the
 // softmax probabilities (classification), or the targets and outputs
 // (--loss mse).
@@ -41,7 +42,8 @@ namespace {
 struct PredictConfig {
   TrainConfig data;  // the model and data options, as strata-train reads them
   std::string checkpoint, weights, output = "-", format, split = "test", layers;
-  bool dataset_given = false, seed_given = false, layers_given = false;
+  bool dataset_given = false, seed_given = false, layers_given = false, loss_given = false;
+  bool strict = true;  // --weights: refuse a file that does not match the model
   std::size_t batch = 256;
   int threads = 0;
 };
@@ -73,7 +75,10 @@ bool parse(const std::vector<std::string>& args, PredictConfig& c) {
       ->capture_default_str();
   auto* seed = app.add_option("--seed", d.seed, "synthetic data's seed (default: the checkpoint's)");
   app.add_option("--seq-len", d.seq_len, "the --seq-len it was trained with");
-  app.add_option("--loss", loss, "cross-entropy (classes) or mse (regression outputs)")->capture_default_str();
+  auto* loss_option = app.add_option("--loss", loss, "cross-entropy (classes) or mse (regression "
+                                                    "outputs); default: the checkpoint's, else cross-entropy");
+  app.add_flag("--strict,!--no-strict", c.strict,
+               "--weights: refuse a file with missing, unexpected or mis-shaped tensors (default)");
   app.add_option("--split", c.split, "test or train")->capture_default_str()->check(CLI::IsMember({"test", "train"}));
   app.add_option("--output", c.output, "where to write the predictions ('-': standard output)")
       ->capture_default_str();
@@ -87,6 +92,7 @@ bool parse(const std::vector<std::string>& args, PredictConfig& c) {
   c.dataset_given = dataset->count() > 0;
   c.seed_given = seed->count() > 0;
   c.layers_given = layers->count() > 0;
+  c.loss_given = loss_option->count() > 0;
   d.activation = parse_activation(activation);
   d.loss = parse_loss(loss);
   if (normalize == "auto") d.normalize = Normalize::automatic;
@@ -128,7 +134,12 @@ int run(PredictConfig& c) {
   if (!c.dataset_given && recorded.contains("dataset")) d.dataset = recorded["dataset"].get<std::string>();
   if (!c.seed_given && recorded.contains("seed")) d.seed = recorded["seed"].get<std::uint64_t>();
   if (recorded.contains("tokenizer") && d.tokenizer.empty()) d.tokenizer = recorded["tokenizer"].get<std::string>();
-  d.evaluate = c.split == "test";
+  if (!c.loss_given && recorded.contains("loss") && recorded["loss"].is_string())
+    d.loss = parse_loss(recorded["loss"].get<std::string>());
+  // The split as training made it (also for --split train: the same rows
+  // and the normalisation fitted to them; --test-fraction 0 for a run
+  // trained with --no-eval).
+  d.evaluate = true;
   Sequential<float> model = build_model<float>(spec, d.seed);
   const data::Split split = load_data(d, model);
   const data::Dataset& set = c.split == "test" ? split.test : split.train;
@@ -147,7 +158,10 @@ int run(PredictConfig& c) {
     w.buffers = std::move(snapshot.buffers);
     source = file + " (step " + std::to_string(position.step) + ")";
   } else {
-    import_weights(safetensors::read(c.weights), c.weights, table, w, /*strict=*/true);
+    const ImportReport r = import_weights(safetensors::read(c.weights), c.weights, table, w, c.strict);
+    for (const auto& s : r.missing) std::fprintf(stderr, "strata-predict: not in the file, left as initialised: %s\n", s.c_str());
+    for (const auto& s : r.unexpected) std::fprintf(stderr, "strata-predict: not in the model, skipped: %s\n", s.c_str());
+    for (const auto& s : r.mismatched) std::fprintf(stderr, "strata-predict: of another shape, skipped: %s\n", s.c_str());
     source = c.weights;
   }
   Kokkos::deep_copy(model.params(),

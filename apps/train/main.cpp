@@ -315,8 +315,9 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   // So does an --export file that cannot be written (its temporary, tried now).
   if (!c.export_file.empty() && world.rank() == 0) {
     const std::string probe = c.export_file + ".tmp";
+    const bool existed = static_cast<bool>(std::ifstream(probe));
     const bool ok = static_cast<bool>(std::ofstream(probe, std::ios::binary | std::ios::app));
-    std::remove(probe.c_str());
+    if (!existed) std::remove(probe.c_str());
     STRATA_REQUIRE(ok, runtime, "--export: cannot write '", c.export_file, "' (its directory "
                    "must exist and be writable; checked before training)");
   }
