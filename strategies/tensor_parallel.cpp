@@ -292,8 +292,9 @@ class Splitter {
         continue;
       }
       if (is(i, TensorSplit::vocabulary)) {
-        auto& e = dynamic_cast<Embedding<T>&>(*layers[i]);
-        divided(e.vocab(), tp_, label(i), "vocabulary");
+        // A vocabulary that tp does not divide stays whole (Megatron pads it).
+        if (dynamic_cast<Embedding<T>&>(*layers[i]).vocab() % static_cast<std::size_t>(tp_.size()) != 0)
+          continue;
         layers[i] = std::make_unique<VocabParallelEmbedding<T>>(
             std::unique_ptr<Embedding<T>>(static_cast<Embedding<T>*>(layers[i].release())), tp_);
         continue;
@@ -373,12 +374,13 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
     std::vector<std::string> labels(n);
     for (std::size_t i = 0; i < n; ++i) labels[i] = m.names[i].empty() ? std::to_string(i) : m.names[i];
     Splitter<T>(tp).split(layers, shapes, labels);
-    // A language model's head: column-parallel over the vocabulary.
-    if (vocab_head && n > 0 && shapes[n - 1].rank() >= 2 &&
-        dynamic_cast<Linear<T>*>(layers[n - 1].get()) != nullptr) {
+    // A language model's head: column-parallel over the vocabulary (whole,
+    // as its embedding, when tp does not divide the vocabulary).
+    const auto* last = n > 0 ? dynamic_cast<const Linear<T>*>(layers[n - 1].get()) : nullptr;
+    if (vocab_head && last && shapes[n - 1].rank() >= 2 &&
+        last->out() % static_cast<std::size_t>(tp.size()) == 0) {
       auto head = Splitter<T>::take_linear(layers[n - 1]);
       m.classes = head->out();
-      divided(m.classes, tp, labels[n - 1] + " (" + head->name() + ")", "vocabulary");
       layers[n - 1] = std::make_unique<ColumnParallelLinear<T>>(std::move(head), tp);
       m.first_class = m.classes / static_cast<std::size_t>(tp.size()) * static_cast<std::size_t>(tp.rank());
     }

@@ -185,13 +185,15 @@ class ShardedBlock final : public Block<T>, public TensorShard<T> {
 //     per-position inputs ({T, C}: a language model's head, tied or not):
 //     column-parallel, its output (the logits) left sharded for
 //     VocabParallelCrossEntropy;
+//   - a vocabulary that tp does not divide keeps its embedding and head
+//     whole and replicated (Megatron pads it instead);
 //   - every other layer (an unpaired Linear, LayerNorm, convolutions, ...)
 //     stays whole and replicated.
 // For an MLP that is every Linear in pairs, the last one whole when their
 // number is odd. Dropout after a column-parallel layer masks its shard as
 // the whole layer would. With tp of size 1: the layers as they are. Throws
-// config, naming the layer, when tp does not divide a width, a number of
-// heads or a vocabulary it must split.
+// config, naming the layer, when tp does not divide a width or a number of
+// heads it must split.
 // cut_ok[i]: a pipeline stage may end after layer i (the activation there is
 // whole, not sharded).
 template <class T>
