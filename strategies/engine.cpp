@@ -225,6 +225,23 @@ class ModelParallelEngine final : public Engine {
 
 }  // namespace
 
+ImportReport load_weights(Engine& e, const std::string& path, bool strict) {
+  const safetensors::File file = safetensors::read(path);
+  Weights w = e.weights();
+  const ImportReport r = import_weights(file, path, e.table(), w, strict);
+  e.set_weights(w);
+  return r;
+}
+
+void save_weights(Engine& e, const std::string& path, safetensors::DType dtype,
+                  const std::map<std::string, std::string>& metadata, bool writes) {
+  const Weights w = e.weights();  // collective
+  if (!writes) return;
+  safetensors::File file = export_weights(e.table(), w, dtype);
+  for (const auto& [k, v] : metadata) file.metadata[k] = v;
+  safetensors::write(path, file);
+}
+
 std::unique_ptr<Engine> make_engine(Context& ctx, comm::Communicator& comm,
                                     const EngineOptions& o, std::size_t batch) {
   if (o.model_parallel) return std::make_unique<ModelParallelEngine>(ctx, comm, o, batch);

@@ -94,4 +94,12 @@ class Engine {
 std::unique_ptr<Engine> make_engine(Context& ctx, comm::Communicator& comm,
                                     const EngineOptions& o, std::size_t batch);
 
+// Sets the engine's weights from a safetensors file, by import_weights'
+// rules (every rank reads it; collective). Returns what matched.
+ImportReport load_weights(Engine& e, const std::string& path, bool strict);
+// Writes the engine's weights as a safetensors file (export_weights) with
+// `metadata` added; collective, and only the rank with `writes` writes.
+void save_weights(Engine& e, const std::string& path, safetensors::DType dtype,
+                  const std::map<std::string, std::string>& metadata, bool writes);
+
 }  // namespace strata

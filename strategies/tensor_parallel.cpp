@@ -25,48 +25,56 @@ void allreduce_after(Context& ctx, comm::Communicator& comm, Matrix<T> buf) {
 }  // namespace
 
 // ---------------------------------------------------------------- shard maps
+namespace {
+// Group rank r's shard map (TensorShard::shard_map) as two vectors.
+template <class T>
+struct Map {
+  std::vector<std::size_t> index;
+  std::vector<std::uint8_t> replica;
+  Map(const TensorShard<T>& s, int r) : index(s.shard_size()), replica(s.shard_size()) {
+    s.shard_map(r, index.data(), replica.data());
+  }
+};
+}  // namespace
+
 template <class T>
 void extract_shard(const TensorShard<T>& s, int r, const T* full, T* shard) {
-  const std::size_t n = s.shard_size();
-  std::vector<std::size_t> index(n);
-  std::vector<std::uint8_t> replica(n);
-  s.shard_map(r, index.data(), replica.data());
-  for (std::size_t k = 0; k < n; ++k) shard[k] = full[index[k]];
+  const Map<T> m(s, r);
+  for (std::size_t k = 0; k < m.index.size(); ++k) shard[k] = full[m.index[k]];
 }
 
 template <class T>
 void assemble_shards(const TensorShard<T>& s, int ranks, const T* blocks, T* full) {
-  const std::size_t n = s.shard_size();
-  std::vector<std::size_t> index(n);
-  std::vector<std::uint8_t> replica(n);
   for (int r = 0; r < ranks; ++r) {
-    s.shard_map(r, index.data(), replica.data());
-    const T* block = blocks + static_cast<std::size_t>(r) * n;
-    for (std::size_t k = 0; k < n; ++k)
-      if (r == 0 || !replica[k]) full[index[k]] = block[k];
+    const Map<T> m(s, r);
+    const T* block = blocks + static_cast<std::size_t>(r) * m.index.size();
+    for (std::size_t k = 0; k < m.index.size(); ++k)
+      if (r == 0 || !m.replica[k]) full[m.index[k]] = block[k];
   }
 }
 
 template <class T>
 std::vector<std::size_t> checkpoint_index(const TensorShard<T>& s, int r) {
-  const std::size_t n = s.shard_size();
-  std::vector<std::size_t> index(n);
-  std::vector<std::uint8_t> replica(n);
-  s.shard_map(r, index.data(), replica.data());
+  Map<T> m(s, r);
   if (r != 0)
-    for (std::size_t k = 0; k < n; ++k)
-      if (replica[k]) index[k] = kReplica;
-  return index;
+    for (std::size_t k = 0; k < m.index.size(); ++k)
+      if (m.replica[k]) m.index[k] = kReplica;
+  return std::move(m.index);
 }
 
 template <class T>
 std::vector<std::uint8_t> counted_once(const TensorShard<T>& s, int r) {
-  const std::size_t n = s.shard_size();
-  std::vector<std::size_t> index(n);
-  std::vector<std::uint8_t> replica(n);
-  s.shard_map(r, index.data(), replica.data());
-  for (auto& x : replica) x = r == 0 || !x;
-  return replica;
+  Map<T> m(s, r);
+  for (auto& x : m.replica) x = r == 0 || !x;
+  return std::move(m.replica);
+}
+
+template <class T>
+void init_shard(const Layer<T>& whole, const TensorShard<T>& s, int r, T* shard, Init scheme,
+                std::uint64_t seed, std::uint64_t layer_index) {
+  std::vector<T> full(whole.num_params());
+  whole.init(HostVector<T>(full.data(), full.size()), scheme, seed, layer_index);
+  extract_shard<T>(s, r, full.data(), shard);
 }
 
 // ----------------------------------------------------- what both kinds share
@@ -93,12 +101,9 @@ void TensorParallelLinear<T>::set_input_shape(const Shape& in) {
 template <class T>
 void TensorParallelLinear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
                                    std::uint64_t layer_index) const {
-  // The whole layer's initial values (its own stream), from which every
-  // rank cuts its shard; a tied weight's copy is filled by the engine.
-  std::vector<T> full(whole_->num_params());
-  whole_->init(HostVector<T>(full.data(), full.size()), scheme, seed, layer_index);
+  // A tied weight's copy (leading the values) is filled by the engine.
   const std::size_t copy = this->num_params() - this->shard_size();
-  extract_shard<T>(*this, tp_.rank(), full.data(), params.data() + copy);
+  init_shard<T>(*whole_, *this, tp_.rank(), params.data() + copy, scheme, seed, layer_index);
 }
 
 // ------------------------------------------------------------ column-parallel
@@ -406,6 +411,8 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
   template void assemble_shards<T>(const TensorShard<T>&, int, const T*, T*);                  \
   template std::vector<std::size_t> checkpoint_index<T>(const TensorShard<T>&, int);           \
   template std::vector<std::uint8_t> counted_once<T>(const TensorShard<T>&, int);              \
+  template void init_shard<T>(const Layer<T>&, const TensorShard<T>&, int, T*, Init,            \
+                              std::uint64_t, std::uint64_t);                                    \
   template class TensorParallelLinear<T>;                                                      \
   template class ColumnParallelLinear<T>;                                                      \
   template class RowParallelLinear<T>;                                                         \

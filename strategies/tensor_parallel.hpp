@@ -84,6 +84,11 @@ std::vector<std::size_t> checkpoint_index(const TensorShard<T>& s, int r);
 // gradient norm): 1 unless it is a replica on a rank other than 0.
 template <class T>
 std::vector<std::uint8_t> counted_once(const TensorShard<T>& s, int r);
+// shard = group rank r's part of the initial values `whole` draws (its own
+// stream: a shard starts from the single-rank initialisation).
+template <class T>
+void init_shard(const Layer<T>& whole, const TensorShard<T>& s, int r, T* shard, Init scheme,
+                std::uint64_t seed, std::uint64_t layer_index);
 
 // What column- and row-parallel Linear layers share: the whole Linear (its
 // initialisation and tie), this rank's shard as a local Linear, and the

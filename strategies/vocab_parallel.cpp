@@ -35,9 +35,7 @@ void VocabParallelEmbedding<T>::set_input_shape(const Shape& in) {
 template <class T>
 void VocabParallelEmbedding<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
                                      std::uint64_t layer_index) const {
-  std::vector<T> full(whole_->num_params());
-  whole_->init(HostVector<T>(full.data(), full.size()), scheme, seed, layer_index);
-  extract_shard<T>(*this, tp_.rank(), full.data(), params.data());
+  init_shard<T>(*whole_, *this, tp_.rank(), params.data(), scheme, seed, layer_index);
 }
 
 template <class T>

@@ -2,6 +2,8 @@
 
 #include "backends/host_error.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -144,6 +146,12 @@ ImportReport import_weights(const safetensors::File& f, const std::string& path,
   }
   w = std::move(out);
   return r;
+}
+
+std::map<std::string, std::string> normalization_metadata(const data::Normalizer& n) {
+  if (n.mean.empty()) return {};
+  return {{"strata.input_mean", nlohmann::json(n.mean).dump()},
+          {"strata.input_inv_std", nlohmann::json(n.inv_std).dump()}};
 }
 
 safetensors::DType parse_weight_dtype(const std::string& name, const std::string& option) {

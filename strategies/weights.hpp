@@ -13,6 +13,7 @@
 // both names, as PyTorch's state_dict lists it, and read from either.
 #pragma once
 
+#include "data/dataset.hpp"
 #include "data/safetensors.hpp"
 #include "strategies/checkpoint_state.hpp"
 
@@ -51,6 +52,11 @@ struct ImportReport {
 ImportReport import_weights(const safetensors::File& f, const std::string& path,
                             const ModelTable& model, Weights& w, bool strict,
                             const std::string& lenient_option = "--no-strict");
+
+// How inputs were normalised, as a file's metadata: strata.input_mean and
+// strata.input_inv_std, JSON lists (the model expects (x - mean) * inv_std);
+// empty for no normalisation.
+std::map<std::string, std::string> normalization_metadata(const data::Normalizer& n);
 
 // "F32" | "BF16" | "F16" | "F64" (any case; also fp32, bf16, fp16, fp64);
 // throws config naming `option` for anything else.

@@ -62,4 +62,13 @@ SplitArgs split_kokkos_args(int argc, char** argv) {
   return s;
 }
 
+std::unique_ptr<Runtime> start_runtime(SplitArgs& args, int threads) {
+  if (threads > 0) {  // kept in args.owned: Kokkos' argv points into it
+    args.owned.push_back(kokkos_threads_option(threads));
+    args.kokkos.insert(args.kokkos.end() - 1, args.owned.back().data());  // before the nullptr
+  }
+  int argc = static_cast<int>(args.kokkos.size()) - 1;
+  return std::make_unique<Runtime>(argc, args.kokkos.data());
+}
+
 }  // namespace strata::app

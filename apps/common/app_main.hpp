@@ -7,9 +7,14 @@
 
 #include <deque>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace strata {
+class Runtime;
+}
 
 namespace strata::app {
 
@@ -50,5 +55,9 @@ struct SplitArgs {
   std::deque<std::string> owned;     // rewritten Kokkos options (kokkos points into them)
 };
 SplitArgs split_kokkos_args(int argc, char** argv);
+
+// Starts Kokkos with its options from the command line, and `threads` host
+// threads when > 0 (a program's --threads).
+std::unique_ptr<Runtime> start_runtime(SplitArgs& args, int threads = 0);
 
 }  // namespace strata::app

@@ -78,8 +78,7 @@ int main(int argc, char** argv) {
     auto args = split_kokkos_args(argc, argv);
     ExportConfig c;
     if (!parse(args.program, c)) return exit_ok;
-    int kargc = static_cast<int>(args.kokkos.size()) - 1;
-    runtime = std::make_unique<strata::Runtime>(kargc, args.kokkos.data());
+    runtime = start_runtime(args);
     return run(c);
   });
 }

@@ -16,7 +16,6 @@
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
 #include "backends/random.hpp"
-#include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "data/bpe.hpp"
 #include "layers/decoder.hpp"
@@ -163,14 +162,7 @@ int main(int argc, char** argv) {
     auto args = split_kokkos_args(argc, argv);
     GenerateConfig c;
     if (!parse(args.program, c)) return exit_ok;
-    std::string threads;
-    if (c.threads > 0) {
-      threads = strata::kokkos_threads_option(c.threads);
-      args.kokkos.insert(args.kokkos.end() - 1, threads.data());
-    }
-    int kargc = static_cast<int>(args.kokkos.size()) - 1;
-    runtime = std::make_unique<strata::Runtime>(kargc, args.kokkos.data());
-    const int rc = generate(c);
-    return rc;
+    runtime = start_runtime(args, c.threads);
+    return generate(c);
   });
 }

@@ -17,7 +17,6 @@
 #include "apps/common/cli.hpp"
 #include "apps/common/saved_model.hpp"
 #include "apps/train/setup.hpp"
-#include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "data/loader.hpp"
 #include "layers/mlp.hpp"
@@ -271,13 +270,7 @@ int main(int argc, char** argv) {
     auto args = split_kokkos_args(argc, argv);
     PredictConfig c;
     if (!parse(args.program, c)) return exit_ok;
-    std::string threads;
-    if (c.threads > 0) {
-      threads = strata::kokkos_threads_option(c.threads);
-      args.kokkos.insert(args.kokkos.end() - 1, threads.data());
-    }
-    int kargc = static_cast<int>(args.kokkos.size()) - 1;
-    runtime = std::make_unique<strata::Runtime>(kargc, args.kokkos.data());
+    runtime = start_runtime(args, c.threads);
     return run(c);
   });
 }

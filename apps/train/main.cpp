@@ -81,10 +81,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   // Weights from a safetensors file (every rank reads it and sets the same).
   std::string init_note;
   if (!c.init_from.empty()) {
-    const safetensors::File file = safetensors::read(c.init_from);
-    Weights w = engine->weights();
-    const ImportReport r = import_weights(file, c.init_from, engine->table(), w, c.strict);
-    engine->set_weights(w);
+    const ImportReport r = load_weights(*engine, c.init_from, c.strict);
     init_note = "initialised from " + c.init_from + ": " + std::to_string(r.loaded) + " tensors";
     auto add = [&](const std::vector<std::string>& v, const char* kind) {
       for (const std::string& s : v) init_note += "\n" + rep.prefix + "  " + kind + ": " + s;
@@ -237,19 +234,10 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     const std::string file = save(pos);
     if (comm.rank() == 0) progress.line(rep.prefix + "checkpoint: " + file);
   }
-  if (!c.export_file.empty()) {
-    const Weights w = engine->weights();  // collective
-    if (comm.rank() == 0) {
-      safetensors::File file =
-          export_weights(engine->table(), w, parse_weight_dtype(c.export_dtype, "--export-dtype"));
-      // How the inputs were normalised, for whoever runs the weights: x = (x - mean) * inv_std.
-      if (!norm.mean.empty()) {
-        file.metadata["strata.input_mean"] = nlohmann::json(norm.mean).dump();
-        file.metadata["strata.input_inv_std"] = nlohmann::json(norm.inv_std).dump();
-      }
-      safetensors::write(c.export_file, file);
-      progress.line(rep.prefix + "weights: " + c.export_file);
-    }
+  if (!c.export_file.empty()) {  // with how the inputs were normalised, for whoever runs them
+    save_weights(*engine, c.export_file, parse_weight_dtype(c.export_dtype, "--export-dtype"),
+                 normalization_metadata(norm), comm.rank() == 0);
+    if (comm.rank() == 0) progress.line(rep.prefix + "weights: " + c.export_file);
   }
   // No rate when no step ran after the warm-up steps (--warmup-steps).
   const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
