@@ -1,6 +1,7 @@
 #include "backends/blas.hpp"
 
 #include "backends/error.hpp"
+#include "backends/gemm_reproducible.hpp"
 #include "backends/launch.hpp"
 
 #include <type_traits>
@@ -84,6 +85,10 @@ template <class T>
 void Blas::gemm(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B,
                 int ldb, T beta, T* C, int ldc) const {
   if (m == 0 || n == 0) return;
+  if (reproducible_) {
+    gemm_reproducible(exec_, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   if constexpr (host_kernels) {
     if (inline_small_ && gemm_runs_inline(m, n, k)) {
       gemm_inline(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -131,9 +136,18 @@ namespace {
 constexpr int kTm = 64, kTn = 64, kTk = 16, kR = 4;
 }  // namespace
 
-template <class T>
-void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
-                   const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc) {
+namespace {
+// Fused: each step of the chain is fma(a, b, acc), rounded once (the
+// reproducible GEMM's arithmetic); else acc + a * b as the compiler contracts it.
+template <class T, bool Fused>
+KOKKOS_INLINE_FUNCTION T chain_step(T a, T b, T acc) {
+  if constexpr (Fused) return kmath::fma(a, b, acc);
+  else return acc + a * b;
+}
+
+template <class T, bool Fused>
+void gemm_tiled(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha, const T* A,
+                int lda, const T* B, int ldb, T beta, T* C, int ldc) {
   if (m == 0 || n == 0) return;
   // Strides of op(A)(i, p) and op(B)(p, j) in the row-major storage.
   const std::ptrdiff_t a_i = ta == Op::N ? lda : 1, a_p = ta == Op::N ? 1 : lda;
@@ -177,10 +191,10 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
                 const T* b = &bs(p, 0);
                 STRATA_IVDEP
                 for (int j = 0; j < tn; ++j) {
-                  r0[j] += a0 * b[j];
-                  r1[j] += a1 * b[j];
-                  r2[j] += a2 * b[j];
-                  r3[j] += a3 * b[j];
+                  r0[j] = chain_step<T, Fused>(a0, b[j], r0[j]);
+                  r1[j] = chain_step<T, Fused>(a1, b[j], r1[j]);
+                  r2[j] = chain_step<T, Fused>(a2, b[j], r2[j]);
+                  r3[j] = chain_step<T, Fused>(a3, b[j], r3[j]);
                 }
               }
             }
@@ -190,7 +204,7 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
                 const T a = as(p, i);
                 const T* b = &bs(p, 0);
                 STRATA_IVDEP
-                for (int j = 0; j < tn; ++j) row[j] += a * b[j];
+                for (int j = 0; j < tn; ++j) row[j] = chain_step<T, Fused>(a, b[j], row[j]);
               }
             }
           }
@@ -230,7 +244,7 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
               for (int r = 0; r < kR; ++r) a[r] = as(p, ti + r * si);
               for (int c = 0; c < kR; ++c) b[c] = bs(p, tj + c * sj);
               for (int r = 0; r < kR; ++r)
-                for (int c = 0; c < kR; ++c) acc[r][c] += a[r] * b[c];
+                for (int c = 0; c < kR; ++c) acc[r][c] = chain_step<T, Fused>(a[r], b[c], acc[r][c]);
             }
             t.team_barrier();
           }
@@ -244,6 +258,19 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
         });
   }
 }
+}  // namespace
+
+template <class T>
+void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
+                   const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc) {
+  gemm_tiled<T, false>(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+template <class T>
+void gemm_portable_fused(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
+                         const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc) {
+  gemm_tiled<T, true>(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 #define STRATA_INSTANTIATE_GEMM(T)                                                         \
   template void Blas::gemm<T>(Op, Op, int, int, int, T, const T*, int, const T*, int, T,  \
@@ -251,7 +278,9 @@ void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T a
   template void Blas::gemm<T>(Op, Op, T, ConstMatrix<T>, ConstMatrix<T>, T, Matrix<T>)    \
       const;                                                                               \
   template void gemm_portable<T>(const ExecSpace&, Op, Op, int, int, int, T, const T*, int, \
-                                 const T*, int, T, T*, int);
+                                 const T*, int, T, T*, int);                              \
+  template void gemm_portable_fused<T>(const ExecSpace&, Op, Op, int, int, int, T, const T*, \
+                                       int, const T*, int, T, T*, int);
 STRATA_INSTANTIATE_GEMM(float)
 STRATA_INSTANTIATE_GEMM(double)
 #undef STRATA_INSTANTIATE_GEMM

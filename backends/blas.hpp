@@ -39,6 +39,11 @@ class Blas {
   // Whether GEMMs below inline_gemm_limit run as plain loops (default true;
   // benchmarks switch it off to time the backend itself).
   void set_inline_small(bool on) { inline_small_ = on; }
+  // The reproducible GEMM (backends/gemm_reproducible.hpp) for every call,
+  // whatever the backend: a fixed fused multiply-add chain per element
+  // (--reproducible). Off by default.
+  void set_reproducible(bool on) { reproducible_ = on; }
+  bool reproducible() const { return reproducible_; }
   // Declares that the operands of the float GEMMs that follow hold values of
   // precision p (bf16 or fp16 values in float buffers, as mixed precision
   // keeps them), so that a vendor BLAS with a 16-bit-input GEMM may use it:
@@ -80,6 +85,7 @@ class Blas {
   ExecSpace exec_;
   void* handle_ = nullptr;  // vendor handle (cuBLAS), owned
   bool inline_small_ = true;
+  bool reproducible_ = false;
   Precision float_inputs_ = Precision::fp32;
 };
 
@@ -110,6 +116,12 @@ bool gemm_runs_inline(int m, int n, int k);
 template <class T>
 void gemm_portable(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
                    const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc);
+
+// The same kernel with every step of the chain fma(a, b, acc), rounded once:
+// the reproducible GEMM on devices (backends/gemm_reproducible.hpp).
+template <class T>
+void gemm_portable_fused(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
+                         const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc);
 
 namespace detail {
 // Implemented by exactly one of blas_cblas.cpp, blas_cublas.cpp, blas_none.cpp.

@@ -8,6 +8,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cmath>
 #include <cstdint>
 
 namespace strata {
@@ -73,6 +74,7 @@ namespace strata::kmath {
 using Kokkos::erf;
 using Kokkos::exp;
 using Kokkos::fabs;
+using Kokkos::fma;
 using Kokkos::log;
 using Kokkos::pow;
 using Kokkos::sqrt;
@@ -85,5 +87,9 @@ using Kokkos::Experimental::log;
 using Kokkos::Experimental::pow;
 using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
+// fma(a, b, c) = a * b + c rounded once (3.4 has no Kokkos fma; the C
+// library's is a device function on CUDA and HIP too).
+KOKKOS_INLINE_FUNCTION float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+KOKKOS_INLINE_FUNCTION double fma(double a, double b, double c) { return ::fma(a, b, c); }
 #endif
 }  // namespace strata::kmath

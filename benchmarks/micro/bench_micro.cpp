@@ -9,6 +9,8 @@
 //   loss/<ce|mse>/<W>/<batch>x<classes>           forward and gradient (bytes/s)
 //   opt/<sgd|sgd-momentum|adam|adamw>/<W>/<n>      one step over the flat buffers
 //       of the workload's n parameters (bytes/s)
+//   gemm/reproducible/...  the fixed-order GEMM of --reproducible
+//       (backends/gemm_reproducible.hpp)
 //   gemm/inline/...  GEMMs small enough that Strata runs them as plain loops
 //       (backends/blas.hpp inline_gemm_limit); gemm/vendor and gemm/portable
 //       time the backend itself at every shape
@@ -148,14 +150,17 @@ std::vector<GemmShape> gemm_shapes(const Workload& w) {
 
 // `inline_small`: GEMMs below inline_gemm_limit run as Strata runs them, as
 // plain loops ("gemm/inline/..."); otherwise the backend itself is timed.
-void register_gemm(const Workload& w, GemmBackend backend, bool inline_small = false) {
+// `reproducible`: the fixed-order GEMM of --reproducible ("gemm/reproducible/...").
+void register_gemm(const Workload& w, GemmBackend backend, bool inline_small = false,
+                   bool reproducible = false) {
   for (const GemmShape& s : gemm_shapes(w)) {
     if (inline_small && !gemm_runs_inline(s.m, s.n, s.k)) continue;
-    const std::string name = std::string("gemm/") + (inline_small ? "inline" : to_string(backend)) + "/" +
-                             s.kind + "/" + w.name + "/" + dims({s.m, s.n, s.k});
-    reg(name, [s, backend, inline_small](benchmark::State& state) {
+    const std::string kind = reproducible ? "reproducible" : inline_small ? "inline" : to_string(backend);
+    const std::string name = "gemm/" + kind + "/" + s.kind + "/" + w.name + "/" + dims({s.m, s.n, s.k});
+    reg(name, [s, backend, inline_small, reproducible](benchmark::State& state) {
       Context ctx(backend);
       ctx.blas.set_inline_small(inline_small);
+      ctx.blas.set_reproducible(reproducible);
       // Row-major storage of op(A) (m, k) and op(B) (k, n).
       const int ar = s.ta == Op::N ? s.m : s.k, ac = s.ta == Op::N ? s.k : s.m;
       const int br = s.tb == Op::N ? s.k : s.n, bc = s.tb == Op::N ? s.n : s.k;
@@ -340,6 +345,7 @@ void register_all() {
     if (Blas::vendor_available()) register_gemm(w, GemmBackend::vendor);
     register_gemm(w, GemmBackend::portable);
     register_gemm(w, GemmBackend::portable, true);
+    register_gemm(w, GemmBackend::portable, false, true);
     register_linear(w);
     register_elementwise(w);
     register_losses(w);

@@ -1,0 +1,302 @@
+#include "backends/gemm_reproducible.hpp"
+
+#include "backends/error.hpp"
+#include "backends/exact_sum.hpp"
+#include "backends/launch.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define STRATA_GEMM_AVX2 1
+#endif
+
+namespace strata {
+
+namespace {
+
+// C is computed in blocks of kMb x kNb (one work item each), p in blocks of
+// at most kKc; inside a block, kMr x kNr tiles in registers. A tile's chain
+// continues from block to block of p through a float buffer, which holds
+// exactly what the registers held, so the blocking never changes a bit.
+constexpr int kMr = 6, kNr = 16;
+constexpr int kMb = 96, kNb = 256, kKc = 256;
+
+// The tile kernel: ct (kMr x kNr, row-major) = the chain continued over kc
+// values of p, from the packed panels ap (p-major, kMr per p) and bp (p-major,
+// kNr per p).
+template <class T>
+void tile_generic(int kc, const T* ap, const T* bp, T* ct) {
+  T acc[kMr][kNr];
+  for (int r = 0; r < kMr; ++r)
+    for (int c = 0; c < kNr; ++c) acc[r][c] = ct[r * kNr + c];
+  for (int p = 0; p < kc; ++p, ap += kMr, bp += kNr)
+    for (int r = 0; r < kMr; ++r)
+      for (int c = 0; c < kNr; ++c) acc[r][c] = std::fma(ap[r], bp[c], acc[r][c]);
+  for (int r = 0; r < kMr; ++r)
+    for (int c = 0; c < kNr; ++c) ct[r * kNr + c] = acc[r][c];
+}
+
+#ifdef STRATA_GEMM_AVX2
+// The same chain, eight lanes at a time: _mm256_fmadd_ps rounds each lane
+// once, as std::fma does.
+__attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* ap, const float* bp,
+                                                   float* ct) {
+  __m256 c00 = _mm256_loadu_ps(ct + 0), c01 = _mm256_loadu_ps(ct + 8);
+  __m256 c10 = _mm256_loadu_ps(ct + 16), c11 = _mm256_loadu_ps(ct + 24);
+  __m256 c20 = _mm256_loadu_ps(ct + 32), c21 = _mm256_loadu_ps(ct + 40);
+  __m256 c30 = _mm256_loadu_ps(ct + 48), c31 = _mm256_loadu_ps(ct + 56);
+  __m256 c40 = _mm256_loadu_ps(ct + 64), c41 = _mm256_loadu_ps(ct + 72);
+  __m256 c50 = _mm256_loadu_ps(ct + 80), c51 = _mm256_loadu_ps(ct + 88);
+  for (int p = 0; p < kc; ++p, ap += kMr, bp += kNr) {
+    const __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+    __m256 a = _mm256_broadcast_ss(ap + 0);
+    c00 = _mm256_fmadd_ps(a, b0, c00);
+    c01 = _mm256_fmadd_ps(a, b1, c01);
+    a = _mm256_broadcast_ss(ap + 1);
+    c10 = _mm256_fmadd_ps(a, b0, c10);
+    c11 = _mm256_fmadd_ps(a, b1, c11);
+    a = _mm256_broadcast_ss(ap + 2);
+    c20 = _mm256_fmadd_ps(a, b0, c20);
+    c21 = _mm256_fmadd_ps(a, b1, c21);
+    a = _mm256_broadcast_ss(ap + 3);
+    c30 = _mm256_fmadd_ps(a, b0, c30);
+    c31 = _mm256_fmadd_ps(a, b1, c31);
+    a = _mm256_broadcast_ss(ap + 4);
+    c40 = _mm256_fmadd_ps(a, b0, c40);
+    c41 = _mm256_fmadd_ps(a, b1, c41);
+    a = _mm256_broadcast_ss(ap + 5);
+    c50 = _mm256_fmadd_ps(a, b0, c50);
+    c51 = _mm256_fmadd_ps(a, b1, c51);
+  }
+  _mm256_storeu_ps(ct + 0, c00), _mm256_storeu_ps(ct + 8, c01);
+  _mm256_storeu_ps(ct + 16, c10), _mm256_storeu_ps(ct + 24, c11);
+  _mm256_storeu_ps(ct + 32, c20), _mm256_storeu_ps(ct + 40, c21);
+  _mm256_storeu_ps(ct + 48, c30), _mm256_storeu_ps(ct + 56, c31);
+  _mm256_storeu_ps(ct + 64, c40), _mm256_storeu_ps(ct + 72, c41);
+  _mm256_storeu_ps(ct + 80, c50), _mm256_storeu_ps(ct + 88, c51);
+}
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+template <class T>
+using TileFn = void (*)(int, const T*, const T*, T*);
+
+template <class T>
+TileFn<T> best_tile(bool generic) {
+#ifdef STRATA_GEMM_AVX2
+  if constexpr (std::is_same_v<T, float>)
+    if (!generic && cpu_has_avx2_fma()) return tile_avx2;
+#endif
+  (void)generic;
+  return tile_generic<T>;
+}
+
+// One GEMM: plain (C = alpha acc + beta C, one chain over all of k) or
+// exact (E += each chunk's chain, exactly).
+template <class T>
+struct Job {
+  Op ta, tb;
+  int m, n, k, chunk;
+  const T* A;
+  int lda;
+  const T* B;
+  int ldb;
+  T alpha, beta;
+  T* C;
+  int ldc;
+  double* E;  // exact: not null
+  int lde;
+  TileFn<T> tile;
+};
+
+// Panels of op(A) rows [i0, i0 + mb) and p in [p0, p0 + kc): ap[(panel * kc + p) * kMr + r],
+// zero beyond mb.
+template <class T>
+void pack_a(const Job<T>& j, int i0, int mb, int p0, int kc, T* ap) {
+  const std::ptrdiff_t si = j.ta == Op::N ? j.lda : 1, sp = j.ta == Op::N ? 1 : j.lda;
+  const int panels = (mb + kMr - 1) / kMr;
+  for (int q = 0; q < panels; ++q) {
+    T* out = ap + static_cast<std::ptrdiff_t>(q) * kc * kMr;
+    for (int r = 0; r < kMr; ++r) {
+      const int i = q * kMr + r;
+      if (i >= mb) {
+        for (int p = 0; p < kc; ++p) out[p * kMr + r] = T(0);
+        continue;
+      }
+      const T* a = j.A + (i0 + i) * si + static_cast<std::ptrdiff_t>(p0) * sp;
+      for (int p = 0; p < kc; ++p) out[p * kMr + r] = a[p * sp];
+    }
+  }
+}
+
+// Panels of op(B) p in [p0, p0 + kc) and columns [j0, j0 + nb):
+// bp[(panel * kc + p) * kNr + c], zero beyond nb.
+template <class T>
+void pack_b(const Job<T>& j, int j0, int nb, int p0, int kc, T* bp) {
+  const std::ptrdiff_t sp = j.tb == Op::N ? j.ldb : 1, sj = j.tb == Op::N ? 1 : j.ldb;
+  const int panels = (nb + kNr - 1) / kNr;
+  for (int q = 0; q < panels; ++q) {
+    T* out = bp + static_cast<std::ptrdiff_t>(q) * kc * kNr;
+    const int cols = std::min(kNr, nb - q * kNr);
+    for (int p = 0; p < kc; ++p) {
+      const T* b = j.B + static_cast<std::ptrdiff_t>(p0 + p) * sp + (j0 + q * kNr) * sj;
+      T* o = out + p * kNr;
+      for (int c = 0; c < cols; ++c) o[c] = b[c * sj];
+      for (int c = cols; c < kNr; ++c) o[c] = T(0);
+    }
+  }
+}
+
+template <class T>
+void run_item(const Job<T>& j, int item) {
+  const int blocks_n = (j.n + kNb - 1) / kNb;
+  const int i0 = (item / blocks_n) * kMb, j0 = (item % blocks_n) * kNb;
+  const int mb = std::min(kMb, j.m - i0), nb = std::min(kNb, j.n - j0);
+  const int pm = (mb + kMr - 1) / kMr, pn = (nb + kNr - 1) / kNr;
+  thread_local std::vector<T> ap, bp, part;
+  ap.resize(static_cast<std::size_t>(pm) * kMr * kKc);
+  bp.resize(static_cast<std::size_t>(pn) * kNr * kKc);
+  part.resize(static_cast<std::size_t>(pm) * pn * kMr * kNr);
+  for (int c0 = 0; c0 < j.k; c0 += j.chunk) {
+    const int c1 = c0 + j.chunk;
+    for (int p0 = c0; p0 < c1; p0 += kKc) {
+      const int kc = std::min(kKc, c1 - p0);
+      pack_a(j, i0, mb, p0, kc, ap.data());
+      pack_b(j, j0, nb, p0, kc, bp.data());
+      const bool first = p0 == c0, last = p0 + kc == c1;
+      for (int qi = 0; qi < pm; ++qi)
+        for (int qj = 0; qj < pn; ++qj) {
+          T* ct = part.data() + (static_cast<std::size_t>(qi) * pn + qj) * kMr * kNr;
+          if (first) std::fill(ct, ct + kMr * kNr, T(0));
+          j.tile(kc, ap.data() + static_cast<std::ptrdiff_t>(qi) * kc * kMr,
+                 bp.data() + static_cast<std::ptrdiff_t>(qj) * kc * kNr, ct);
+          if (!last) continue;
+          const int rows = std::min(kMr, mb - qi * kMr), cols = std::min(kNr, nb - qj * kNr);
+          const int ib = i0 + qi * kMr, jb = j0 + qj * kNr;
+          if (j.E != nullptr) {
+            for (int r = 0; r < rows; ++r) {
+              double* e = j.E + 2 * (static_cast<std::ptrdiff_t>(ib + r) * j.lde + jb);
+              for (int c = 0; c < cols; ++c) exact_add(e + 2 * c, static_cast<double>(ct[r * kNr + c]));
+            }
+          } else {
+            for (int r = 0; r < rows; ++r) {
+              T* out = j.C + static_cast<std::ptrdiff_t>(ib + r) * j.ldc + jb;
+              for (int c = 0; c < cols; ++c)
+                out[c] = j.beta == T(0) ? j.alpha * ct[r * kNr + c]
+                                        : j.alpha * ct[r * kNr + c] + j.beta * out[c];
+            }
+          }
+        }
+    }
+  }
+}
+
+template <class T>
+void run(const ExecSpace& exec, const Job<T>& j) {
+  const int items = ((j.m + kMb - 1) / kMb) * ((j.n + kNb - 1) / kNb);
+  if constexpr (host_kernels) {
+    if (items == 1 || kernel_threads(exec) == 1) {
+      for (int i = 0; i < items; ++i) run_item(j, i);
+      return;
+    }
+    Kokkos::parallel_for("strata::gemm_reproducible", Range(exec, 0, items),
+                         [&j](const int i) { run_item(j, i); });
+    exec.fence();
+  } else {
+    (void)exec, (void)items;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+template <class T>
+void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
+                              int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+                              T* C, int ldc) {
+  if (m == 0 || n == 0) return;
+  if constexpr (!host_kernels) {
+    (void)generic;
+    gemm_portable_fused(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    if (k == 0) {  // alpha * 0 + beta * C
+      for (int i = 0; i < m; ++i)
+        for (int c = 0; c < n; ++c) {
+          T& out = C[static_cast<std::ptrdiff_t>(i) * ldc + c];
+          out = beta == T(0) ? T(0) : beta * out;
+        }
+      return;
+    }
+    const Job<T> j{ta, tb, m, n, k, k, A, lda, B, ldb, alpha, beta, C, ldc, nullptr, 0,
+                   best_tile<T>(generic)};
+    run(exec, j);
+  }
+}
+
+void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
+                              int k, int chunk, const float* A, int lda, const float* B, int ldb,
+                              double* E, int lde) {
+  STRATA_REQUIRE(chunk > 0 && k % chunk == 0, config, "gemm_exact_chunks: k = ", k,
+                 " is not a multiple of the chunk ", chunk);
+  if (m == 0 || n == 0 || k == 0) return;
+  if constexpr (!host_kernels) {
+    (void)generic;
+    // Each chunk's product into a scratch matrix, then added exactly.
+    Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> part("strata::gemm_exact::part", m, n);
+    const std::ptrdiff_t a_p = ta == Op::N ? 1 : lda, b_p = tb == Op::N ? ldb : 1;
+    for (int c0 = 0; c0 < k; c0 += chunk) {
+      gemm_portable_fused(exec, ta, tb, m, n, chunk, 1.0f, A + c0 * a_p, lda, B + c0 * b_p, ldb,
+                          0.0f, part.data(), n);
+      Kokkos::parallel_for("strata::gemm_exact::add", Range(exec, 0, std::size_t(m) * n),
+                           KOKKOS_LAMBDA(const std::size_t e) {
+                             const std::size_t i = e / n, c = e % n;
+                             exact_add(E + 2 * (i * lde + c), static_cast<double>(part(i, c)));
+                           });
+    }
+    exec.fence();
+  } else {
+    const Job<float> j{ta, tb, m, n, k, chunk, A, lda, B, ldb, 1.0f, 0.0f, nullptr, 0, E, lde,
+                       best_tile<float>(generic)};
+    run(exec, j);
+  }
+}
+}  // namespace detail
+
+template <class T>
+void gemm_reproducible(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
+                       const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc) {
+  detail::gemm_reproducible_kernel(exec, false, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C,
+                                   ldc);
+}
+
+void gemm_exact_chunks(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, int chunk,
+                       const float* A, int lda, const float* B, int ldb, double* E, int lde) {
+  detail::gemm_exact_chunks_kernel(exec, false, ta, tb, m, n, k, chunk, A, lda, B, ldb, E, lde);
+}
+
+const char* gemm_reproducible_kernel() {
+  if constexpr (!host_kernels) return "portable";
+#ifdef STRATA_GEMM_AVX2
+  if (cpu_has_avx2_fma()) return "avx2+fma";
+#endif
+  return "generic";
+}
+
+template void gemm_reproducible<float>(const ExecSpace&, Op, Op, int, int, int, float,
+                                       const float*, int, const float*, int, float, float*, int);
+template void gemm_reproducible<double>(const ExecSpace&, Op, Op, int, int, int, double,
+                                        const double*, int, const double*, int, double, double*,
+                                        int);
+template void detail::gemm_reproducible_kernel<float>(const ExecSpace&, bool, Op, Op, int, int,
+                                                      int, float, const float*, int,
+                                                      const float*, int, float, float*, int);
+
+}  // namespace strata

@@ -1,0 +1,258 @@
+// The arithmetic under --reproducible, against naive oracles: exact sums
+// (backends/exact_sum.hpp) do not depend on the order of their terms and
+// equal the sum of the terms rounded to the grid; the reproducible GEMM
+// (backends/gemm_reproducible.hpp) is, bit for bit, the one-loop chain of
+// std::fma per element, for every shape, transpose, blocking and kernel;
+// its chunked form is the exact sum of the chunks' chains.
+#include "backends/blas.hpp"
+#include "backends/exact_sum.hpp"
+#include "backends/gemm_reproducible.hpp"
+#include "backends/launch.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <tuple>
+
+namespace strata {
+namespace detail {
+template <class T>
+void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
+                              int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+                              T* C, int ldc);
+void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
+                              int k, int chunk, const float* A, int lda, const float* B, int ldb,
+                              double* E, int lde);
+}  // namespace detail
+
+namespace {
+
+// The oracle of exact sums: long double cannot hold them either, so the
+// check is structural: the hi and lo parts are multiples of their grids and
+// hi + lo is x to within half of lo's grid.
+TEST(ExactSum, SplitsOnTheFixedGrid) {
+  std::mt19937 g(3);
+  std::uniform_real_distribution<double> e(-60, 23);
+  for (int t = 0; t < 10000; ++t) {
+    const double x = (t % 2 ? -1 : 1) * static_cast<double>(static_cast<float>(std::exp2(e(g))));
+    double hi, lo;
+    exact_split(x, hi, lo);
+    EXPECT_EQ(hi, std::ldexp(std::nearbyint(std::ldexp(hi, 20)), -20)) << x;
+    EXPECT_EQ(lo, std::ldexp(std::nearbyint(std::ldexp(lo, 54)), -54)) << x;
+    EXPECT_LE(std::fabs(lo), std::ldexp(1.0, -21)) << x;
+    // Floats of magnitude >= 2^-30 have no bits below 2^-54: kept whole.
+    if (std::fabs(x) >= std::ldexp(1.0, -30)) EXPECT_EQ(hi + lo, x);
+    else EXPECT_LE(std::fabs(hi + lo - x), std::ldexp(1.0, -55)) << x;
+  }
+  double hi, lo;
+  exact_split(std::ldexp(1.0, 24), hi, lo);
+  EXPECT_TRUE(std::isnan(hi));
+  exact_split(std::nan(""), hi, lo);
+  EXPECT_TRUE(std::isnan(hi));
+  exact_split(-INFINITY, hi, lo);
+  EXPECT_TRUE(std::isnan(hi));
+}
+
+// Any order and any grouping of the same terms: the same bits, where a
+// plain double sum of the same terms differs (so the test can tell).
+TEST(ExactSum, OrderAndGroupingDoNotChangeTheSum) {
+  std::mt19937 g(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_real_distribution<float> e(-20, 8);
+  std::vector<double> terms(5000);
+  for (double& t : terms) t = static_cast<double>(n(g) * std::exp2(e(g)));
+  ExactSum first;
+  for (double t : terms) first.add(t);
+  double plain_first = 0;
+  for (double t : terms) plain_first += t;
+  bool plain_differs = false;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::shuffle(terms.begin(), terms.end(), g);
+    // Groups of random sizes, summed separately, then joined in reverse.
+    std::vector<ExactSum> groups;
+    double plain = 0;
+    for (std::size_t i = 0; i < terms.size();) {
+      const std::size_t len = 1 + g() % 97;
+      ExactSum s;
+      for (std::size_t j = i; j < std::min(terms.size(), i + len); ++j) s.add(terms[j]);
+      groups.push_back(s);
+      i += len;
+    }
+    for (double t : terms) plain += t;
+    plain_differs = plain_differs || plain != plain_first;
+    ExactSum total;
+    for (auto it = groups.rbegin(); it != groups.rend(); ++it) total += *it;
+    EXPECT_EQ(total.hi, first.hi);
+    EXPECT_EQ(total.lo, first.lo);
+    EXPECT_EQ(total.value(), first.value());
+  }
+  EXPECT_TRUE(plain_differs) << "the terms were too tame to tell an exact sum from a plain one";
+  // The value is the terms' sum to within the grid (long double as a
+  // second opinion on the magnitude).
+  long double ref = 0;
+  for (double t : terms) ref += t;
+  EXPECT_NEAR(first.value(), static_cast<double>(ref), 1e-9);
+}
+
+// A sum that outgrows the grid reads NaN rather than a wrong number.
+TEST(ExactSum, AResultBeyondTheGridIsNaN) {
+  ExactSum s;
+  for (int i = 0; i < 300; ++i) s.add(16000000.0);
+  EXPECT_TRUE(std::isnan(s.value()));
+}
+
+// Kokkos reductions join exact sums in any order: the same bits as a loop.
+TEST(ExactSum, KokkosReductionEqualsTheLoop) {
+  const auto v = test::randn<float>(100000, 11);
+  ExactSum loop;
+  for (float x : v) loop.add(x);
+  const auto d = test::to_device(v, v.size(), 1);
+  ExactSum red;
+  Kokkos::parallel_reduce(
+      "test::exact", Range(0, v.size()),
+      KOKKOS_LAMBDA(const std::size_t i, ExactSum& acc) { acc.add(d(i, 0)); }, red);
+  EXPECT_EQ(red.hi, loop.hi);
+  EXPECT_EQ(red.lo, loop.lo);
+}
+
+// The oracle: one std::fma chain per element, p = 0..k-1 from 0.
+std::vector<float> fma_chain(Op ta, Op tb, int m, int n, int k, int p0, int p1,
+                             const std::vector<float>& a, int lda, const std::vector<float>& b,
+                             int ldb) {
+  std::vector<float> c(static_cast<std::size_t>(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int p = p0; p < p1; ++p)
+        acc = std::fma(ta == Op::N ? a[i * lda + p] : a[p * lda + i],
+                       tb == Op::N ? b[p * ldb + j] : b[j * ldb + p], acc);
+      c[static_cast<std::size_t>(i) * n + j] = acc;
+    }
+  (void)k;
+  return c;
+}
+
+struct Operands {
+  std::vector<float> a, b;
+  int lda, ldb;
+};
+Operands operands(Op ta, Op tb, int m, int n, int k, unsigned seed) {
+  const int ar = ta == Op::N ? m : k, ac = ta == Op::N ? k : m;
+  const int br = tb == Op::N ? k : n, bc = tb == Op::N ? n : k;
+  return {test::randn<float>(ar * ac, seed), test::randn<float>(br * bc, seed + 1), ac, bc};
+}
+
+// Shapes of several blocks (96 x 256 per work item, p in blocks of 256,
+// 6 x 16 tiles) with partial edges everywhere; both kernels (AVX2 and the
+// plain C++ one) and beta 0 and not; host memory views of device data.
+TEST(ReproducibleGemm, IsBitwiseTheFmaChainForEveryShape) {
+  const std::vector<std::tuple<int, int, int>> shapes = {
+      {1, 1, 1}, {7, 33, 5}, {97, 257, 300}, {200, 17, 513}, {6, 16, 256}, {13, 300, 1}};
+  for (auto [m, n, k] : shapes)
+    for (Op ta : {Op::N, Op::T})
+      for (Op tb : {Op::N, Op::T}) {
+        const Operands o = operands(ta, tb, m, n, k, 21);
+        const auto chain = fma_chain(ta, tb, m, n, k, 0, k, o.a, o.lda, o.b, o.ldb);
+        const auto c0 = test::randn<float>(m * n, 23);
+        for (bool generic : {false, true})
+          for (float beta : {0.0f, 0.5f}) {
+            std::vector<float> want(c0);
+            for (std::size_t e = 0; e < want.size(); ++e)
+              want[e] = beta == 0.0f ? 2.0f * chain[e] : 2.0f * chain[e] + beta * want[e];
+            const auto da = test::to_device(o.a, o.a.size() / o.lda, o.lda);
+            const auto db = test::to_device(o.b, o.b.size() / o.ldb, o.ldb);
+            auto dc = test::to_device(c0, m, n);
+            detail::gemm_reproducible_kernel<float>(ExecSpace(), generic, ta, tb, m, n, k, 2.0f,
+                                                    da.data(), o.lda, db.data(), o.ldb, beta,
+                                                    dc.data(), n);
+            ExecSpace().fence();
+            EXPECT_EQ(test::to_host(dc), want)
+                << m << "x" << n << "x" << k << " ta=" << (ta == Op::T) << " tb=" << (tb == Op::T)
+                << " generic=" << generic << " beta=" << beta;
+          }
+      }
+}
+
+// What Blas does with set_reproducible: the same kernel for every size
+// (small GEMMs do not take the inline loops) and either backend.
+TEST(ReproducibleGemm, BlasRoutesEveryCallThroughIt) {
+  for (GemmBackend backend : {GemmBackend::portable, GemmBackend::vendor}) {
+    if (backend == GemmBackend::vendor && !Blas::vendor_available()) continue;
+    for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{{3, 4, 5}, {64, 100, 70}}) {
+      const Operands o = operands(Op::N, Op::T, m, n, k, 31);
+      const auto want = fma_chain(Op::N, Op::T, m, n, k, 0, k, o.a, o.lda, o.b, o.ldb);
+      Blas blas(backend);
+      blas.set_reproducible(true);
+      auto dc = test::to_device(std::vector<float>(m * n, 0.0f), m, n);
+      blas.gemm<float>(Op::N, Op::T, 1.0f, test::to_device(o.a, m, k),
+                       test::to_device(o.b, n, k), 0.0f, dc);
+      EXPECT_EQ(test::to_host(dc), want) << to_string(backend) << " " << m << "x" << n << "x" << k;
+    }
+  }
+}
+
+// A row of C is the same computed alone or inside a taller matrix (what a
+// vendor BLAS does not promise): the property data parallelism needs.
+TEST(ReproducibleGemm, ARowDoesNotDependOnTheOtherRows) {
+  const int m = 250, n = 300, k = 200;
+  const Operands o = operands(Op::N, Op::T, m, n, k, 41);
+  auto tall = test::to_device(std::vector<float>(m * n), m, n);
+  gemm_reproducible<float>(ExecSpace(), Op::N, Op::T, m, n, k, 1.0f,
+                           test::to_device(o.a, m, k).data(), k,
+                           test::to_device(o.b, n, k).data(), k, 0.0f, tall.data(), n);
+  ExecSpace().fence();
+  const auto whole = test::to_host(tall);
+  for (int first : {0, 37, 249}) {
+    const int rows = std::min(13, m - first);
+    std::vector<float> a(o.a.begin() + first * k, o.a.begin() + (first + rows) * k);
+    auto part = test::to_device(std::vector<float>(rows * n), rows, n);
+    gemm_reproducible<float>(ExecSpace(), Op::N, Op::T, rows, n, k, 1.0f,
+                             test::to_device(a, rows, k).data(), k,
+                             test::to_device(o.b, n, k).data(), k, 0.0f, part.data(), n);
+    ExecSpace().fence();
+    EXPECT_EQ(test::to_host(part),
+              std::vector<float>(whole.begin() + first * n, whole.begin() + (first + rows) * n))
+        << "rows from " << first;
+  }
+}
+
+// The chunked form (a weight gradient over chunks of the batch): E holds
+// the exact sum of each chunk's chain; split the chunks into two calls (two
+// ranks, two micro-batches) and add: the same bits. Chunks longer than a
+// p block (256) continue their chain through the block buffer.
+TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
+  for (auto [m, n, k, chunk] :
+       std::vector<std::tuple<int, int, int, int>>{{37, 70, 48, 8}, {100, 260, 600, 300}, {5, 3, 4, 1}})
+    for (bool generic : {false, true}) {
+      const Operands o = operands(Op::T, Op::N, m, n, k, 51);  // dW = dy^T x
+      std::vector<double> want(2 * m * n, 0.0);
+      for (int c0 = 0; c0 < k; c0 += chunk) {
+        const auto part = fma_chain(Op::T, Op::N, m, n, k, c0, c0 + chunk, o.a, o.lda, o.b, o.ldb);
+        for (int e = 0; e < m * n; ++e) exact_add(&want[2 * e], part[e]);
+      }
+      const auto da = test::to_device(o.a, k, m), db = test::to_device(o.b, k, n);
+      Kokkos::View<double*, MemSpace> e1("e1", 2 * m * n), e2("e2", 2 * m * n);
+      detail::gemm_exact_chunks_kernel(ExecSpace(), generic, Op::T, Op::N, m, n, k, chunk,
+                                       da.data(), m, db.data(), n, e1.data(), n);
+      // The same chunks as two calls of (about) half each, into one buffer.
+      const int half = (k / chunk / 2) * chunk;
+      detail::gemm_exact_chunks_kernel(ExecSpace(), generic, Op::T, Op::N, m, n, half, chunk,
+                                       da.data(), m, db.data(), n, e2.data(), n);
+      detail::gemm_exact_chunks_kernel(ExecSpace(), generic, Op::T, Op::N, m, n, k - half, chunk,
+                                       da.data() + half * m, m, db.data() + half * n, n,
+                                       e2.data(), n);
+      ExecSpace().fence();
+      auto h1 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), e1);
+      auto h2 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), e2);
+      for (int e = 0; e < 2 * m * n; ++e) {
+        ASSERT_EQ(h1(e), want[e]) << m << "x" << n << "x" << k << "/" << chunk << " at " << e;
+        ASSERT_EQ(h2(e), want[e]) << "split in two calls, at " << e;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace strata
