@@ -6,7 +6,18 @@
 #include "backends/blas.hpp"
 #include "backends/kokkos.hpp"
 
+#include <cstddef>
+
 namespace strata {
+
+// --reproducible, during a backward pass (Sequential::backward sets it):
+// where layers add their parameter gradients exactly (layers/batch_sums.hpp).
+struct ExactGradients {
+  const void* grads = nullptr;  // the model's flat gradient buffer
+  double* exact = nullptr;      // its exact twin: hi, lo per value (backends/exact_sum.hpp)
+  std::size_t size = 0;         // values of both
+  std::size_t chunk = 0;        // samples per chunk of the batch
+};
 
 struct Context {
   Context();
@@ -19,6 +30,11 @@ struct Context {
   int threads = 1;
   // Whether small host kernels may run inline (backends/launch.hpp).
   bool inline_ok = true;
+  // --reproducible: sums that may be split over ranks or threads are exact
+  // (backends/exact_sum.hpp) and GEMMs run the fixed-order kernel
+  // (blas.set_reproducible). Set by the engine, with blas.
+  bool reproducible = false;
+  const ExactGradients* exact = nullptr;
 };
 
 // Threads a kernel launched on `exec` from the calling thread runs on.

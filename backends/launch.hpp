@@ -118,7 +118,7 @@ void sum_range(const Context& ctx, const char* name, std::size_t n, const F& f, 
                std::size_t work_per_item = 1) {
   if constexpr (host_kernels) {
     if (runs_inline(ctx, n * work_per_item)) {
-      S acc = S(0);
+      S acc = S();
       for (std::size_t i = 0; i < n; ++i) f(i, acc);
       sum = acc;
       return;

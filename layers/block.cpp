@@ -327,6 +327,13 @@ void Block<T>::begin_pass() {
 }
 
 template <class T>
+bool Block<T>::reproducible() const {
+  for (const auto& l : layers_)
+    if (!l->reproducible()) return false;
+  return true;
+}
+
+template <class T>
 void Block<T>::set_training(bool training) {
   Layer<T>::set_training(training);
   for (auto& l : layers_) l->set_training(training);

@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/batch_sums.hpp"
 #include "layers/registry.hpp"
 
 #include <algorithm>
@@ -125,73 +126,22 @@ void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
       cols);
 }
 
-template <class T>
-void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
-  if constexpr (host_kernels) {
-    if (runs_inline(ctx, dy.extent(0) * dy.extent(1))) {
-      // On the calling thread: row by row (contiguous, vectorised) into one
-      // accumulator per column instead of column by column (a stride of a
-      // whole row per read). Each column adds the same values in the same
-      // order as the kernel below, so the result is the same, bit for bit.
-      const std::size_t rows = dy.extent(0), cols = dy.extent(1);
-      thread_local std::vector<T> acc;
-      acc.assign(cols, T(0));
-      T* a = acc.data();
-      for (std::size_t i = 0; i < rows; ++i) {
-        const T* r = dy.data() + i * dy.stride(0);
-        STRATA_IVDEP
-        for (std::size_t j = 0; j < cols; ++j) a[j] += r[j];
-      }
-      for (std::size_t j = 0; j < cols; ++j) db(j) += a[j];
-      return;
-    }
-    // On host threads: blocks of 64 columns, each summed row by row on one
-    // thread (a column per thread reads a whole row apart for every value:
-    // 7% of a transformer step, where B T rows of 1024 columns are summed).
-    // The same terms in the same order per column as the other two paths.
-    constexpr std::size_t block = 64;
-    const std::size_t rows = dy.extent(0), cols = dy.extent(1);
-    for_host_items(ctx, "strata::Linear::bias_grad", (cols + block - 1) / block,
-                   [=](const std::size_t b) {
-                     const std::size_t c0 = b * block, n = std::min(block, cols - c0);
-                     T a[block] = {};
-                     for (std::size_t i = 0; i < rows; ++i) {
-                       const T* r = dy.data() + i * dy.stride(0) + c0;
-                       STRATA_IVDEP
-                       for (std::size_t j = 0; j < n; ++j) a[j] += r[j];
-                     }
-                     for (std::size_t j = 0; j < n; ++j) db(c0 + j) += a[j];
-                   },
-                   rows * block);
-    return;
-  }
-  const int batch = static_cast<int>(dy.extent(0));
-  // One thread per output feature sums its column in a fixed order.
-  for_range(ctx, "strata::Linear::bias_grad", dy.extent(1), KOKKOS_LAMBDA(const int j) {
-        T acc = 0;
-        for (int i = 0; i < batch; ++i) acc += dy(i, j);
-        db(j) += acc;
-      },
-      batch);
-}
-
 template void add_bias<float>(Context&, Matrix<float>, ConstVector<float>);
 template void add_bias<double>(Context&, Matrix<double>, ConstVector<double>);
-template void accumulate_bias_grad<float>(Context&, ConstMatrix<float>, Vector<float>);
-template void accumulate_bias_grad<double>(Context&, ConstMatrix<double>, Vector<double>);
 }  // namespace detail
 
 template <class T>
 void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   ConstMatrix<T> x = saved.x;
+  const std::size_t samples = dy.extent(0);
   if (dy.extent(1) != out_) {  // several positions per sample
     dy = as_rows(dy, out_);
     x = as_rows(x, in_);
     if (dx.data() != nullptr) dx = as_rows(dx, in_);
   }
   // dW(out, in) += dy^T (out, batch) x (batch, in)
-  ctx.blas.gemm(Op::T, Op::N, T(1), dy, x, T(1), dweight_);
-  if (bias_) detail::accumulate_bias_grad<T>(ctx, dy, db_);
+  add_weight_grad<T>(ctx, samples, dy, x, dweight_);
+  if (bias_) add_column_sums<T>(ctx, dy, db_);
   if (dx.data() != nullptr) ctx.blas.gemm(Op::N, Op::N, T(1), dy, ConstMatrix<T>(weight_), T(0), dx);
 }
 

@@ -30,6 +30,7 @@ class Linear final : public Layer<T> {
   // The layer a model file describes (layers/registry.hpp).
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
 
+  bool reproducible() const override { return true; }
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return (tied_ ? 0 : out_ * in_) + (bias_ ? out_ : 0); }
@@ -71,9 +72,6 @@ namespace detail {
 // y(i, j) += b(j)
 template <class T>
 void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b);
-// db(j) += sum over rows of dy(i, j), rows in order.
-template <class T>
-void accumulate_bias_grad(Context& ctx, ConstMatrix<T> dy, Vector<T> db);
 }  // namespace detail
 
 }  // namespace strata

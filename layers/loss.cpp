@@ -41,7 +41,7 @@ M per_label(const M& m, std::size_t labels) {
 }  // namespace
 
 template <class T>
-double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
+ExactSum SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
                                                 const Targets<T>& t, Matrix<T> dout, T scale) {
   check(out.extent(0), out.extent(1), t);
   // P labels per row: each position weighs 1 / P of its sample.
@@ -53,9 +53,9 @@ double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out
   const int width = static_cast<int>(out.extent(1));
   const bool grad = dout.data() != nullptr;
   Labels labels = t.labels;
-  double sum = 0;
+  ExactSum sum;
   sum_range(ctx, "strata::SoftmaxCrossEntropy", out.extent(0),
-      KOKKOS_LAMBDA(const int i, double& acc) {
+      KOKKOS_LAMBDA(const int i, ExactSum& acc) {
         const int label = labels(i);
         STRATA_EXPECT(label < width);
         if (label < 0) {  // ignored
@@ -68,7 +68,7 @@ double SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out
         T s = 0;
         for (int j = 0; j < width; ++j) s += vmath::exp(out(i, j) - mx);
         const T lse = mx + kmath::log(s);
-        acc += static_cast<double>((lse - out(i, label)) * weight);
+        acc.add(static_cast<double>((lse - out(i, label)) * weight));
         if (grad) {
           const T inv = T(1) / s;
           for (int j = 0; j < width; ++j)
@@ -91,23 +91,23 @@ void MeanSquaredError<T>::check(std::size_t batch, std::size_t width, const Targ
 }
 
 template <class T>
-double MeanSquaredError<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
+ExactSum MeanSquaredError<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
                                              const Targets<T>& t, Matrix<T> dout, T scale) {
   check(out.extent(0), out.extent(1), t);
   const int width = static_cast<int>(out.extent(1));
   const bool grad = dout.data() != nullptr;
   ConstMatrix<T> target = t.values;
   const T gscale = T(2) / T(width) * scale;
-  double sum = 0;
+  ExactSum sum;
   sum_range(ctx, "strata::MeanSquaredError", out.extent(0),
-      KOKKOS_LAMBDA(const int i, double& acc) {
+      KOKKOS_LAMBDA(const int i, ExactSum& acc) {
         T s = 0;
         for (int j = 0; j < width; ++j) {
           const T d = out(i, j) - target(i, j);
           s += d * d;
           if (grad) dout(i, j) = d * gscale;
         }
-        acc += static_cast<double>(s / T(width));
+        acc.add(static_cast<double>(s / T(width)));
       },
       sum, width);
   return sum;

@@ -13,13 +13,15 @@
 // the P of the mean (PyTorch divides by the labels that count in the whole
 // batch instead; the two agree when no label is ignored), so that a sample's
 // weight does not depend on the other samples of a data-parallel batch.
-// Return value: the SUM over the batch of the per-sample losses (the caller
-// divides by the global batch, so that data-parallel ranks can add sums).
+// Return value: the SUM over the batch of the per-sample losses, exact
+// (backends/exact_sum.hpp: the same bits however the batch is split over
+// ranks, micro-batches and threads); the caller divides by the global batch.
 // dout: gradient of (scale * sum) with respect to out; scale is 1 / global batch
 // for a mean loss. dout may be empty (evaluation).
 #pragma once
 
 #include "backends/context.hpp"
+#include "backends/exact_sum.hpp"
 
 #include <memory>
 #include <string>
@@ -44,7 +46,7 @@ class Loss {
   virtual LossKind kind() const = 0;
   // Throws config naming the loss and both shapes when targets do not fit out.
   virtual void check(std::size_t batch, std::size_t width, const Targets<T>& t) const = 0;
-  virtual double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+  virtual ExactSum forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
                                   Matrix<T> dout, T scale) = 0;
   // Labels whose class holds the largest output (count_correct below; a
   // loss over outputs split across ranks says it for the whole output).
@@ -59,8 +61,8 @@ class SoftmaxCrossEntropy final : public Loss<T> {
   std::string name() const override { return "softmax cross-entropy"; }
   LossKind kind() const override { return LossKind::cross_entropy; }
   void check(std::size_t batch, std::size_t width, const Targets<T>& t) const override;
-  double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
-                          Matrix<T> dout, T scale) override;
+  ExactSum forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+                            Matrix<T> dout, T scale) override;
 };
 
 // Per-sample loss: mean over the width of (out - target)^2, so that the mean
@@ -72,8 +74,8 @@ class MeanSquaredError final : public Loss<T> {
   std::string name() const override { return "MSE loss"; }
   LossKind kind() const override { return LossKind::mse; }
   void check(std::size_t batch, std::size_t width, const Targets<T>& t) const override;
-  double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
-                          Matrix<T> dout, T scale) override;
+  ExactSum forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+                            Matrix<T> dout, T scale) override;
 };
 
 template <class T>

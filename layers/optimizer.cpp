@@ -1,6 +1,7 @@
 #include "layers/optimizer.hpp"
 
 #include "backends/error.hpp"
+#include "backends/exact_sum.hpp"
 #include "backends/launch.hpp"
 
 #include <algorithm>
@@ -49,8 +50,39 @@ Optimizer<T>::Optimizer(const OptimizerConfig& config, std::size_t n) : config_(
   }
 }
 
+namespace {
+// --reproducible: the squares scaled by a power of two that brings the
+// largest to at most 1 (exact: a float times 2^-e, squared in double), added
+// exactly (backends/exact_sum.hpp), scaled back. Both passes (the largest
+// magnitude, the exact sum) are the same in any order, so the thread count
+// cannot change the norm.
+template <class T>
+double exact_sum_of_squares(Context& ctx, ConstVector<T> g) {
+  double largest = 0;
+  Kokkos::parallel_reduce("strata::grad_max", Range(ctx.exec, 0, g.extent(0)),
+      KOKKOS_LAMBDA(const std::size_t i, double& m) {
+        const double v = kmath::fabs(static_cast<double>(g(i)));
+        m = v > m ? v : m;
+      },
+      Kokkos::Max<double>(largest));
+  if (!(largest > 0) || !std::isfinite(largest)) return largest == 0 ? 0.0 : largest * largest;
+  int e = 0;
+  std::frexp(largest, &e);  // largest < 2^e
+  const double down = std::ldexp(1.0, -e);
+  ExactSum sum;
+  sum_range(ctx, "strata::grad_sumsq_exact", g.extent(0),
+      KOKKOS_LAMBDA(const std::size_t i, ExactSum& acc) {
+        const double v = static_cast<double>(g(i)) * down;
+        acc.add(v * v);
+      },
+      sum);
+  return std::ldexp(sum.value(), 2 * e);
+}
+}  // namespace
+
 template <class T>
 double sum_of_squares(Context& ctx, ConstVector<T> g) {
+  if (ctx.reproducible) return exact_sum_of_squares(ctx, g);
   double sumsq = 0;
   sum_range(ctx, "strata::grad_sumsq", g.extent(0),
       KOKKOS_LAMBDA(const std::size_t i, double& acc) {

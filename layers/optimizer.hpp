@@ -69,7 +69,8 @@ struct FusedResult {
   double clip_coef = 1;    // factor applied to the unscaled gradients (<= 1)
 };
 
-// Sum of the squares of g in double (an Inf or a NaN makes it non-finite).
+// Sum of the squares of g in double (an Inf or a NaN makes it non-finite);
+// with ctx.reproducible, exact (the same bits for any thread count).
 template <class T>
 double sum_of_squares(Context& ctx, ConstVector<T> g);
 

@@ -1,6 +1,7 @@
 #include "layers/sequential.hpp"
 
 #include "backends/error.hpp"
+#include "backends/exact_sum.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
 #include "layers/named_tables.hpp"
@@ -226,6 +227,8 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
     grads_ = grads_owner_;
     bind_layers();
   }
+  if (chunk_ > 0 && exact_.extent(0) != 2 * padded)
+    exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * padded);
   dout_.clear();
   for (std::size_t s = 0; s < slots; ++s) dout_.emplace_back("strata::dout", max_batch * widths_.back());
   allocate_activations();
@@ -385,6 +388,14 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
                      (dx_in.extent(0) == batch && dx_in.extent(1) == in_features()),
                  config, "Sequential: input gradient buffer of shape (", dx_in.extent(0), ", ",
                  dx_in.extent(1), ") for an input of (", batch, ", ", in_features(), ")");
+  // --reproducible: layers add parameter gradients into the exact twin.
+  ExactGradients exact{grads_.data(), exact_.data(), grads_.extent(0), chunk_};
+  struct Restore {
+    Context& ctx;
+    const ExactGradients* previous;
+    ~Restore() { ctx.exact = previous; }
+  } restore{ctx, ctx.exact};
+  if (chunk_ > 0) ctx.exact = &exact;
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   const bool real16 = storage16();
   for (std::size_t k = layers_.size(); k-- > 0;) {
@@ -415,6 +426,40 @@ void Sequential<T>::zero_grad(Context& ctx) {
   T* g = grads_.data();
   for_range(ctx, "strata::zero_grad", grads_.extent(0),
             KOKKOS_LAMBDA(const std::size_t i) { g[i] = T(0); });
+  if (chunk_ > 0) {
+    double* e = exact_.data();
+    for_range(ctx, "strata::zero_exact_grad", exact_.extent(0),
+              KOKKOS_LAMBDA(const std::size_t i) { e[i] = 0.0; });
+  }
+}
+
+template <class T>
+void Sequential<T>::set_reproducible(std::size_t chunk) {
+  if (chunk > 0)
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      STRATA_REQUIRE(layers_[i]->reproducible(), config, "--reproducible: layer ",
+                     names_[i].empty() ? std::to_string(first_index_ + i) : names_[i], " (",
+                     layers_[i]->name(),
+                     ") does not sum its gradients exactly yet; train it without --reproducible");
+  STRATA_REQUIRE((chunk == 0 || std::is_same_v<T, float>), config,
+                 "--reproducible trains float models");
+  chunk_ = chunk;
+  if (chunk == 0) exact_ = Kokkos::View<double*, MemSpace>();
+  else if (built_ && exact_.extent(0) != 2 * grads_.extent(0))
+    exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * grads_.extent(0));
+}
+
+template <class T>
+void Sequential<T>::finish_exact_grads(Context& ctx, std::size_t first, std::size_t last) {
+  STRATA_REQUIRE(chunk_ > 0 && first <= last && last <= grads_.extent(0), config,
+                 "Sequential: finish_exact_grads(", first, ", ", last, ") of ", grads_.extent(0),
+                 chunk_ > 0 ? "" : " without set_reproducible");
+  T* g = grads_.data();
+  const double* e = exact_.data();
+  for_range(ctx, "strata::finish_exact_grads", last - first, KOKKOS_LAMBDA(const std::size_t i) {
+        const std::size_t v = first + i;
+        g[v] = static_cast<T>(exact_value(e[2 * v], e[2 * v + 1]));
+      });
 }
 
 template <class T>

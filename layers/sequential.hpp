@@ -94,6 +94,17 @@ class Sequential {
                 const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
 
+  // --reproducible: from now on backward also adds every parameter gradient
+  // exactly (layers/batch_sums.hpp: the batch in chunks of `chunk` samples)
+  // into an exact twin of the gradient buffer (two doubles per value, padding
+  // included), which zero_grad clears; finish_exact_grads then rounds
+  // [first, last) of it into grads(). Throws config naming the first layer
+  // that cannot (Layer::reproducible). 0: off (the default).
+  void set_reproducible(std::size_t chunk);
+  std::size_t reproducible_chunk() const { return chunk_; }
+  Kokkos::View<double*, MemSpace> exact_grads() const { return exact_; }
+  void finish_exact_grads(Context& ctx, std::size_t first, std::size_t last);
+
   // Storage precision of activations (float models only). With bf16 or fp16
   // every layer output, the loss gradient and every gradient passed between
   // layers is rounded to that type, so the model computes with 16-bit
@@ -229,6 +240,8 @@ class Sequential {
   bool weights_rounded_ = false;  // set_weights_rounded
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
+  std::size_t chunk_ = 0;                  // set_reproducible
+  Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage
   VectorBuffer<T> grad_a_, grad_b_;    // ping-pong input gradients (flat)

@@ -60,7 +60,7 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
   const T scale = static_cast<T>(info_.loss_scale) / static_cast<T>(global_samples);
   model_.zero_grad(ctx_);
   model_.set_training(true);
-  double loss_sum = 0;
+  ExactSum loss_sum;
   sync_->begin(info_);
   for (std::size_t m = 0; m < count; ++m) {
     const auto& batch = micro[m];
@@ -81,7 +81,7 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
     STRATA_SPAN("comm", "wait for gradient buckets");
     sync_->finish();
   }
-  const double total = comm_.size() == 1 ? loss_sum : comm_.allreduce_value(loss_sum);
+  const double total = (comm_.size() == 1 ? loss_sum : comm_.allreduce_exact(loss_sum)).value();
   timing_.exposed_comm_s = since(t1);
   const auto t2 = Clock::now();
   {

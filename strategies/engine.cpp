@@ -63,6 +63,11 @@ class DataParallelEngine final : public Engine {
     // The largest shard of a global batch (the first ranks take the remainder).
     model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
     model_.init(o.init, o.seed);
+    if (o.reproducible_chunk > 0) {
+      validate_reproducible(o.reproducible_chunk, batch, comm.size());
+      model_.set_reproducible(o.reproducible_chunk);
+      enable_reproducible(ctx);
+    }
     optimizer_ = std::make_unique<Optimizer<T>>(o.optimizer, model_.num_params());
     if (o.optimizer.no_decay_bias_norm)
       optimizer_->set_no_decay(no_decay_ranges(model_.parameters(), 0, model_.num_params()));
@@ -71,6 +76,8 @@ class DataParallelEngine final : public Engine {
   std::string describe() const override {
     std::string s = comm_.size() == 1 ? "local (one rank)"
                                       : "data parallel over " + std::to_string(comm_.size()) + " ranks";
+    if (model_.reproducible_chunk() > 0)
+      s += ", reproducible (chunks of " + std::to_string(model_.reproducible_chunk()) + " samples)";
     const auto& o = strategy_->options();
     if (comm_.size() > 1 && strategy_->synced_layers() > 0)
       s += ", SyncBatchNorm (" + std::to_string(strategy_->synced_layers()) + " layers)";
@@ -140,6 +147,9 @@ class ModelParallelEngine final : public Engine {
                       std::size_t batch)
       : ctx_(ctx), world_(world), options_(o.mesh) {
     options_.recompute = options_.recompute || o.recompute;
+    STRATA_REQUIRE(o.reproducible_chunk == 0, config,
+                   "--reproducible works with data parallelism (--strategy dp) so far; "
+                   "--pp, --tp and --zero are next");
     STRATA_REQUIRE(!o.model.sync_batchnorm, config, o.model.source, ": SyncBatchNorm "
                    "(sync_batchnorm, --sync-bn) works with data parallelism (--strategy dp); "
                    "with --pp, --tp or --zero each rank's BatchNorm normalises its own "

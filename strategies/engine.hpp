@@ -20,6 +20,7 @@
 #include "strategies/data_parallel.hpp"
 #include "strategies/local.hpp"
 #include "strategies/model_parallel.hpp"
+#include "strategies/reproducible.hpp"
 #include "strategies/weights.hpp"
 
 #include <memory>
@@ -38,6 +39,10 @@ struct EngineOptions {
   // every rank of the communicator.
   bool model_parallel = false;
   bool recompute = false;  // activation recomputation in every top-level block
+  // --reproducible (strategies/reproducible.hpp): samples per chunk of the
+  // global batch; 0: off. The engine puts the context into reproducible
+  // arithmetic.
+  std::size_t reproducible_chunk = 0;
   DataParallelOptions data;     // buckets, overlap, compression, mixed precision
   ModelParallelOptions mesh;    // mesh, pipeline schedule, ZeRO-1, mixed precision
 };

@@ -39,6 +39,10 @@ GradientSync<T>::GradientSync(Context& ctx, comm::Communicator& group, Sequentia
     : ctx_(ctx), group_(group), model_(model), options_(options), shard_(shard) {
   STRATA_REQUIRE(model.built(), config, "gradient sync: build the model first");
   validate(options, shard, loss_scaled);
+  exact_ = model.reproducible_chunk() > 0;
+  STRATA_REQUIRE(!exact_ || options.compression == GradCompression::none, config,
+                 "--grad-compression ", to_string(options.compression),
+                 " with --reproducible: rounding each rank's sum to 16 bits depends on the split");
   const std::size_t padded = model.padded_grads().extent(0);
   const auto ranks = static_cast<std::size_t>(group.size());
   STRATA_REQUIRE(!shard || padded % ranks == 0, config, "gradient sync: ", padded,
@@ -65,6 +69,13 @@ GradientSync<T>::GradientSync(Context& ctx, comm::Communicator& group, Sequentia
     if (void* p = group_.allocate_shared(padded * sizeof(T)))
       model_.use_grad_storage(Vector<T>(static_cast<T*>(p), padded));
   if (shard) return;
+  if (exact_) {
+    staged_ = !kHostGrads && !group.accepts_device_memory();
+    if (staged_)
+      for (auto& b : buckets_) staging_exact_.emplace_back(2 * (b.second - b.first));
+    handles_.reserve(buckets_.size());
+    return;
+  }
   if (options.compression != GradCompression::none)
     comp_ = Kokkos::View<std::uint16_t*, MemSpace>("strata::grad_sync::compressed",
                                                    model.num_params());
@@ -97,6 +108,18 @@ void GradientSync<T>::launch(std::size_t b) {
   const auto [first, last] = buckets_[b];
   T* grads = model_.grads().data() + first;
   const std::size_t count = last - first;
+  if (exact_) {
+    double* e = model_.exact_grads().data() + 2 * first;
+    ctx_.exec.fence();  // backward's exact sums are complete
+    if (staged_) {
+      Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace, Unmanaged>(staging_exact_[b].data(), 2 * count),
+                        Kokkos::View<const double*, MemSpace, Unmanaged>(e, 2 * count));
+      e = staging_exact_[b].data();
+    }
+    info_->comm_bytes += 2 * count * sizeof(double);
+    handles_.push_back(group_.iallreduce(e, e, 2 * count, comm::DataType::f64, comm::ReduceOp::sum));
+    return;
+  }
   if (options_.compression != GradCompression::none) {
     // Bucket -> 16 bits (rounded to nearest even), allreduce summing in float.
     std::uint16_t* c16 = comp_.data() + first;
@@ -137,7 +160,19 @@ void GradientSync<T>::launch(std::size_t b) {
 template <class T>
 void GradientSync<T>::finish() {
   STRATA_REQUIRE(info_ != nullptr, runtime, "gradient sync: finish() without begin()");
-  if (group_.size() == 1) return;
+  if (group_.size() == 1) {
+    if (exact_) model_.finish_exact_grads(ctx_, owned_.first, owned_.second);
+    return;
+  }
+  if (shard_ && exact_) {
+    ctx_.exec.fence();
+    const auto e = model_.exact_grads();
+    info_->comm_bytes += e.extent(0) * sizeof(double);
+    group_.reduce_scatter(e, Kokkos::View<double*, MemSpace, Unmanaged>(Kokkos::subview(
+                                 e, std::make_pair(2 * owned_.first, 2 * owned_.second))));
+    model_.finish_exact_grads(ctx_, owned_.first, owned_.second);
+    return;
+  }
   if (shard_) {
     ctx_.exec.fence();
     const Vector<T> grads = model_.padded_grads();
@@ -150,7 +185,12 @@ void GradientSync<T>::finish() {
     handles_[b].wait();
     const auto [first, last] = buckets_[b];
     const std::size_t count = last - first;
-    if (options_.compression != GradCompression::none) {
+    if (exact_) {
+      if (staged_)
+        Kokkos::deep_copy(Kokkos::View<double*, MemSpace, Unmanaged>(model_.exact_grads().data() + 2 * first, 2 * count),
+                          Kokkos::View<const double*, Kokkos::HostSpace, Unmanaged>(staging_exact_[b].data(), 2 * count));
+      model_.finish_exact_grads(ctx_, first, last);
+    } else if (options_.compression != GradCompression::none) {
       std::uint16_t* c16 = comp_.data() + first;
       if (staged_)
         Kokkos::deep_copy(Kokkos::View<std::uint16_t*, MemSpace, Unmanaged>(c16, count),

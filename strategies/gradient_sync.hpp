@@ -19,6 +19,10 @@
 // backward leaves on each rank the sum of its block of the padded buffer
 // (Sequential::build with pad_multiple = group size); the optimizer updates
 // that block and the caller gathers the parameters.
+// Reproducible (the model's set_reproducible): the buckets of the model's
+// exact gradients travel instead (two doubles per value; their sum is exact
+// in any order, so every rank count, transport and reduction tree gives the
+// same bits), and finish() rounds them into the float gradients.
 // Memory: where the group's communicator has shared memory (MPI ranks on one
 // node), the gradient buffer moves into it and buckets reduce in place.
 #pragma once
@@ -85,6 +89,7 @@ class GradientSync {
   Sequential<T>& model_;
   GradSyncOptions options_;
   bool shard_ = false;
+  bool exact_ = false;  // the model's exact gradients travel (--reproducible)
   std::pair<std::size_t, std::size_t> owned_;
   std::vector<std::pair<std::size_t, std::size_t>> buckets_;
   std::vector<comm::Handle> handles_;
@@ -96,6 +101,7 @@ class GradientSync {
   std::vector<std::vector<T>> staging_;
   Kokkos::View<std::uint16_t*, MemSpace> comp_;  // compressed buckets
   std::vector<std::vector<std::uint16_t>> staging16_;
+  std::vector<std::vector<double>> staging_exact_;
 };
 
 }  // namespace strata

@@ -21,7 +21,7 @@ double Local<T>::step(const data::Batch<T>& batch) {
   model_.set_training(true);
   ConstMatrix<T> out = model_.forward(ctx_, batch.x);
   const double sum =
-      loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), T(1) / T(n));
+      loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), T(1) / T(n)).value();
   model_.backward(ctx_);
   optimizer_.step(ctx_, model_.params(), model_.grads());
   return sum / static_cast<double>(n);
@@ -33,7 +33,7 @@ Evaluation evaluate(Context& ctx, Sequential<T>& model, Loss<T>& loss, const dat
   Evaluation e;
   model.set_training(false);
   data::BatchLoader<T> loader(d, std::min(batch, model.max_batch()), false, 0);
-  double sum = 0;
+  ExactSum sum;
   std::size_t correct = 0;
   data::Batch<T> b;
   while (loader.next(b)) {
@@ -43,7 +43,7 @@ Evaluation evaluate(Context& ctx, Sequential<T>& model, Loss<T>& loss, const dat
     e.samples += b.size();
   }
   model.set_training(true);
-  e.loss = sum / static_cast<double>(e.samples);
+  e.loss = sum.value() / static_cast<double>(e.samples);
   e.accuracy = static_cast<double>(correct) / static_cast<double>(e.samples * d.label_width);
   return e;
 }

@@ -286,7 +286,7 @@ Matrix<T> writable(ConstMatrix<T> m) {
 template <class T>
 void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
                                      std::size_t first, std::size_t count, T scale,
-                                     double& loss_sum) {
+                                     ExactSum& loss_sum) {
   const std::size_t slot = m % slots_;
   const int p = mesh_->pp_rank();
   const int tag = static_cast<int>(2 * m);
@@ -424,7 +424,7 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   stage_->set_training(true);
   sync_->begin(info_);
   in_flight_ = peak_in_flight_ = 0;
-  double loss_sum = 0;
+  ExactSum loss_sum;
   auto micro = [&](std::size_t m) { return data::BatchLoader<T>::shard(B, static_cast<int>(m), static_cast<int>(M)); };
   auto F = [&](std::size_t m) {
     const auto [first, count] = micro(m);
@@ -454,7 +454,7 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   timing_.sync_s = since(t1);
   // The loss: summed on the last stage of every pipeline (tensor rank 0).
   const bool counts = last_stage() && mesh_->tp_rank() == 0;
-  const double total = mesh_->world().allreduce_value(counts ? loss_sum : 0.0);
+  const double total = mesh_->world().allreduce_exact(counts ? loss_sum : ExactSum()).value();
   ctx_.exec.fence();
   timing_.step_s = since(t0);
   return total / static_cast<double>(global_samples);
@@ -807,7 +807,7 @@ template <class T>
 Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
   stage_->set_training(false);
   data::BatchLoader<T> loader(d, max_micro_, false, 0);
-  double sum = 0;
+  ExactSum sum;
   std::size_t correct = 0, samples = 0;
   const int p = mesh_->pp_rank();
   data::Batch<T> b;
@@ -835,7 +835,7 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
   const bool counts = last_stage() && mesh_->tp_rank() == 0 && mesh_->dp_rank() == 0;
   Evaluation e;
   e.samples = samples;
-  e.loss = mesh_->world().allreduce_value(counts ? sum : 0.0) / static_cast<double>(samples);
+  e.loss = mesh_->world().allreduce_exact(counts ? sum : ExactSum()).value() / static_cast<double>(samples);
   e.accuracy = static_cast<double>(mesh_->world().allreduce_value(
                    static_cast<std::int64_t>(counts ? correct : 0))) /
                static_cast<double>(samples * d.label_width);

@@ -177,7 +177,7 @@ class ModelParallel {
 
  private:
   void forward_micro(const data::Batch<T>& shard, std::size_t m, std::size_t first,
-                     std::size_t count, T scale, double& loss_sum);
+                     std::size_t count, T scale, ExactSum& loss_sum);
   void backward_micro(std::size_t m, std::size_t count, bool last);
   void synchronize_and_update();
   void count_gradients();

@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "layers/attention.hpp"
+#include "layers/batch_sums.hpp"
 #include "strategies/vocab_parallel.hpp"
 
 namespace strata {
@@ -241,7 +242,7 @@ void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, 
 template <class T>
 void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   if (this->whole_->has_bias())
-    detail::accumulate_bias_grad<T>(ctx, as_rows(dy, this->whole_->out()), db_);
+    add_column_sums<T>(ctx, as_rows(dy, this->whole_->out()), db_);
   this->local_.backward(ctx, dy, dx, saved);  // dx is this rank's shard of the input gradient
 }
 

@@ -99,21 +99,21 @@ void row_sums(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx, 
 // The loss of every labelled row (times weight) and, unless dz is empty,
 // dz = (softmax - onehot) * scale on this rank's classes.
 template <class T>
-double loss_and_grad(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx,
+ExactSum loss_and_grad(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx,
                      ConstVector<T> sums, ConstVector<T> target, Matrix<T> dz, T weight, T scale,
                      int first) {
   const int width = static_cast<int>(z.extent(1));
   const bool grad = dz.data() != nullptr;
-  double sum = 0;
+  ExactSum sum;
   sum_range(ctx, "strata::VocabParallelCrossEntropy::loss", z.extent(0),
-      KOKKOS_LAMBDA(const int i, double& acc) {
+      KOKKOS_LAMBDA(const int i, ExactSum& acc) {
         const int label = labels(i);
         if (label < 0) {  // ignored
           if (grad)
             for (int j = 0; j < width; ++j) dz(i, j) = T(0);
           return;
         }
-        acc += static_cast<double>((mx(i) + kmath::log(sums(i)) - target(i)) * weight);
+        acc.add(static_cast<double>((mx(i) + kmath::log(sums(i)) - target(i)) * weight));
         if (grad) {
           const T inv = T(1) / sums(i);
           const int c = label - first;
@@ -159,11 +159,11 @@ void VocabParallelCrossEntropy<T>::check(std::size_t batch, std::size_t width,
 }
 
 template <class T>
-double VocabParallelCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
+ExactSum VocabParallelCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
                                                       const Targets<T>& t, Matrix<T> dout, T scale) {
   check(out.extent(0), out.extent(1), t);
   const std::size_t labels = t.labels.extent(0);
-  if (out.extent(0) == 0) return 0;
+  if (out.extent(0) == 0) return ExactSum();
   const T weight = T(1) / static_cast<T>(labels / out.extent(0));  // each position's share of its sample
   const ConstMatrix<T> z = vocab_detail::per_label(out, labels);
   if (dout.data() != nullptr) dout = vocab_detail::per_label(dout, labels);

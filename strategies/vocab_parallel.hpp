@@ -68,7 +68,7 @@ class VocabParallelCrossEntropy final : public Loss<T> {
   std::string name() const override { return "vocabulary-parallel softmax cross-entropy"; }
   LossKind kind() const override { return LossKind::cross_entropy; }
   void check(std::size_t batch, std::size_t width, const Targets<T>& t) const override;
-  double forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
+  ExactSum forward_backward(Context& ctx, ConstMatrix<T> out, const Targets<T>& t,
                           Matrix<T> dout, T scale) override;
   // Whether each label's class holds the largest logit over all ranks
   // (ties to the smallest class, as count_correct): the same on every rank.

@@ -5,11 +5,13 @@
 // process), and data parallelism against single-rank training.
 #include "backends/comm/hierarchical.hpp"
 #include "backends/comm/mpi.hpp"
+#include "backends/comm/self.hpp"
 #include "backends/device.hpp"
 #include "backends/device_check.hpp"
 #include "backends/ranks.hpp"
 #include "comm_checks.hpp"
 #include "dp_harness.hpp"
+#include "repro_harness.hpp"
 
 #include <gtest/gtest.h>
 
@@ -262,6 +264,61 @@ TEST(ModelParallelMpi, MeshesOfFourRanksMatchSingleRank) {
   auto o = mesh_options(2, 2, 1, 3);
   o.zero = 1;
   EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, o), single, 1e-5), "");
+}
+
+// --reproducible over MPI processes (ctest runs this at 1, 2, 3 and 4
+// processes): the same bits as one rank trained in this process (a
+// communicator of one), by memcmp of the losses, the parameters and the
+// checkpoint's payload; data parallel over every process, and over two
+// thread ranks per process (hierarchical: shared memory inside a process,
+// MPI between processes).
+EngineOptions reproducible_options(std::size_t chunk) {
+  EngineOptions o;
+  o.reproducible_chunk = chunk;
+  return o;
+}
+
+test::Bits one_rank_reference(const test::DpConfig& c, const EngineOptions& o,
+                              comm::Communicator& world) {
+  test::Bits ref;
+  comm::SelfComm self;
+  Context ctx;
+  const std::string dir = test::repro_dir(world, "self");  // every process takes part
+  if (world.rank() == 0) ref = test::train_engine(ctx, self, c, o, dir + "-" + std::to_string(world.rank()));
+  world.barrier();
+  return ref;
+}
+
+test::DpConfig reproducible_mlp() {
+  test::DpConfig c;
+  c.dropout = 0.2;
+  c.batch = 48;  // whole chunks of 2 on 1, 2, 3, 4 processes, with 1 or 2 thread ranks each
+  c.samples = 96;
+  return c;
+}
+
+TEST(ReproducibleMpi, DataParallelIsBitwiseOneRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  const test::DpConfig c = reproducible_mlp();
+  const EngineOptions o = reproducible_options(2);
+  const test::Bits ref = one_rank_reference(c, o, world);
+  Context ctx;
+  const test::Bits got = test::train_engine(ctx, world, c, o, test::repro_dir(world, "dp"));
+  if (world.rank() == 0) EXPECT_EQ(test::compare_bits(got, ref), "") << world.size() << " processes";
+}
+
+TEST(ReproducibleMpi, HierarchicalTwoThreadRanksPerProcessIsBitwiseOneRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  const test::DpConfig c = reproducible_mlp();
+  const EngineOptions o = reproducible_options(2);
+  const test::Bits ref = one_rank_reference(c, o, world);
+  const std::string dir = test::repro_dir(world, "hier");
+  run_ranks(2, 1, [&](Context& ctx, comm::Communicator& local) {
+    comm::HierarchicalComm h(local, local.rank() == 0 ? &world : nullptr);
+    const test::Bits got = test::train_engine(ctx, h, c, o, dir);
+    if (h.rank() == 0) EXPECT_EQ(test::compare_bits(got, ref), "") << h.size() << " ranks";
+  });
 }
 
 }  // namespace

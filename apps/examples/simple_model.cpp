@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
         model.zero_grad(ctx);                                 // optimizer.zero_grad()
         auto outputs = model.forward(ctx, inputs);            // outputs = model(inputs)
         const double loss =                                   // loss = criterion(outputs, targets)
-            criterion.forward_backward(ctx, outputs, t, model.output_grad(), 1.0f / batch) / batch;
+            criterion.forward_backward(ctx, outputs, t, model.output_grad(), 1.0f / batch).value() / batch;
         model.backward(ctx);                                  // loss.backward()
         optimizer.step(ctx, model.params(), model.grads());   // optimizer.step()
         if (step == 1 || step % 10 == 0) std::printf("step %zu loss %.6f\n", step, loss);

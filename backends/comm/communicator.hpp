@@ -35,6 +35,7 @@
 // rank that fails makes the others fail instead of wait.
 #pragma once
 
+#include "backends/exact_sum.hpp"
 #include "backends/error.hpp"
 #include "backends/kokkos.hpp"
 #include "backends/precision.hpp"
@@ -206,6 +207,16 @@ class Communicator {
   T allreduce_value(T value, ReduceOp op = ReduceOp::sum) {
     allreduce(&value, &value, 1, data_type_of<T>(), op);
     return value;
+  }
+
+  // An exact sum over ranks (backends/exact_sum.hpp): both of its doubles
+  // summed, which is exact in any order, so every rank count gives the same.
+  ExactSum allreduce_exact(ExactSum s) {
+    double v[2] = {s.hi, s.lo};
+    allreduce(v, v, 2, DataType::f64, ReduceOp::sum);
+    s.hi = v[0];
+    s.lo = v[1];
+    return s;
   }
 
   const CommOptions& options() const { return options_; }

@@ -1,0 +1,125 @@
+// --reproducible (strategies/reproducible.hpp): the same bits whatever the
+// layout. Each run trains 20 steps through the Engine (what strata-train
+// runs) and writes a checkpoint; the losses, the parameters and the
+// checkpoint's payload (parameters, both optimizer states) of every layout
+// are compared with memcmp against one rank with one thread. The oracle that
+// the mode trains the model at all: the default single-rank run, to within
+// rounding. And the default mode, on the same layouts, does differ in the
+// last bits (so these tests can tell).
+#include "backends/ranks.hpp"
+#include "repro_harness.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <unistd.h>
+
+namespace strata {
+namespace {
+
+using test::Bits;
+using test::DpConfig;
+using test::RunResult;
+using test::compare_bits;
+using test::train_engine;
+
+// A layout: thread ranks x threads per rank, and what the engine options add.
+struct Layout {
+  std::string name;
+  int ranks = 1, threads = 1;
+  EngineOptions options;
+  GemmBackend gemm = GemmBackend::vendor;  // portable where no vendor BLAS is built in
+};
+
+Bits run_layout(const DpConfig& c, const Layout& l, const std::string& tag) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("strata-test-repro-" + std::to_string(::getpid()) + "-" + tag))
+                              .string();
+  std::filesystem::remove_all(dir);
+  Bits out;
+  run_ranks(l.ranks, l.threads, [&](Context& rank_ctx, comm::Communicator& comm) {
+    const GemmBackend gemm = Blas::vendor_available() ? l.gemm : GemmBackend::portable;
+    Context ctx(gemm, rank_ctx.exec);
+    ctx.threads = rank_ctx.threads;
+    auto r = train_engine(ctx, comm, c, l.options, dir);
+    if (comm.rank() == 0) out = r;
+  });
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+EngineOptions reproducible(std::size_t chunk) {
+  EngineOptions o;
+  o.reproducible_chunk = chunk;
+  return o;
+}
+
+// The MLP with Dropout, a batch of 24 (whole chunks of 2 on 1 to 4 ranks).
+DpConfig mlp_config() {
+  DpConfig c;
+  c.dropout = 0.2;
+  c.batch = 24;
+  c.samples = 72;
+  return c;
+}
+
+std::vector<Layout> data_parallel_layouts(std::size_t chunk) {
+  std::vector<Layout> v;
+  for (auto [ranks, threads] : std::vector<std::pair<int, int>>{{1, 4}, {2, 1}, {2, 2}, {3, 1}, {4, 1}})
+    v.push_back({std::to_string(ranks) + " thread rank(s) x " + std::to_string(threads) + " thread(s)",
+                 ranks, threads, reproducible(chunk)});
+  Layout other{"1 rank, the portable GEMM backend", 1, 1, reproducible(chunk), GemmBackend::portable};
+  v.push_back(other);
+  return v;
+}
+
+TEST(Reproducible, MlpIsBitwiseTheSameOnAnyNumberOfThreadRanksAndThreads) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = mlp_config();
+  const Bits one = run_layout(c, {"1 rank", 1, 1, reproducible(2)}, "mlp1");
+  ASSERT_EQ(one.losses.size(), c.steps);
+  // It trains the model: the default single-rank run, within rounding.
+  RunResult as_run;
+  as_run.losses = one.losses;
+  as_run.params = one.params;
+  EXPECT_EQ(test::compare(as_run, test::train_single(c), 1e-4), "");
+  for (const Layout& l : data_parallel_layouts(2))
+    EXPECT_EQ(compare_bits(run_layout(c, l, "mlp"), one), "") << l.name;
+}
+
+// Without --reproducible the same layouts differ in the last bits (the
+// batch sums are split another way): what makes the tests above able to
+// fail.
+TEST(Reproducible, TheDefaultModeDiffersAcrossRankCounts) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = mlp_config();
+  const Bits one = run_layout(c, {"1 rank", 1, 1, EngineOptions()}, "default1");
+  const Bits two = run_layout(c, {"2 ranks", 2, 1, EngineOptions()}, "default2");
+  EXPECT_NE(compare_bits(two, one), "") << "the default mode gave the same bits on 1 and 2 ranks";
+  RunResult a, b;
+  a.losses = one.losses, a.params = one.params;
+  b.losses = two.losses, b.params = two.params;
+  EXPECT_EQ(test::compare(a, b, 1e-4), "") << "but the same training within rounding";
+}
+
+// Bad layouts are refused before training, naming the shards and a batch
+// that would do.
+TEST(Reproducible, AShardOfPartChunksIsAConfigError) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  c.batch = 20;  // 7, 7, 6 on 3 ranks
+  try {
+    run_layout(c, {"3 ranks", 3, 1, reproducible(2)}, "bad");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("shards of 7, 7, 6 samples"), std::string::npos) << m;
+    EXPECT_NE(m.find("multiple of 6 (3 x 2)"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace strata
