@@ -13,7 +13,8 @@
 //
 // What is kept: every bit of x above 2^-54 (about 5.6e-17, below which a
 // term's bits are rounded away: absolute, not relative). Limits: a term of
-// magnitude 2^24 or more (or not finite) makes the sum NaN; the sum stays
+// magnitude 2^24 or more (or not finite) makes a gradient's sum NaN (a
+// scalar ExactSum keeps such terms apart instead, see below); the sum stays
 // exact while the magnitudes of the terms add up to less than 2^33 (8.6e9)
 // and there are at most 2^20 terms; a result of 2^32 or more reads as NaN
 // (a sum that outgrew the grid). Gradients (scaled by 1 / batch), losses
@@ -63,12 +64,20 @@ KOKKOS_INLINE_FUNCTION double exact_value(double hi, double lo) {
   return hi + lo;
 }
 
-// One exact sum (a scalar: a loss, a count of squares).
+// One exact sum of scalars (a loss). Unlike a gradient's pair, a term too
+// large for the grid (a diverging loss) does not make it NaN: such terms
+// (and Inf, NaN) add up in `big`, a plain double sum, so the value stays
+// what it is, without the guarantee on its last bits.
 struct ExactSum {
-  double hi = 0, lo = 0;
+  double hi = 0, lo = 0, big = 0;
 
   KOKKOS_INLINE_FUNCTION ExactSum() = default;
   KOKKOS_INLINE_FUNCTION void add(double x) {
+    const double ax = x < 0 ? -x : x;
+    if (!(ax < exact::term_limit)) {
+      big += x;
+      return;
+    }
     double h, l;
     exact_split(x, h, l);
     hi += h;
@@ -77,14 +86,17 @@ struct ExactSum {
   KOKKOS_INLINE_FUNCTION ExactSum& operator+=(const ExactSum& o) {
     hi += o.hi;
     lo += o.lo;
+    big += o.big;
     return *this;
   }
   // Kokkos reductions join through volatile references in 3.x.
   KOKKOS_INLINE_FUNCTION void operator+=(const volatile ExactSum& o) volatile {
     hi += o.hi;
     lo += o.lo;
+    big += o.big;
   }
-  KOKKOS_INLINE_FUNCTION double value() const { return exact_value(hi, lo); }
+  // Exact while the terms stay below 2^24 and their sum below 2^32.
+  KOKKOS_INLINE_FUNCTION double value() const { return big + (hi + lo); }
 };
 
 // Adds term x to the exact pair at p[0], p[1] (a value of an exact buffer:

@@ -50,24 +50,26 @@ Optimizer<T>::Optimizer(const OptimizerConfig& config, std::size_t n) : config_(
   }
 }
 
-namespace {
-// --reproducible: the squares scaled by a power of two that brings the
-// largest to at most 1 (exact: a float times 2^-e, squared in double), added
-// exactly (backends/exact_sum.hpp), scaled back. Both passes (the largest
-// magnitude, the exact sum) are the same in any order, so the thread count
-// cannot change the norm.
 template <class T>
-double exact_sum_of_squares(Context& ctx, ConstVector<T> g) {
+double largest_magnitude(Context& ctx, ConstVector<T> g) {
   double largest = 0;
   Kokkos::parallel_reduce("strata::grad_max", Range(ctx.exec, 0, g.extent(0)),
       KOKKOS_LAMBDA(const std::size_t i, double& m) {
         const double v = kmath::fabs(static_cast<double>(g(i)));
-        m = v > m ? v : m;
+        m = v > m || v != v ? v : m;  // a NaN wins
       },
       Kokkos::Max<double>(largest));
-  if (!(largest > 0) || !std::isfinite(largest)) return largest == 0 ? 0.0 : largest * largest;
+  return largest;
+}
+
+int squares_scale(double largest) {
   int e = 0;
-  std::frexp(largest, &e);  // largest < 2^e
+  if (largest > 0 && std::isfinite(largest)) std::frexp(largest, &e);  // largest < 2^e
+  return e;
+}
+
+template <class T>
+ExactSum scaled_sum_of_squares(Context& ctx, ConstVector<T> g, int e) {
   const double down = std::ldexp(1.0, -e);
   ExactSum sum;
   sum_range(ctx, "strata::grad_sumsq_exact", g.extent(0),
@@ -76,7 +78,16 @@ double exact_sum_of_squares(Context& ctx, ConstVector<T> g) {
         acc.add(v * v);
       },
       sum);
-  return std::ldexp(sum.value(), 2 * e);
+  return sum;
+}
+
+namespace {
+template <class T>
+double exact_sum_of_squares(Context& ctx, ConstVector<T> g) {
+  const double largest = largest_magnitude(ctx, g);
+  if (!(largest > 0) || !std::isfinite(largest)) return largest * largest;
+  const int e = squares_scale(largest);
+  return std::ldexp(scaled_sum_of_squares(ctx, g, e).value(), 2 * e);
 }
 }  // namespace
 
@@ -282,6 +293,10 @@ void Optimizer<T>::fused_update(Context& ctx, Vector<T> p, ConstVector<T> g, con
 template class Optimizer<float>;
 template class Optimizer<double>;
 template double sum_of_squares<float>(Context&, ConstVector<float>);
+template double largest_magnitude<float>(Context&, ConstVector<float>);
+template double largest_magnitude<double>(Context&, ConstVector<double>);
+template ExactSum scaled_sum_of_squares<float>(Context&, ConstVector<float>, int);
+template ExactSum scaled_sum_of_squares<double>(Context&, ConstVector<double>, int);
 template double sum_of_squares<double>(Context&, ConstVector<double>);
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "backends/context.hpp"
+#include "backends/exact_sum.hpp"
 #include "backends/precision.hpp"
 #include "layers/layer.hpp"
 
@@ -73,6 +74,15 @@ struct FusedResult {
 // with ctx.reproducible, exact (the same bits for any thread count).
 template <class T>
 double sum_of_squares(Context& ctx, ConstVector<T> g);
+// Its reproducible parts, for a sum split over ranks: the largest |g(i)|
+// (NaN when one is), e with largest < 2^e (0 for 0 or non-finite), and the
+// exact sum of (g(i) 2^-e)^2; the sum of squares is that value times 4^e.
+// Squares below 2^-54 of the largest's are rounded away.
+template <class T>
+double largest_magnitude(Context& ctx, ConstVector<T> g);
+int squares_scale(double largest);
+template <class T>
+ExactSum scaled_sum_of_squares(Context& ctx, ConstVector<T> g, int e);
 
 template <class T>
 class Optimizer {

@@ -147,9 +147,6 @@ class ModelParallelEngine final : public Engine {
                       std::size_t batch)
       : ctx_(ctx), world_(world), options_(o.mesh) {
     options_.recompute = options_.recompute || o.recompute;
-    STRATA_REQUIRE(o.reproducible_chunk == 0, config,
-                   "--reproducible works with data parallelism (--strategy dp) so far; "
-                   "--pp, --tp and --zero are next");
     STRATA_REQUIRE(!o.model.sync_batchnorm, config, o.model.source, ": SyncBatchNorm "
                    "(sync_batchnorm, --sync-bn) works with data parallelism (--strategy dp); "
                    "with --pp, --tp or --zero each rank's BatchNorm normalises its own "
@@ -157,6 +154,12 @@ class ModelParallelEngine final : public Engine {
     // The single-rank model's names (nothing allocated: the model is not built).
     table_ = model_table(build_model<T>(o.model, o.seed), o.model);
     validate_mesh(options_.mesh, world.size());
+    if (o.reproducible_chunk > 0) {
+      const std::size_t shard = data::BatchLoader<T>::shard(batch, 0, options_.mesh.dp).second;
+      validate_reproducible(o.reproducible_chunk, batch, options_.mesh.dp,
+                            std::min(options_.micro_batches, shard));
+      options_.reproducible_chunk = o.reproducible_chunk;
+    }
     const std::size_t shard =
         std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, options_.mesh.dp).second);
     mp_ = std::make_unique<ModelParallel<T>>(ctx, world, o.model, o.init, o.seed, o.loss,
@@ -171,6 +174,8 @@ class ModelParallelEngine final : public Engine {
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
     if (options_.zero) s += ", ZeRO-1";
+    if (options_.reproducible_chunk > 0)
+      s += ", reproducible (chunks of " + std::to_string(options_.reproducible_chunk) + " samples)";
     s += describe_mixed_precision(options_);
     if (options_.mesh.dp > 1) s += describe_grad_sync(options_);
     return s + "; memory per rank: " + mp_->memory().str();

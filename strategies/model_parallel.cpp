@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
+#include "strategies/reproducible.hpp"
 #include "strategies/vocab_parallel.hpp"
 
 #include <algorithm>
@@ -205,6 +206,13 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
 
   stage_->build(max_micro_, slots_, pad);
   stage_->init(init, seed);
+  if (options.reproducible_chunk > 0) {
+    STRATA_REQUIRE(options.mesh.tp == 1, config,
+                   "--reproducible with --tp: tensor-parallel sums over the split inner dimension "
+                   "are not exact yet; use data parallelism, pipelines and ZeRO-1");
+    stage_->set_reproducible(options.reproducible_chunk);
+    enable_reproducible(ctx);
+  }
   // Buckets of a tied layer's gradient (and of the layers before it) wait
   // for the sum of both stages' gradients (sum_tied_gradients).
   for (const CrossTie& t : ties_) {
@@ -382,6 +390,20 @@ void ModelParallel<T>::count_gradients() {
 
 template <class T>
 double ModelParallel<T>::unique_sumsq() {
+  if (ctx_.reproducible) {
+    // The same scale on every rank (the largest gradient anywhere), then
+    // exact sums: the same bits however the model is cut.
+    double largest = 0;
+    for (const auto& r : counted_)
+      largest = std::max(largest, largest_magnitude<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r)));
+    largest = mesh_->world().allreduce_value(largest, comm::ReduceOp::max);
+    if (!(largest > 0) || !std::isfinite(largest)) return largest * largest;
+    const int e = squares_scale(largest);
+    ExactSum sum;
+    for (const auto& r : counted_)
+      sum += scaled_sum_of_squares<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r), e);
+    return std::ldexp(mesh_->world().allreduce_exact(sum).value(), 2 * e);
+  }
   double sum = 0;
   for (const auto& r : counted_)
     sum += sum_of_squares<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r));
@@ -400,7 +422,7 @@ void ModelParallel<T>::synchronize_and_update() {
   // whole model's gradients: every rank adds its share, and all agree.
   std::optional<double> sumsq;
   if (mixed_->fused() && mesh_->world().size() > 1)
-    sumsq = mesh_->world().allreduce_value(unique_sumsq());
+    sumsq = ctx_.reproducible ? unique_sumsq() : mesh_->world().allreduce_value(unique_sumsq());
   mixed_->step(ctx_, *optimizer_, my_grads, info_, sumsq);
   if (options_.zero == 1 && dp.size() > 1) {
     ctx_.exec.fence();
@@ -525,6 +547,19 @@ void ModelParallel<T>::sum_tied_gradients() {
     if (p != t.source_stage && p != t.copy_stage) continue;
     STRATA_SPAN("comm", "tied weight gradients");
     const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
+    if (stage_->reproducible_chunk() > 0) {
+      // The exact twins: each stage's exact sum, added exactly (the same on both).
+      double* e = stage_->exact_grads().data() + 2 * tie_offset(t);
+      const std::size_t n = 2 * t.size;
+      if (tie_exact_.extent(0) < n) tie_exact_ = Kokkos::View<double*, MemSpace>("strata::pipeline::tie_exact", n);
+      double* other = tie_exact_.data();
+      ctx_.exec.fence();
+      mesh_->pp().send(e, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
+      mesh_->pp().recv(other, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
+      for_range(ctx_, "strata::pipeline::sum_tied_exact", n,
+                KOKKOS_LAMBDA(const std::size_t i) { e[i] += other[i]; });
+      continue;
+    }
     const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
     Vector<T> g = Kokkos::subview(stage_->padded_grads(), range);
     if (tie_buffer_.extent(0) < t.size) tie_buffer_ = VectorBuffer<T>("strata::pipeline::tie", t.size);

@@ -67,6 +67,8 @@ struct ModelParallelOptions : MixedPrecisionOptions, GradSyncOptions {
   Balance balance = Balance::params;
   int zero = 0;  // 1: shard the optimizer state over the data-parallel group
   bool recompute = false;  // activation recomputation in every top-level block
+  // --reproducible (strategies/reproducible.hpp): samples per chunk; 0: off.
+  std::size_t reproducible_chunk = 0;
   // Bytes per rank for parameters, gradients, optimizer state and
   // activations; 0: no limit. Checked before anything is allocated.
   std::size_t memory_budget = 0;
@@ -235,6 +237,7 @@ class ModelParallel {
   std::vector<VectorBuffer<T>> inputs_;
   VectorBuffer<T> dy_, dx_;
   VectorBuffer<T> tie_buffer_;  // the other stage's gradient of a tied weight
+  Kokkos::View<double*, MemSpace> tie_exact_;  // its exact twin (--reproducible)
   MemoryReport memory_;
   Timing timing_;
 };

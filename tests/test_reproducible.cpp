@@ -65,6 +65,31 @@ DpConfig mlp_config() {
   return c;
 }
 
+// A model-parallel layout of dp x pp x tp thread ranks.
+Layout mesh_layout(std::size_t chunk, int dp, int pp, int tp, std::size_t micro,
+                   Schedule schedule = Schedule::one_f_one_b, int zero = 0) {
+  EngineOptions o = reproducible(chunk);
+  o.model_parallel = true;
+  o.mesh.mesh = {dp, pp, tp};
+  o.mesh.micro_batches = micro;
+  o.mesh.schedule = schedule;
+  o.mesh.zero = zero;
+  std::string name = "dp" + std::to_string(dp) + " x pp" + std::to_string(pp) + " x tp" +
+                     std::to_string(tp) + ", " + std::to_string(micro) + " micro-batches, " +
+                     to_string(schedule) + (zero ? ", ZeRO-1" : "");
+  return {name, dp * pp * tp, 1, o};
+}
+
+// Pipelines of 2 and 3 stages (GPipe, 1F1B), ZeRO-1, a dp2 x pp2 mesh.
+std::vector<Layout> model_parallel_layouts(std::size_t chunk) {
+  return {mesh_layout(chunk, 1, 2, 1, 3, Schedule::gpipe),
+          mesh_layout(chunk, 1, 2, 1, 4),
+          mesh_layout(chunk, 1, 3, 1, 2),
+          mesh_layout(chunk, 2, 1, 1, 1, Schedule::one_f_one_b, 1),
+          mesh_layout(chunk, 2, 2, 1, 2),
+          mesh_layout(chunk, 2, 2, 1, 3, Schedule::one_f_one_b, 1)};
+}
+
 std::vector<Layout> data_parallel_layouts(std::size_t chunk) {
   std::vector<Layout> v;
   for (auto [ranks, threads] : std::vector<std::pair<int, int>>{{1, 4}, {2, 1}, {2, 2}, {3, 1}, {4, 1}})
@@ -87,6 +112,22 @@ TEST(Reproducible, MlpIsBitwiseTheSameOnAnyNumberOfThreadRanksAndThreads) {
   EXPECT_EQ(test::compare(as_run, test::train_single(c), 1e-4), "");
   for (const Layout& l : data_parallel_layouts(2))
     EXPECT_EQ(compare_bits(run_layout(c, l, "mlp"), one), "") << l.name;
+}
+
+TEST(Reproducible, MlpIsBitwiseTheSameInPipelinesZeroAndMeshes) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  // Clipping: the gradient norm is summed over stages and ZeRO blocks too
+  // (with SGD, whose steps scale with it, unlike Adam's).
+  c.optimizer = {OptimizerKind::sgd, 0.1};
+  c.optimizer.momentum = 0.9;
+  auto clipped = [](Layout l) {
+    l.options.data.clip_grad_norm = l.options.mesh.clip_grad_norm = 0.05;
+    return l;
+  };
+  const Bits one = run_layout(c, clipped({"1 rank", 1, 1, reproducible(2)}), "mp1");
+  for (const Layout& l : model_parallel_layouts(2))
+    EXPECT_EQ(compare_bits(run_layout(c, clipped(l), "mp"), one), "") << l.name;
 }
 
 // Without --reproducible the same layouts differ in the last bits (the

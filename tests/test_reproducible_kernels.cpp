@@ -97,11 +97,19 @@ TEST(ExactSum, OrderAndGroupingDoNotChangeTheSum) {
   EXPECT_NEAR(first.value(), static_cast<double>(ref), 1e-9);
 }
 
-// A sum that outgrows the grid reads NaN rather than a wrong number.
+// A gradient's pair that outgrows the grid reads NaN rather than a wrong
+// number; a scalar sum (a loss) takes terms beyond the grid as a plain sum.
 TEST(ExactSum, AResultBeyondTheGridIsNaN) {
+  double pair[2] = {0, 0};
+  for (int i = 0; i < 300; ++i) exact_add(pair, 16000000.0);
+  EXPECT_TRUE(std::isnan(exact_value(pair[0], pair[1])));
   ExactSum s;
-  for (int i = 0; i < 300; ++i) s.add(16000000.0);
-  EXPECT_TRUE(std::isnan(s.value()));
+  s.add(1e30);
+  s.add(0.25);
+  s.add(-3e29);
+  EXPECT_EQ(s.value(), 1e30 + -3e29 + 0.25);
+  s.add(INFINITY);
+  EXPECT_EQ(s.value(), INFINITY);
 }
 
 // Kokkos reductions join exact sums in any order: the same bits as a loop.

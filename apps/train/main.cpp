@@ -94,7 +94,8 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   std::vector<std::unique_ptr<data::BatchLoader<T>>> loaders;
   for (std::size_t m = 0; m < c.accumulate; ++m)
     loaders.push_back(std::make_unique<data::BatchLoader<T>>(
-        d.train, batch, c.shuffle, c.seed, false, engine->data_rank(), engine->data_ranks()));
+        d.train, batch, c.shuffle, c.seed, /*drop_last=*/c.reproducible, engine->data_rank(),
+        engine->data_ranks()));
   const data::Augment augment{c.random_crop, c.random_flip, d.train.zero};
   for (auto& l : loaders) l->set_augment(augment);
   const std::size_t per_epoch = loaders[0]->batches_per_epoch();  // micro-batches

@@ -131,6 +131,15 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_flag("--recompute", c.recompute,
                "recompute every block's inside in backward (keeps only block inputs: less "
                "activation memory, one more forward of the blocks)");
+  app.add_flag("--reproducible", c.reproducible,
+               "the same bits (losses, parameters, checkpoints) on any number of ranks, threads "
+               "per rank, strategy and GEMM backend: exact sums over chunks of the batch and a "
+               "fixed-order GEMM (docs/design-notes.md); drops an epoch's last partial batch");
+  auto* chunk_option =
+      app.add_option("--chunk", c.chunk,
+                     "--reproducible: samples per chunk of the global batch (default 32); every "
+                     "rank's shard must be whole chunks, and runs agree for the same chunk and batch")
+          ->check(whole_number(1));
   auto* layers_option = app.add_option("--layers", layers, "MLP layer widths, input first, e.g. 784,256,128,10")
       ->capture_default_str();
   auto* activation_option =
@@ -398,6 +407,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "--loss-scale dynamic)");
   STRATA_REQUIRE(c.clip_grad_norm >= 0 && std::isfinite(c.clip_grad_norm), config,
                  "--clip-grad-norm must be finite and >= 0, got ", c.clip_grad_norm);
+  STRATA_REQUIRE(chunk_option->count() == 0 || c.reproducible, config,
+                 "--chunk applies to --reproducible runs (give both)");
   {
     GradSyncOptions sync;
     sync.compression = parse_grad_compression(c.grad_compression);

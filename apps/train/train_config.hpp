@@ -32,6 +32,8 @@ struct TrainConfig {
   std::string model_file;  // --model: a TOML model description (else the MLP of --layers)
   bool describe = false;   // print the layer table and exit
   bool recompute = false;  // activation recomputation in every top-level block
+  bool reproducible = false;  // --reproducible (strategies/reproducible.hpp)
+  std::size_t chunk = 0;      // its samples per chunk (0: default_chunk)
   bool sync_bn = false;    // SyncBatchNorm over the data-parallel ranks
   std::vector<std::size_t> layers{784, 256, 128, 10};
   ActivationKind activation = ActivationKind::relu;

@@ -212,10 +212,11 @@ class Communicator {
   // An exact sum over ranks (backends/exact_sum.hpp): both of its doubles
   // summed, which is exact in any order, so every rank count gives the same.
   ExactSum allreduce_exact(ExactSum s) {
-    double v[2] = {s.hi, s.lo};
-    allreduce(v, v, 2, DataType::f64, ReduceOp::sum);
+    double v[3] = {s.hi, s.lo, s.big};
+    allreduce(v, v, 3, DataType::f64, ReduceOp::sum);
     s.hi = v[0];
     s.lo = v[1];
+    s.big = v[2];
     return s;
   }
 
