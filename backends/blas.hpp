@@ -75,7 +75,7 @@ class Blas {
   // which runs one thread inside a parallel region). Layers use it to give
   // each thread its own samples and small GEMMs (Conv2d).
   bool sequential_in_kernels() const {
-    return backend_ == GemmBackend::vendor && vendor_sequential_in_kernels();
+    return !reproducible_ && backend_ == GemmBackend::vendor && vendor_sequential_in_kernels();
   }
   // The same for this build's vendor backend.
   static bool vendor_sequential_in_kernels();

@@ -78,30 +78,34 @@ double* exact_twin(const Context& ctx, const T* grad, std::size_t size) {
 }
 
 template <class T>
-void add_weight_grad(Context& ctx, std::size_t samples, ConstMatrix<T> dy, ConstMatrix<T> x,
-                     Matrix<T> dw) {
+void add_gemm_grad(Context& ctx, std::size_t samples, Op ta, Op tb, int m, int n, int k,
+                   const T* A, int lda, const T* B, int ldb, T* grad) {
   if (ctx.exact == nullptr) {
-    ctx.blas.gemm(Op::T, Op::N, T(1), dy, x, T(1), dw);
+    ctx.blas.gemm(ta, tb, m, n, k, T(1), A, lda, B, ldb, T(1), grad, n);
     return;
   }
-  const std::size_t rows = dy.extent(0), chunk = ctx.exact->chunk;
+  const std::size_t rows = static_cast<std::size_t>(k), chunk = ctx.exact->chunk;
   STRATA_REQUIRE(samples > 0 && rows % samples == 0 && samples % chunk == 0, config,
                  "--reproducible: a micro-batch of ", samples,
                  " samples is not whole chunks of ", chunk, " (--chunk)");
+  double* e = exact_twin(ctx, grad, static_cast<std::size_t>(m) * n);
+  if constexpr (std::is_same_v<T, float>)
+    gemm_exact_chunks(ctx.exec, ta, tb, m, n, k, static_cast<int>(rows / samples * chunk), A, lda,
+                      B, ldb, e, n);
+}
+
+template <class T>
+void add_weight_grad(Context& ctx, std::size_t samples, ConstMatrix<T> dy, ConstMatrix<T> x,
+                     Matrix<T> dw) {
   STRATA_REQUIRE(dw.span_is_contiguous() && dy.extent(1) == dw.extent(0) &&
-                     x.extent(1) == dw.extent(1) && x.extent(0) == rows,
-                 config, "add_weight_grad: shapes do not match: dy (", rows, ", ", dy.extent(1),
-                 "), x (", x.extent(0), ", ", x.extent(1), "), dW (", dw.extent(0), ", ",
-                 dw.extent(1), ")");
-  if constexpr (std::is_same_v<T, float>) {
-    const int per_chunk = static_cast<int>(rows / samples * chunk);
-    gemm_exact_chunks(ctx.exec, Op::T, Op::N, static_cast<int>(dw.extent(0)),
-                      static_cast<int>(dw.extent(1)), static_cast<int>(rows), per_chunk, dy.data(),
-                      static_cast<int>(dy.stride(0)), x.data(), static_cast<int>(x.stride(0)),
-                      exact_twin(ctx, dw.data(), dw.size()), static_cast<int>(dw.extent(1)));
-  } else {
-    exact_twin(ctx, dw.data(), dw.size());  // throws: float models only
-  }
+                     x.extent(1) == dw.extent(1) && x.extent(0) == dy.extent(0),
+                 config, "add_weight_grad: shapes do not match: dy (", dy.extent(0), ", ",
+                 dy.extent(1), "), x (", x.extent(0), ", ", x.extent(1), "), dW (", dw.extent(0),
+                 ", ", dw.extent(1), ")");
+  add_gemm_grad<T>(ctx, samples, Op::T, Op::N, static_cast<int>(dw.extent(0)),
+                   static_cast<int>(dw.extent(1)), static_cast<int>(dy.extent(0)), dy.data(),
+                   static_cast<int>(dy.stride(0)), x.data(), static_cast<int>(x.stride(0)),
+                   dw.data());
 }
 
 template <class T>
@@ -128,6 +132,10 @@ void add_column_sums(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
       rows);
 }
 
+template void add_gemm_grad<float>(Context&, std::size_t, Op, Op, int, int, int, const float*, int,
+                                   const float*, int, float*);
+template void add_gemm_grad<double>(Context&, std::size_t, Op, Op, int, int, int, const double*,
+                                    int, const double*, int, double*);
 template void add_weight_grad<float>(Context&, std::size_t, ConstMatrix<float>, ConstMatrix<float>,
                                      Matrix<float>);
 template void add_weight_grad<double>(Context&, std::size_t, ConstMatrix<double>,

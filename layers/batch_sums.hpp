@@ -13,6 +13,7 @@
 
 #include "backends/context.hpp"
 #include "backends/exact_sum.hpp"
+#include "backends/launch.hpp"
 
 #include <cstddef>
 
@@ -24,14 +25,56 @@ template <class T>
 void add_weight_grad(Context& ctx, std::size_t samples, ConstMatrix<T> dy, ConstMatrix<T> x,
                      Matrix<T> dw);
 
+// The pointer form: grad (m, n; row-major, contiguous) += op(A) (m, k)
+// op(B) (k, n), where k runs over the rows of `samples` samples (k / samples
+// per sample, in sample order): a convolution's patches.
+template <class T>
+void add_gemm_grad(Context& ctx, std::size_t samples, Op ta, Op tb, int m, int n, int k,
+                   const T* A, int lda, const T* B, int ldb, T* grad);
+
 // db (cols) += the sum over the rows of dy (rows, cols).
 template <class T>
 void add_column_sums(Context& ctx, ConstMatrix<T> dy, Vector<T> db);
+
+// grad(j) += the sum over i < rows of term(i, j) (a T computed alone, for
+// j < grad's size): exact term by term during a reproducible backward,
+// else rows in order. For per-row terms that are no column of a matrix
+// (LayerNorm's dy * xhat).
+template <class T, class Term>
+void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> grad,
+                  const Term& term);
 
 // The exact twin of a slice of the model's gradient buffer (hi, lo per
 // value) during a reproducible backward; throws runtime when `grad` is not
 // part of that buffer (a layer outside a model), config for double models.
 template <class T>
 double* exact_twin(const Context& ctx, const T* grad, std::size_t size);
+
+template <class T, class Term>
+void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> grad,
+                  const Term& term) {
+  if (ctx.exact != nullptr) {
+    double* e = exact_twin(ctx, grad.data(), grad.extent(0));
+    for_range(ctx, name, grad.extent(0), KOKKOS_LAMBDA(const std::size_t j) {
+          double hi = 0, lo = 0;
+          for (std::size_t i = 0; i < rows; ++i) {
+            double h, l;
+            exact_split(static_cast<double>(term(i, j)), h, l);
+            hi += h;
+            lo += l;
+          }
+          e[2 * j] += hi;
+          e[2 * j + 1] += lo;
+        },
+        rows);
+    return;
+  }
+  for_range(ctx, name, grad.extent(0), KOKKOS_LAMBDA(const std::size_t j) {
+        T acc = 0;
+        for (std::size_t i = 0; i < rows; ++i) acc += term(i, j);
+        grad(j) += acc;
+      },
+      rows);
+}
 
 }  // namespace strata

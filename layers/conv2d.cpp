@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/batch_sums.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
 
@@ -399,21 +400,25 @@ void Conv2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
 template <class T>
 void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   const std::size_t batch = dy.extent(0), P = positions();
-  if (bias_) {  // one item per channel: samples, then positions, in order
-    auto db = db_;
-    for_range(ctx, "strata::Conv2d::bias_grad", out_, KOKKOS_LAMBDA(const std::size_t c) {
-          T acc = 0;
-          for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t p = 0; p < P; ++p) acc += dy(b, c * P + p);
-          db(c) += acc;
-        },
-        batch * P);
-  }
+  if (bias_)  // one item per channel: samples, then positions, in order
+    add_row_sums<T>(ctx, "strata::Conv2d::bias_grad", batch * P, db_,
+        KOKKOS_LAMBDA(const std::size_t i, const std::size_t c) {
+          return dy(i / P, c * P + i % P);
+        });
   if (runs_samples(ctx, batch)) {
     backward_samples(ctx, saved.x, dy, dx);
     return;
   }
-  const std::size_t chunk = chunk_samples(batch);
+  std::size_t chunk = chunk_samples(batch);
+  if (ctx.exact != nullptr) {
+    // --reproducible: the weight gradient's chains run over whole chunks of
+    // ctx.exact->chunk samples, so the patches of whole chunks at a time.
+    const std::size_t c = ctx.exact->chunk;
+    STRATA_REQUIRE(chunk >= c || chunk == batch, config, name(), ": --chunk ", c,
+                   " samples do not fit its patch workspace of ", chunk,
+                   " samples; give a smaller --chunk");
+    chunk = std::max(c, chunk / c * c);
+  }
   const int og = static_cast<int>(out_ / groups_), kg = static_cast<int>(patch());
   T* yt = yt_.data();
   const std::size_t on = out_;
@@ -431,8 +436,8 @@ void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
         P);
     // dW(O, C K) += dyt col^T, per group.
     for (std::size_t g = 0; g < groups_; ++g)
-      ctx.blas.gemm(Op::N, Op::T, og, kg, cols, T(1), yt_.data() + g * og * N, cols,
-                    col_.data() + g * kg * N, cols, T(1), dweight_.data() + g * og * kg, kg);
+      add_gemm_grad<T>(ctx, n, Op::N, Op::T, og, kg, cols, yt_.data() + g * og * N, cols,
+                       col_.data() + g * kg * N, cols, dweight_.data() + g * og * kg);
     if (dx.data() == nullptr) continue;
     // dcol(C K, n P) = W^T dyt, per group, into col's buffer; then folded.
     for (std::size_t g = 0; g < groups_; ++g)

@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/batch_sums.hpp"
 #include "layers/registry.hpp"
 
 namespace strata {
@@ -103,13 +104,20 @@ void Embedding<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   const Matrix<T> dw = dweight_;
   const int dim = static_cast<int>(dim_), n = static_cast<int>(positions),
             first = static_cast<int>(first_), held = static_cast<int>(vocab_);
+  // --reproducible: every position's row added exactly into the exact twin,
+  // so the split of the positions over ranks cannot matter.
+  double* e = ctx.exact != nullptr ? exact_twin(ctx, dw.data(), dw.size()) : nullptr;
   for_range(ctx, "strata::Embedding::backward", (dim_ + block - 1) / block,
       KOKKOS_LAMBDA(const int b) {
         const int c0 = b * block, c1 = c0 + block < dim ? c0 + block : dim;
         for (int p = 0; p < n; ++p) {
           const int id = static_cast<int>(ids(p)) - first;
           if (id < 0 || id >= held) continue;
-          for (int c = c0; c < c1; ++c) dw(id, c) += g(p, c);
+          if (e != nullptr)
+            for (int c = c0; c < c1; ++c)
+              exact_add(e + 2 * (static_cast<std::size_t>(id) * dim + c), static_cast<double>(g(p, c)));
+          else
+            for (int c = c0; c < c1; ++c) dw(id, c) += g(p, c);
         }
       },
       positions * block);

@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/batch_sums.hpp"
 #include "layers/registry.hpp"
 
 namespace strata {
@@ -90,18 +91,27 @@ void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   ConstVector<T> mean(saved.scratch.data(), dy.extent(0)),
       rstd(saved.scratch.data() + dy.extent(0), dy.extent(0)), gamma = gamma_;
   auto dgamma = dgamma_, dbeta = dbeta_;
-  // Parameter gradients: one thread per feature, rows summed in order.
-  for_range(ctx, "strata::LayerNorm::param_grad", n,
-                       KOKKOS_LAMBDA(const int j) {
-                         T dg = 0, db = 0;
-                         for (int i = 0; i < batch; ++i) {
-                           dg += dy(i, j) * (x(i, j) - mean(i)) * rstd(i);
-                           db += dy(i, j);
-                         }
-                         dgamma(j) += dg;
-                         dbeta(j) += db;
-                       },
-            batch);
+  if (ctx.exact != nullptr) {  // --reproducible: every row's term added exactly
+    add_row_sums<T>(ctx, "strata::LayerNorm::dgamma", dy.extent(0), dgamma,
+        KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) {
+          return dy(i, j) * (x(i, j) - mean(i)) * rstd(i);
+        });
+    add_row_sums<T>(ctx, "strata::LayerNorm::dbeta", dy.extent(0), dbeta,
+        KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { return dy(i, j); });
+  } else {
+    // Parameter gradients: one thread per feature, rows summed in order.
+    for_range(ctx, "strata::LayerNorm::param_grad", n,
+                         KOKKOS_LAMBDA(const int j) {
+                           T dg = 0, db = 0;
+                           for (int i = 0; i < batch; ++i) {
+                             dg += dy(i, j) * (x(i, j) - mean(i)) * rstd(i);
+                             db += dy(i, j);
+                           }
+                           dgamma(j) += dg;
+                           dbeta(j) += db;
+                         },
+              batch);
+  }
   if (dx.data() == nullptr) return;
   for_range(ctx, "strata::LayerNorm::input_grad", batch,
                        KOKKOS_LAMBDA(const int i) {

@@ -23,6 +23,7 @@ class LayerNorm final : public Layer<T> {
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
 
   std::string name() const override;
+  bool reproducible() const override { return true; }
   Shape output_shape(const Shape& in) const override;
   std::vector<ParamInfo> param_table() const override;
   std::size_t num_params() const override { return 2 * features_; }

@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/batch_sums.hpp"
 #include "layers/registry.hpp"
 
 namespace strata {
@@ -68,14 +69,8 @@ void PositionEmbedding<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, 
 template <class T>
 void PositionEmbedding<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>&) {
   const std::size_t width = dy.extent(1);
-  const int batch = static_cast<int>(dy.extent(0));
-  const Vector<T> dw = dweight_;
-  for_range(ctx, "strata::PositionEmbedding::backward", width, KOKKOS_LAMBDA(const std::size_t k) {
-        T acc = 0;
-        for (int b = 0; b < batch; ++b) acc += dy(b, k);
-        dw(k) += acc;
-      },
-      dy.extent(0));
+  // The positions' rows of the table: the sums over the batch of dy's columns.
+  add_column_sums<T>(ctx, dy, Vector<T>(dweight_.data(), width));
   if (dx.data() != nullptr && dx.data() != dy.data()) Kokkos::deep_copy(ctx.exec, dx, dy);
 }
 

@@ -6,6 +6,7 @@
 // the mode trains the model at all: the default single-rank run, to within
 // rounding. And the default mode, on the same layouts, does differ in the
 // last bits (so these tests can tell).
+#include "backends/comm/self.hpp"
 #include "backends/ranks.hpp"
 #include "repro_harness.hpp"
 #include "test_utils.hpp"
@@ -128,6 +129,90 @@ TEST(Reproducible, MlpIsBitwiseTheSameInPipelinesZeroAndMeshes) {
   const Bits one = run_layout(c, clipped({"1 rank", 1, 1, reproducible(2)}), "mp1");
   for (const Layout& l : model_parallel_layouts(2))
     EXPECT_EQ(compare_bits(run_layout(c, clipped(l), "mp"), one), "") << l.name;
+}
+
+// Every layout of data_parallel_layouts and model_parallel_layouts against
+// one rank, and that one rank against the default single-rank run (within
+// `rel`: it trains the same model).
+void expect_every_layout_bitwise(const DpConfig& c, std::size_t chunk, const std::string& tag,
+                                 double rel = 1e-4) {
+  const Bits one = run_layout(c, {"1 rank", 1, 1, reproducible(chunk)}, tag + "1");
+  ASSERT_EQ(one.losses.size(), c.steps);
+  RunResult as_run;
+  as_run.losses = one.losses;
+  as_run.params = one.params;
+  EXPECT_EQ(test::compare(as_run, test::train_single(c), rel), "") << tag;
+  std::vector<Layout> all = data_parallel_layouts(chunk);
+  for (const Layout& l : model_parallel_layouts(chunk)) all.push_back(l);
+  for (const Layout& l : all)
+    EXPECT_EQ(compare_bits(run_layout(c, l, tag), one), "") << tag << ": " << l.name;
+}
+
+// The residual MLP (LayerNorm, GELU, Dropout in residual blocks).
+TEST(Reproducible, ResidualModelIsBitwiseTheSameOnEveryLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  c.model = test::residual_model(true);
+  expect_every_layout_bitwise(c, 2, "residual");
+}
+
+// The GPT: embeddings (the position table too), attention, LayerNorm,
+// Dropout, the head tied to the token embedding (across stages in the
+// pipelines); a chunk of one sample (6 tokens).
+TEST(Reproducible, GptIsBitwiseTheSameOnEveryLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = test::gpt_config(true);
+  c.batch = 12;
+  c.samples = 72;
+  expect_every_layout_bitwise(c, 1, "gpt");
+}
+
+// A CNN without BatchNorm (convolutions with biases, pooling).
+TEST(Reproducible, CnnIsBitwiseTheSameOnEveryLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  c.features = 72;
+  c.model = R"(input = [2, 6, 6]
+[[layers]]
+type = "conv2d"
+out = 4
+kernel = 3
+padding = 1
+[[layers]]
+type = "relu"
+[[layers]]
+type = "maxpool2d"
+kernel = 2
+[[layers]]
+type = "conv2d"
+out = 5
+kernel = 3
+[[layers]]
+type = "relu"
+[[layers]]
+type = "global_avgpool"
+[[layers]]
+type = "linear"
+out = 3
+)";
+  expect_every_layout_bitwise(c, 2, "cnn");
+}
+
+// A layer whose sums over the batch are not exact yet refuses the mode,
+// named by its place in the model.
+TEST(Reproducible, BatchNormRefusesTheModeByName) {
+  DpConfig c = mlp_config();
+  c.features = 72;
+  c.model = test::batchnorm_cnn_model(false);
+  Context ctx;
+  comm::SelfComm self;
+  try {
+    test::train_engine(ctx, self, c, reproducible(2), "unused");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(std::string(e.what()).find("layer 1 (BatchNorm"), std::string::npos) << e.what();
+  }
 }
 
 // Without --reproducible the same layouts differ in the last bits (the
