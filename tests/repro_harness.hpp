@@ -52,8 +52,10 @@ inline std::string compare_bits(const Bits& a, const Bits& b) {
 // batches of train_single's order (shuffled with c.seed, whole batches).
 // Returns rank 0's view (losses are the same on every rank; the checkpoint
 // holds the whole model in single-rank layout whatever the strategy).
+// resume: a checkpoint to start from (its steps are skipped; losses are
+// those of the steps after it).
 inline Bits train_engine(Context& ctx, comm::Communicator& comm, const DpConfig& c, EngineOptions o,
-                  const std::string& dir) {
+                  const std::string& dir, const std::string& resume = "") {
   const auto d = test::dp_data(c);
   o.model = test::model_of(c);
   o.seed = c.seed;
@@ -62,13 +64,19 @@ inline Bits train_engine(Context& ctx, comm::Communicator& comm, const DpConfig&
   auto engine = make_engine(ctx, comm, o, c.batch);
   data::BatchLoader<float> loader(d, c.batch, true, c.seed, true, engine->data_rank(),
                                   engine->data_ranks());
+  std::size_t first = 0;
+  if (!resume.empty()) {
+    const auto [snap, pos] = read_checkpoint(resume, "{}", engine->table());
+    engine->restore(snap);
+    first = pos.step;
+  }
   Bits r;
   std::vector<data::Batch<float>> micro(1);
   for (std::size_t s = 0, epoch = 0; s < c.steps;) {
     loader.seek(epoch++, 0);
     while (s < c.steps && loader.next(micro[0])) {
+      if (s++ < first) continue;
       r.losses.push_back(engine->step(micro, loader.global_size()));
-      ++s;
     }
   }
   const std::string file = engine->save({dir, 1, "{}"}, Position{c.steps, 0, 0});

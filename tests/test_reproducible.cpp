@@ -34,7 +34,8 @@ struct Layout {
   GemmBackend gemm = GemmBackend::vendor;  // portable where no vendor BLAS is built in
 };
 
-Bits run_layout(const DpConfig& c, const Layout& l, const std::string& tag) {
+Bits run_layout(const DpConfig& c, const Layout& l, const std::string& tag,
+                const std::string& resume = "", std::string* checkpoint = nullptr) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("strata-test-repro-" + std::to_string(::getpid()) + "-" + tag))
                               .string();
@@ -44,10 +45,12 @@ Bits run_layout(const DpConfig& c, const Layout& l, const std::string& tag) {
     const GemmBackend gemm = Blas::vendor_available() ? l.gemm : GemmBackend::portable;
     Context ctx(gemm, rank_ctx.exec);
     ctx.threads = rank_ctx.threads;
-    auto r = train_engine(ctx, comm, c, l.options, dir);
+    auto r = train_engine(ctx, comm, c, l.options, dir, resume);
     if (comm.rank() == 0) out = r;
   });
-  std::filesystem::remove_all(dir);
+  // The caller takes the checkpoint (and removes it).
+  if (checkpoint) *checkpoint = dir + "/" + checkpoint::file_name(c.steps);
+  else std::filesystem::remove_all(dir);
   return out;
 }
 
@@ -213,6 +216,45 @@ TEST(Reproducible, BatchNormRefusesTheModeByName) {
     EXPECT_EQ(e.kind(), ErrorKind::config);
     EXPECT_NE(std::string(e.what()).find("layer 1 (BatchNorm"), std::string::npos) << e.what();
   }
+}
+
+// In bf16 (16-bit activations, working weights rounded, fp32 master
+// weights), on the residual model: every layout gives the same bits too.
+TEST(Reproducible, Bf16IsBitwiseTheSameOnEveryLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  c.model = test::residual_model(true);
+  auto bf16 = [](Layout l) {
+    l.options.data.precision = l.options.mesh.precision = Precision::bf16;
+    return l;
+  };
+  const Bits one = run_layout(c, bf16({"1 rank", 1, 1, reproducible(2)}), "bf16-1");
+  std::vector<Layout> all = data_parallel_layouts(2);
+  for (const Layout& l : model_parallel_layouts(2)) all.push_back(l);
+  for (const Layout& l : all)
+    EXPECT_EQ(compare_bits(run_layout(c, bf16(l), "bf16"), one), "") << "bf16, " << l.name;
+  const Bits fp32 = run_layout(c, {"1 rank", 1, 1, reproducible(2)}, "bf16-fp32");
+  EXPECT_NE(compare_bits(fp32, one), "") << "bf16 was not in effect";
+}
+
+// A checkpoint of 10 steps on 2 ranks, resumed on 3 ranks for 10 more (and
+// on a 2-stage pipeline): bitwise the 20 steps of one rank, losses of the
+// last 10 included.
+TEST(Reproducible, AResumeOnAnotherRankCountContinuesBitwise) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  const Bits whole = run_layout(c, {"1 rank", 1, 1, reproducible(2)}, "resume-whole");
+  DpConfig half = c;
+  half.steps = 10;
+  std::string checkpoint;
+  run_layout(half, {"2 ranks", 2, 1, reproducible(2)}, "resume-first", "", &checkpoint);
+  Bits tail = whole;
+  tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 10);
+  EXPECT_EQ(compare_bits(run_layout(c, {"3 ranks", 3, 1, reproducible(2)}, "resume-3", checkpoint), tail), "")
+      << "resumed on 3 ranks";
+  EXPECT_EQ(compare_bits(run_layout(c, mesh_layout(2, 1, 2, 1, 2), "resume-pp", checkpoint), tail), "")
+      << "resumed on a 2-stage pipeline";
+  std::filesystem::remove_all(std::filesystem::path(checkpoint).parent_path());
 }
 
 // Without --reproducible the same layouts differ in the last bits (the
