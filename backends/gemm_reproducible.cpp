@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -80,6 +81,32 @@ __attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* ap, cons
   _mm256_storeu_ps(ct + 80, c50), _mm256_storeu_ps(ct + 88, c51);
 }
 
+// exact_add(e + 2 c, x[c]) for c < n, four at a time: the same additions
+// as exact_split's, lane by lane, so the same bits; a group with a term
+// beyond the grid takes the scalar path (which makes it NaN).
+__attribute__((target("avx2,fma"))) void exact_row_avx2(double* e, const float* x, int n) {
+  const __m256d c_hi = _mm256_set1_pd(exact::c_hi), c_lo = _mm256_set1_pd(exact::c_lo);
+  const __m256d limit = _mm256_set1_pd(exact::term_limit);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  int c = 0;
+  for (; c + 4 <= n; c += 4) {
+    const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + c));
+    const __m256d inside = _mm256_cmp_pd(_mm256_andnot_pd(sign, v), limit, _CMP_LT_OQ);
+    if (_mm256_movemask_pd(inside) != 0xF) {
+      for (int k = c; k < c + 4; ++k) exact_add(e + 2 * k, static_cast<double>(x[k]));
+      continue;
+    }
+    const __m256d h = _mm256_sub_pd(_mm256_add_pd(v, c_hi), c_hi);
+    const __m256d r = _mm256_sub_pd(v, h);
+    const __m256d l = _mm256_sub_pd(_mm256_add_pd(r, c_lo), c_lo);
+    const __m256d even = _mm256_unpacklo_pd(h, l), odd = _mm256_unpackhi_pd(h, l);  // h0 l0 h2 l2, h1 l1 h3 l3
+    double* p = e + 2 * c;
+    _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p), _mm256_permute2f128_pd(even, odd, 0x20)));
+    _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4), _mm256_permute2f128_pd(even, odd, 0x31)));
+  }
+  for (; c < n; ++c) exact_add(e + 2 * c, static_cast<double>(x[c]));
+}
+
 bool cpu_has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
@@ -88,6 +115,19 @@ bool cpu_has_avx2_fma() {
 
 template <class T>
 using TileFn = void (*)(int, const T*, const T*, T*);
+using ExactRowFn = void (*)(double*, const float*, int);
+
+void exact_row_generic(double* e, const float* x, int n) {
+  for (int c = 0; c < n; ++c) exact_add(e + 2 * c, static_cast<double>(x[c]));
+}
+
+ExactRowFn best_exact_row(bool generic) {
+#ifdef STRATA_GEMM_AVX2
+  if (!generic && cpu_has_avx2_fma()) return exact_row_avx2;
+#endif
+  (void)generic;
+  return exact_row_generic;
+}
 
 template <class T>
 TileFn<T> best_tile(bool generic) {
@@ -115,6 +155,7 @@ struct Job {
   double* E;  // exact: not null
   int lde;
   TileFn<T> tile;
+  ExactRowFn exact_row;  // exact
 };
 
 // Panels of op(A) rows [i0, i0 + mb) and p in [p0, p0 + kc): ap[(panel * kc + p) * kMr + r],
@@ -125,14 +166,24 @@ void pack_a(const Job<T>& j, int i0, int mb, int p0, int kc, T* ap) {
   const int panels = (mb + kMr - 1) / kMr;
   for (int q = 0; q < panels; ++q) {
     T* out = ap + static_cast<std::ptrdiff_t>(q) * kc * kMr;
-    for (int r = 0; r < kMr; ++r) {
-      const int i = q * kMr + r;
-      if (i >= mb) {
+    const int rows = std::min(kMr, mb - q * kMr);
+    const T* a = j.A + (i0 + q * kMr) * si + static_cast<std::ptrdiff_t>(p0) * sp;
+    if (si == 1) {  // a panel's rows lie side by side: read along them
+      for (int p = 0; p < kc; ++p) {
+        const T* ap_row = a + static_cast<std::ptrdiff_t>(p) * sp;
+        T* o = out + p * kMr;
+        for (int r = 0; r < rows; ++r) o[r] = ap_row[r];
+        for (int r = rows; r < kMr; ++r) o[r] = T(0);
+      }
+      continue;
+    }
+    for (int r = 0; r < kMr; ++r) {  // each row along p
+      if (r >= rows) {
         for (int p = 0; p < kc; ++p) out[p * kMr + r] = T(0);
         continue;
       }
-      const T* a = j.A + (i0 + i) * si + static_cast<std::ptrdiff_t>(p0) * sp;
-      for (int p = 0; p < kc; ++p) out[p * kMr + r] = a[p * sp];
+      const T* row = a + r * si;
+      for (int p = 0; p < kc; ++p) out[p * kMr + r] = row[p * sp];
     }
   }
 }
@@ -146,11 +197,23 @@ void pack_b(const Job<T>& j, int j0, int nb, int p0, int kc, T* bp) {
   for (int q = 0; q < panels; ++q) {
     T* out = bp + static_cast<std::ptrdiff_t>(q) * kc * kNr;
     const int cols = std::min(kNr, nb - q * kNr);
-    for (int p = 0; p < kc; ++p) {
-      const T* b = j.B + static_cast<std::ptrdiff_t>(p0 + p) * sp + (j0 + q * kNr) * sj;
-      T* o = out + p * kNr;
-      for (int c = 0; c < cols; ++c) o[c] = b[c * sj];
-      for (int c = cols; c < kNr; ++c) o[c] = T(0);
+    const T* b = j.B + static_cast<std::ptrdiff_t>(p0) * sp + (j0 + q * kNr) * sj;
+    if (sj == 1) {  // a row of the panel is contiguous
+      for (int p = 0; p < kc; ++p) {
+        const T* row = b + static_cast<std::ptrdiff_t>(p) * sp;
+        T* o = out + p * kNr;
+        for (int c = 0; c < cols; ++c) o[c] = row[c];
+        for (int c = cols; c < kNr; ++c) o[c] = T(0);
+      }
+      continue;
+    }
+    for (int c = 0; c < kNr; ++c) {  // each column along p (contiguous)
+      if (c >= cols) {
+        for (int p = 0; p < kc; ++p) out[p * kNr + c] = T(0);
+        continue;
+      }
+      const T* col = b + static_cast<std::ptrdiff_t>(c) * sj;
+      for (int p = 0; p < kc; ++p) out[p * kNr + c] = col[p * sp];
     }
   }
 }
@@ -182,10 +245,10 @@ void run_item(const Job<T>& j, int item) {
           const int rows = std::min(kMr, mb - qi * kMr), cols = std::min(kNr, nb - qj * kNr);
           const int ib = i0 + qi * kMr, jb = j0 + qj * kNr;
           if (j.E != nullptr) {
-            for (int r = 0; r < rows; ++r) {
-              double* e = j.E + 2 * (static_cast<std::ptrdiff_t>(ib + r) * j.lde + jb);
-              for (int c = 0; c < cols; ++c) exact_add(e + 2 * c, static_cast<double>(ct[r * kNr + c]));
-            }
+            if constexpr (std::is_same_v<T, float>)
+              for (int r = 0; r < rows; ++r)
+                j.exact_row(j.E + 2 * (static_cast<std::ptrdiff_t>(ib + r) * j.lde + jb),
+                            ct + r * kNr, cols);
           } else {
             for (int r = 0; r < rows; ++r) {
               T* out = j.C + static_cast<std::ptrdiff_t>(ib + r) * j.ldc + jb;
@@ -236,7 +299,7 @@ void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
       return;
     }
     const Job<T> j{ta, tb, m, n, k, k, A, lda, B, ldb, alpha, beta, C, ldc, nullptr, 0,
-                   best_tile<T>(generic)};
+                   best_tile<T>(generic), nullptr};
     run(exec, j);
   }
 }
@@ -264,7 +327,7 @@ void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
     exec.fence();
   } else {
     const Job<float> j{ta, tb, m, n, k, chunk, A, lda, B, ldb, 1.0f, 0.0f, nullptr, 0, E, lde,
-                       best_tile<float>(generic)};
+                       best_tile<float>(generic), best_exact_row(generic)};
     run(exec, j);
   }
 }

@@ -121,6 +121,7 @@ double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps) {
   }
   Blas blas(ctx.blas.backend(), ctx.exec);
   blas.set_inline_small(false);
+  blas.set_reproducible(ctx.blas.reproducible());
   // Shapes run `count` times: one per host thread at a time on the sequential
   // BLAS where the layer does so too (each thread its own output), else in turn.
   const bool per_thread = blas.sequential_in_kernels();

@@ -40,6 +40,7 @@ struct GemmShape {
 std::vector<GemmShape> step_gemms(const Sequential<float>& model, std::size_t batch);
 
 // GFLOP/s of `shapes` run back to back on ctx's threads with the vendor BLAS
+// (the reproducible GEMM when ctx.blas is set to it)
 // (matrices allocated and touched first; each repetition at least 20 ms;
 // median of `reps`).
 double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps = 5);

@@ -1,0 +1,188 @@
+// strata-bench-reproducible: what --reproducible costs, in one run.
+//   W2 (784-1024-1024-10, batch 256) and W3 (4096 x 4 wide MLP, batch 512),
+//   SGD, on 1 rank x 2 threads and on 2 thread ranks x 1 thread: samples/s
+//   of the default mode and of --reproducible (chunks of --chunk samples),
+//   the two runs interleaved repetition by repetition (both models held at
+//   once), median [min-max]; the ratio is the median of the repetitions'
+//   ratios. On 1 rank x 2 threads also the step's GEMMs alone, on the
+//   vendor BLAS and on the reproducible kernel, measured between the
+//   repetitions: the GEMM's share of the cost.
+#include "apps/common/app_main.hpp"
+#include "apps/common/cli.hpp"
+#include "backends/gemm_reproducible.hpp"
+#include "backends/ranks.hpp"
+#include "backends/runtime.hpp"
+#include "benchmarks/common/bench_utils.hpp"
+#include "benchmarks/training/layer_breakdown.hpp"
+#include "data/dataset.hpp"
+#include "layers/mlp.hpp"
+#include "strategies/data_parallel.hpp"
+#include "strategies/reproducible.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <utility>
+
+namespace strata::bench {
+namespace {
+
+struct Workload {
+  std::string name;
+  std::vector<std::size_t> widths;
+  std::size_t batch;
+  std::size_t steps;  // per repetition
+};
+
+std::vector<Workload> workloads() {
+  return {{"W2", {784, 1024, 1024, 10}, 256, 20},
+          {"W3", {4096, 4096, 4096, 4096, 4096, 10}, 512, 2}};
+}
+
+// One mode's model and strategy on a rank.
+struct Trainer {
+  explicit Trainer(Sequential<float> m) : model(std::move(m)) {}
+  Sequential<float> model;
+  SoftmaxCrossEntropy<float> loss;
+  std::unique_ptr<Optimizer<float>> opt;
+  std::unique_ptr<DataParallel<float>> dp;
+  std::size_t chunk = 0;  // 0: the default mode
+};
+
+std::unique_ptr<Trainer> make_trainer(const Workload& w, Context& ctx, comm::Communicator& comm,
+                                      std::size_t chunk) {
+  auto t = std::make_unique<Trainer>(make_mlp<float>({w.widths}));
+  t->model.build(std::max<std::size_t>(1, data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size()).second));
+  t->model.init(Init::kaiming_uniform, 1);
+  t->chunk = chunk;
+  if (chunk > 0) {
+    validate_reproducible(chunk, w.batch, comm.size());
+    t->model.set_reproducible(chunk);
+  }
+  t->opt = std::make_unique<Optimizer<float>>(OptimizerConfig{OptimizerKind::sgd, 0.01},
+                                              t->model.num_params());
+  t->dp = std::make_unique<DataParallel<float>>(ctx, comm, t->model, t->loss, *t->opt);
+  return t;
+}
+
+// The context's arithmetic for a mode.
+void set_mode(Context& ctx, bool reproducible) {
+  ctx.reproducible = reproducible;
+  ctx.blas.set_reproducible(reproducible);
+}
+
+struct Result {
+  Stats base, repro, ratio, gemm_vendor, gemm_repro;  // samples/s; ratio repro/base; GFLOP/s
+};
+
+Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, std::size_t chunk,
+                int reps, int warmup, bool gemms) {
+  auto d = data::make_synthetic(w.batch, w.widths.front(), data::CsvTask::classification,
+                                w.widths.back(), 3);
+  data::BatchLoader<float> loader(d, w.batch, false, 0, false, comm.rank(), comm.size());
+  data::Batch<float> b;
+  loader.next(b);
+  auto base = make_trainer(w, ctx, comm, 0);
+  auto repro = make_trainer(w, ctx, comm, chunk);
+  const auto shapes = step_gemms(base->model, w.batch);
+  auto timed = [&](Trainer& t, std::size_t steps) {
+    set_mode(ctx, t.chunk > 0);
+    comm.barrier();
+    const auto t0 = Clock::now();
+    for (std::size_t s = 0; s < steps; ++s) t.dp->step(b, w.batch);
+    comm.barrier();
+    return w.batch * steps / seconds(t0, Clock::now());
+  };
+  for (Trainer* t : {base.get(), repro.get()}) timed(*t, static_cast<std::size_t>(warmup));
+  std::vector<double> rb, rr, ratio, gv, gr;
+  for (int r = 0; r < reps; ++r) {
+    rb.push_back(timed(*base, w.steps));
+    rr.push_back(timed(*repro, w.steps));
+    ratio.push_back(rr.back() / rb.back());
+    if (gemms) {
+      set_mode(ctx, false);
+      gv.push_back(gemm_rate(shapes, ctx, 3));
+      set_mode(ctx, true);
+      gr.push_back(gemm_rate(shapes, ctx, 3));
+    }
+  }
+  set_mode(ctx, false);
+  Result res{stats(rb), stats(rr), stats(ratio), {}, {}};
+  if (gemms) res.gemm_vendor = stats(gv), res.gemm_repro = stats(gr);
+  return res;
+}
+
+std::string ratio_text(const Stats& s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f [%.2f-%.2f]", s.median, s.min, s.max);
+  return buf;
+}
+
+}  // namespace
+}  // namespace strata::bench
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  using namespace strata::bench;
+  std::unique_ptr<Runtime> runtime;
+  return app::guarded("strata-bench-reproducible", [&] {
+    auto args = app::split_kokkos_args(argc, argv);
+    std::string which = "W2,W3";
+    int reps = 5, warmup = 2;
+    std::size_t chunk = default_chunk;
+    double scale = 1.0;
+    CLI::App cli{"What --reproducible costs: samples/s of the default mode and of --reproducible, "
+                 "interleaved, on W2 and W3, 1 rank x 2 threads and 2 thread ranks x 1 thread.",
+                 "strata-bench-reproducible"};
+    cli.add_option("--workloads", which, "comma-separated: W2, W3")->capture_default_str();
+    cli.add_option("--chunk", chunk, "samples per chunk of --reproducible")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cli.add_option("--reps", reps, "repetitions")->capture_default_str()->check(CLI::Range(1, 100));
+    cli.add_option("--warmup", warmup, "warm-up steps")->capture_default_str();
+    cli.add_option("--scale", scale, "multiply the steps per repetition (e.g. 0.05 for a smoke test)")
+        ->capture_default_str();
+    if (!app::parse_cli(cli, args.program)) return app::exit_ok;
+    std::vector<std::string> names;
+    {
+      std::stringstream ss(which);
+      for (std::string s; std::getline(ss, s, ',');) {
+        STRATA_REQUIRE(s == "W2" || s == "W3", config, "--workloads: unknown workload '", s,
+                       "' (expected W2 or W3)");
+        names.push_back(s);
+      }
+    }
+    std::string threads = kokkos_threads_option(2);
+    args.kokkos.insert(args.kokkos.end() - 1, threads.data());
+    int kargc = static_cast<int>(args.kokkos.size()) - 1;
+    runtime = std::make_unique<Runtime>(kargc, args.kokkos.data());
+    std::printf("# strata-bench-reproducible: %d repetitions, median [min-max]; * = max/min > 1.2\n# %s\n",
+                reps, configuration().c_str());
+    std::printf("# SGD; --reproducible with chunks of %zu samples; GEMM kernel: %s\n", chunk,
+                gemm_reproducible_kernel());
+    std::printf("%-4s %-9s %28s %28s %18s\n", "load", "ranks", "default samples/s",
+                "reproducible samples/s", "ratio");
+    for (auto w : workloads()) {
+      if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
+      w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
+      Result gemm;
+      for (auto [ranks, per] : {std::pair<int, int>{1, 2}, {2, 1}}) {
+        Result r;
+        run_ranks(ranks, per, [&](Context& ctx, comm::Communicator& comm) {
+          auto mine = run_rank(w, ctx, comm, chunk, reps, warmup, ranks == 1);
+          if (comm.rank() == 0) r = mine;
+        });
+        if (ranks == 1) gemm = r;
+        const std::string layout = std::to_string(ranks) + "x" + std::to_string(per);
+        std::printf("%-4s %-9s %28s %28s %18s\n", w.name.c_str(), layout.c_str(),
+                    rate_text(r.base).c_str(), rate_text(r.repro).c_str(), ratio_text(r.ratio).c_str());
+        std::fflush(stdout);
+      }
+      std::printf("%-4s %-9s GEMMs of a step, GFLOP/s: vendor %s, reproducible %s\n", w.name.c_str(),
+                  "1x2", rate_text(gemm.gemm_vendor).c_str(), rate_text(gemm.gemm_repro).c_str());
+    }
+    return app::exit_ok;
+  });
+}
