@@ -19,12 +19,23 @@ namespace strata {
 
 namespace {
 
-// C is computed in blocks of kMb x kNb (one work item each), p in blocks of
+// C is computed in blocks of about kMb x kNb (one work item each; the rows
+// and columns split evenly into blocks of whole tiles, so that the items of
+// a GEMM weigh alike over the threads; an exact GEMM's blocks are narrower,
+// as the block's exact sums, 16 bytes per value, stay in cache over its
+// chunks), p in blocks of
 // at most kKc; inside a block, kMr x kNr tiles in registers. A tile's chain
 // continues from block to block of p through a float buffer, which holds
 // exactly what the registers held, so the blocking never changes a bit.
 constexpr int kMr = 6, kNr = 16;
-constexpr int kMb = 96, kNb = 256, kKc = 256;
+constexpr int kMb = 192, kNb = 512, kNbExact = 256, kKc = 256;
+
+// `n` split into blocks of at most about `target`, whole multiples of `unit`.
+int block_size(int n, int target, int unit) {
+  const int blocks = (n + target - 1) / target;
+  const int size = (n + blocks - 1) / blocks;
+  return (size + unit - 1) / unit * unit;
+}
 
 // The tile kernel: ct (kMr x kNr, row-major) = the chain continued over kc
 // values of p, from the packed panels ap (p-major, kMr per p) and bp (p-major,
@@ -156,6 +167,7 @@ struct Job {
   int lde;
   TileFn<T> tile;
   ExactRowFn exact_row;  // exact
+  int mb = 0, nb = 0;    // block sizes (set by run)
 };
 
 // Panels of op(A) rows [i0, i0 + mb) and p in [p0, p0 + kc): ap[(panel * kc + p) * kMr + r],
@@ -220,9 +232,9 @@ void pack_b(const Job<T>& j, int j0, int nb, int p0, int kc, T* bp) {
 
 template <class T>
 void run_item(const Job<T>& j, int item) {
-  const int blocks_n = (j.n + kNb - 1) / kNb;
-  const int i0 = (item / blocks_n) * kMb, j0 = (item % blocks_n) * kNb;
-  const int mb = std::min(kMb, j.m - i0), nb = std::min(kNb, j.n - j0);
+  const int blocks_n = (j.n + j.nb - 1) / j.nb;
+  const int i0 = (item / blocks_n) * j.mb, j0 = (item % blocks_n) * j.nb;
+  const int mb = std::min(j.mb, j.m - i0), nb = std::min(j.nb, j.n - j0);
   const int pm = (mb + kMr - 1) / kMr, pn = (nb + kNr - 1) / kNr;
   thread_local std::vector<T> ap, bp, part;
   ap.resize(static_cast<std::size_t>(pm) * kMr * kKc);
@@ -263,8 +275,10 @@ void run_item(const Job<T>& j, int item) {
 }
 
 template <class T>
-void run(const ExecSpace& exec, const Job<T>& j) {
-  const int items = ((j.m + kMb - 1) / kMb) * ((j.n + kNb - 1) / kNb);
+void run(const ExecSpace& exec, Job<T> j) {
+  j.mb = block_size(j.m, kMb, kMr);
+  j.nb = block_size(j.n, j.E != nullptr ? kNbExact : kNb, kNr);
+  const int items = ((j.m + j.mb - 1) / j.mb) * ((j.n + j.nb - 1) / j.nb);
   if constexpr (host_kernels) {
     if (items == 1 || kernel_threads(exec) == 1) {
       for (int i = 0; i < items; ++i) run_item(j, i);
