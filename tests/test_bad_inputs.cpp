@@ -304,6 +304,18 @@ const std::vector<Entry>& catalogue() {
       {"more micro-batches than samples in a batch", 2,
        {"--micro-batches 8 splits each batch of --batch-size 4 samples"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --ranks 2 --pp 2 --batch-size 4 --micro-batches 8"; }},
+      {"--chunk without --reproducible", 2, {"--chunk applies to --reproducible runs"},
+       [](Workspace&) { return "--dataset synthetic --steps 1 --chunk 8"; }},
+      {"--reproducible with shards of part chunks", 2,
+       {"--reproducible: a global batch of 20 samples splits over 3 data-parallel rank(s) into "
+        "shards of 7, 7, 6 samples", "multiple of 6 (3 x 2)"},
+       [](Workspace&) {
+         return "--dataset synthetic --steps 1 --ranks 3 --batch-size 20 --reproducible --chunk 2";
+       }},
+      {"--reproducible with tensor parallelism", 2, {"--reproducible with --tp"},
+       [](Workspace&) {
+         return "--dataset synthetic --steps 1 --ranks 2 --tp 2 --batch-size 8 --reproducible --chunk 2";
+       }},
       {"--threads with --kokkos-threads", 2, {"--threads and --kokkos-threads", "give one"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --threads 2 --kokkos-threads=1"; }},
       {"--loss-scale-growth-interval without loss scaling", 2,
