@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/batch_sums.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
 
@@ -32,6 +33,7 @@ void BatchNorm<T>::allocate() {
   running_var_ = VectorBuffer<T>("strata::BatchNorm::running_var", channels_);
   Kokkos::deep_copy(running_var_, T(1));
   sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels_ + 1);
+  exact_ = Kokkos::View<double*, MemSpace>("strata::BatchNorm::exact", 4 * channels_ + 2);
 }
 
 template <class T>
@@ -116,7 +118,9 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   const T eps = static_cast<T>(eps_);
   auto rm = running_mean_, rv = running_var_;
-  if (saved.training && group_ != nullptr && group_->size() > 1) {
+  if (saved.training && ctx.reproducible) {
+    exact_statistics(ctx, x, saved);
+  } else if (saved.training && group_ != nullptr && group_->size() > 1) {
     // SyncBatchNorm: the statistics of the samples of every rank. sums_
     // holds each channel's sum and this rank's count (C + 1), then each
     // channel's squared deviations (C), each summed over the ranks.
@@ -210,6 +214,106 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
       S);
 }
 
+// Per channel c: exact sums of f(value) over every sample and position of a
+// (batch, C S) matrix into e[2 c], e[2 c + 1].
+template <class T, class F>
+void exact_channel_sums(Context& ctx, const char* name, std::size_t batch, std::size_t C,
+                        std::size_t S, double* e, const F& f) {
+  for_range(ctx, name, C, KOKKOS_LAMBDA(const std::size_t c) {
+        double hi = 0, lo = 0;
+        for (std::size_t b = 0; b < batch; ++b)
+          for (std::size_t s = 0; s < S; ++s) {
+            double h, l;
+            exact_split(f(b, c * S + s, c), h, l);
+            hi += h;
+            lo += l;
+          }
+        e[2 * c] = hi;
+        e[2 * c + 1] = lo;
+      },
+      batch * S);
+}
+
+template <class T>
+void BatchNorm<T>::exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved) {
+  const std::size_t batch = x.extent(0), C = channels_, S = positions();
+  double* e = exact_.data();
+  const Kokkos::View<double*, MemSpace> sums(exact_.data(), 2 * C + 2);
+  const Kokkos::View<double*, MemSpace> squares(exact_.data(), 2 * C);
+  const bool group = group_ != nullptr && group_->size() > 1;
+  // The sums of the values and, in the last pair, the count; over the group.
+  exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_sums", batch, C, S, e,
+      KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t) { return static_cast<double>(x(b, k)); });
+  const double local_n = static_cast<double>(batch * S);
+  Kokkos::deep_copy(ctx.exec, Kokkos::subview(sums, std::make_pair(2 * C, 2 * C + 2)), 0.0);
+  Kokkos::deep_copy(ctx.exec, Kokkos::subview(sums, 2 * C), local_n);
+  if (group) group_->sum_exact(ctx, sums);
+  ctx.exec.fence();
+  double n = 0;
+  Kokkos::deep_copy(n, Kokkos::subview(sums, 2 * C));
+  const auto global = static_cast<std::size_t>(n);
+  STRATA_REQUIRE(global > 1, runtime, name(), ": training needs more than one value per "
+                 "channel over the ranks, got ", global, " (use a larger batch)");
+  Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  for_range(ctx, "strata::BatchNorm::exact_mean", C, KOKKOS_LAMBDA(const std::size_t c) {
+    mean(c) = static_cast<T>(exact_value(e[2 * c], e[2 * c + 1]) / n);
+  });
+  // The squared deviations, each divided by the count (so that their sum,
+  // the variance, stays on the grid's scale).
+  const double inv = 1.0 / n;
+  exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_squares", batch, C, S, e,
+      KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t c) {
+        const T d = x(b, k) - mean(c);
+        return static_cast<double>(d * d) * inv;
+      });
+  if (group) group_->sum_exact(ctx, squares);
+  const bool update = !saved.recomputing;
+  const T m = static_cast<T>(momentum_), eps = static_cast<T>(eps_);
+  const T unbias = static_cast<T>(n / (n - 1));
+  auto rm = running_mean_, rv = running_var_;
+  for_range(ctx, "strata::BatchNorm::exact_statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
+    const T var = static_cast<T>(exact_value(e[2 * c], e[2 * c + 1]));
+    rstd(c) = T(1) / kmath::sqrt(var + eps);
+    if (update) {
+      rm(c) = (T(1) - m) * rm(c) + m * mean(c);
+      rv(c) = (T(1) - m) * rv(c) + m * var * unbias;
+    }
+  });
+  if (update) ++tracked_;
+  saved.counter = global;
+}
+
+template <class T>
+void BatchNorm<T>::exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Saved<T>& saved) {
+  const ConstMatrix<T> x = saved.x;
+  const std::size_t batch = dy.extent(0), C = channels_, S = positions();
+  ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  // This rank's sums of dy and of dy xhat: the gradients of beta and gamma
+  // (exactly into their twins), then over the group for the input gradient.
+  double* e = exact_.data();
+  double* e2 = exact_.data() + 2 * C;
+  exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_dbeta", batch, C, S, e,
+      KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t) { return static_cast<double>(dy(b, k)); });
+  exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_dgamma", batch, C, S, e2,
+      KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t c) {
+        return static_cast<double>(dy(b, k) * ((x(b, k) - mean(c)) * rstd(c)));
+      });
+  double* tb = exact_twin(ctx, dbeta_.data(), C);
+  double* tg = exact_twin(ctx, dgamma_.data(), C);
+  for_range(ctx, "strata::BatchNorm::exact_param_grad", 2 * C, KOKKOS_LAMBDA(const std::size_t i) {
+    tb[i] += e[i];
+    tg[i] += e2[i];
+  });
+  if (group_ != nullptr && group_->size() > 1)
+    group_->sum_exact(ctx, Kokkos::View<double*, MemSpace>(exact_.data(), 4 * C));
+  const double n = static_cast<double>(saved.counter);
+  Vector<T> sums = sums_;
+  for_range(ctx, "strata::BatchNorm::exact_means", C, KOKKOS_LAMBDA(const std::size_t c) {
+    sums(c) = static_cast<T>(exact_value(e[2 * c], e[2 * c + 1]) / n);
+    sums(C + c) = static_cast<T>(exact_value(e2[2 * c], e2[2 * c + 1]) / n);
+  });
+}
+
 template <class T>
 void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   const ConstMatrix<T> x = saved.x;
@@ -221,26 +325,30 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
   Vector<T> sums = sums_;
-  for_range(ctx, "strata::BatchNorm::param_grad", C, KOKKOS_LAMBDA(const std::size_t c) {
-        T s1 = 0, s2 = 0;  // sums of dy and dy xhat
-        for (std::size_t b = 0; b < batch; ++b)
-          for (std::size_t s = 0; s < S; ++s) {
-            const T d = dy(b, c * S + s);
-            s1 += d;
-            s2 += d * (x(b, c * S + s) - mean(c)) * rstd(c);
-          }
-        dgamma(c) += s2;
-        dbeta(c) += s1;
-        sums(c) = synced ? s1 : s1 / nt;
-        sums(C + c) = synced ? s2 : s2 / nt;
-      },
-      2 * batch * S);
-  if (synced) {
-    // Every rank takes part, with or without an input gradient to compute.
-    group_->sum(ctx, Vector<T>(sums_.data(), 2 * C));
-    for_range(ctx, "strata::BatchNorm::global_means", 2 * C, KOKKOS_LAMBDA(const std::size_t i) {
-      sums(i) = sums(i) / nt;
-    });
+  if (saved.training && ctx.exact != nullptr) {
+    exact_backward_sums(ctx, dy, saved);
+  } else {
+    for_range(ctx, "strata::BatchNorm::param_grad", C, KOKKOS_LAMBDA(const std::size_t c) {
+          T s1 = 0, s2 = 0;  // sums of dy and dy xhat
+          for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t s = 0; s < S; ++s) {
+              const T d = dy(b, c * S + s);
+              s1 += d;
+              s2 += d * (x(b, c * S + s) - mean(c)) * rstd(c);
+            }
+          dgamma(c) += s2;
+          dbeta(c) += s1;
+          sums(c) = synced ? s1 : s1 / nt;
+          sums(C + c) = synced ? s2 : s2 / nt;
+        },
+        2 * batch * S);
+    if (synced) {
+      // Every rank takes part, with or without an input gradient to compute.
+      group_->sum(ctx, Vector<T>(sums_.data(), 2 * C));
+      for_range(ctx, "strata::BatchNorm::global_means", 2 * C, KOKKOS_LAMBDA(const std::size_t i) {
+        sums(i) = sums(i) / nt;
+      });
+    }
   }
   if (dx.data() == nullptr) return;
   const bool batch_stats = saved.training;

@@ -64,6 +64,13 @@ class BatchNorm final : public Layer<T> {
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
+  // --reproducible: SyncBatchNorm only, whose statistics are the whole
+  // batch's (exact sums over the ranks) whatever the split.
+  std::string reproducibility_issue() const override {
+    return sync_ ? ""
+                 : "normalises each rank's samples by their own statistics, which change with the "
+                   "split; use SyncBatchNorm (--sync-bn, or sync_batchnorm = true in the model file)";
+  }
   std::size_t set_batch_group(BatchGroup<T>* group) override {
     if (!sync_) return 0;
     group_ = group;
@@ -73,11 +80,16 @@ class BatchNorm final : public Layer<T> {
   std::uint64_t batches_tracked() const { return tracked_; }
 
  private:
+  // --reproducible's statistics and their gradients: exact sums over the
+  // whole batch (every rank of the group), the same bits on any split.
+  void exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved);
+  void exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Saved<T>& saved);
   std::size_t channels_;
   double eps_, momentum_;
   bool sync_;
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
   VectorBuffer<T> running_mean_, running_var_;
+  Kokkos::View<double*, MemSpace> exact_;  // --reproducible: exact sums (4 C + 2)
   VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel;
                           // forward with a group: the sums and the count (2C + 1)
   BatchGroup<T>* group_ = nullptr;

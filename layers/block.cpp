@@ -327,10 +327,11 @@ void Block<T>::begin_pass() {
 }
 
 template <class T>
-bool Block<T>::reproducible() const {
+std::string Block<T>::reproducibility_issue() const {
   for (const auto& l : layers_)
-    if (!l->reproducible()) return false;
-  return true;
+    if (const std::string issue = l->reproducibility_issue(); !issue.empty())
+      return l->name() + " " + issue;
+  return "";
 }
 
 template <class T>

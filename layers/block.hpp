@@ -61,7 +61,7 @@ class Block : public Layer<T> {
   bool backward_reads_output() const override { return false; }
   void begin_pass() override;
   void set_training(bool training) override;
-  bool reproducible() const override;
+  std::string reproducibility_issue() const override;
   std::size_t set_batch_group(BatchGroup<T>* group) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   void set_recompute(bool on) override { recompute_ = on; }

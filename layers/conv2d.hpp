@@ -60,7 +60,7 @@ class Conv2d final : public Layer<T> {
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
 
   std::string name() const override;
-  bool reproducible() const override { return true; }
+  std::string reproducibility_issue() const override { return ""; }
   Shape output_shape(const Shape& in) const override;
   void set_input_shape(const Shape& in) override;
   std::size_t num_params() const override { return weights() + (bias_ ? out_ : 0); }

@@ -29,7 +29,7 @@ class Embedding final : public Layer<T> {
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
 
   std::string name() const override;
-  bool reproducible() const override { return true; }
+  std::string reproducibility_issue() const override { return ""; }
   Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return vocab_ * dim_; }
   std::vector<ParamInfo> param_table() const override;

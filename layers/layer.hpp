@@ -190,12 +190,14 @@ class Layer {
     state.training = false;
     forward(ctx, x, y, state);
   }
-  // --reproducible (layers/batch_sums.hpp): whether every sum over the batch
-  // the layer takes (its parameter gradients; statistics) is exact, so that
-  // its results do not depend on how the batch is split. A model with a
-  // layer that says false refuses the mode. Default: layers without
-  // parameters take no such sum.
-  virtual bool reproducible() const { return num_params() == 0; }
+  // --reproducible (layers/batch_sums.hpp): "" when every sum over the
+  // batch the layer takes (its parameter gradients; statistics) is exact, so
+  // that its results do not depend on how the batch is split; else why not
+  // (a model with such a layer refuses the mode, naming it and the reason).
+  // Default: layers without parameters take no such sum.
+  virtual std::string reproducibility_issue() const {
+    return num_params() == 0 ? "" : "does not sum its gradients exactly yet";
+  }
   virtual void set_training(bool training) { training_ = training; }
   // The data-parallel ranks sharing the batch (layers/batch_group.hpp), for
   // layers whose forward needs statistics of the whole batch (SyncBatchNorm);

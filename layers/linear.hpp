@@ -30,7 +30,7 @@ class Linear final : public Layer<T> {
   // The layer a model file describes (layers/registry.hpp).
   static LayerPtr<T> from_args(LayerArgs& args, const Shape& in, LayerBuild& build);
 
-  bool reproducible() const override { return true; }
+  std::string reproducibility_issue() const override { return ""; }
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return (tied_ ? 0 : out_ * in_) + (bias_ ? out_ : 0); }

@@ -436,11 +436,12 @@ void Sequential<T>::zero_grad(Context& ctx) {
 template <class T>
 void Sequential<T>::set_reproducible(std::size_t chunk) {
   if (chunk > 0)
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      STRATA_REQUIRE(layers_[i]->reproducible(), config, "--reproducible: layer ",
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const std::string issue = layers_[i]->reproducibility_issue();
+      STRATA_REQUIRE(issue.empty(), config, "--reproducible: layer ",
                      names_[i].empty() ? std::to_string(first_index_ + i) : names_[i], " (",
-                     layers_[i]->name(),
-                     ") does not sum its gradients exactly yet; train it without --reproducible");
+                     layers_[i]->name(), ") ", issue);
+    }
   STRATA_REQUIRE((chunk == 0 || std::is_same_v<T, float>), config,
                  "--reproducible trains float models");
   chunk_ = chunk;

@@ -19,6 +19,7 @@ namespace strata::test {
 struct Bits {
   std::vector<double> losses;
   std::vector<float> params, opt0, opt1;  // the checkpoint's payload
+  std::string state;  // and its state (buffers: running statistics, counters)
 };
 
 // "" when a and b are the same bits, else what differs first.
@@ -45,6 +46,7 @@ inline std::string compare_bits(const Bits& a, const Bits& b) {
         return buf;
       }
   }
+  if (a.state != b.state) return "checkpoint state (buffers) differs: " + a.state + " vs " + b.state;
   return "";
 }
 
@@ -85,6 +87,7 @@ inline Bits train_engine(Context& ctx, comm::Communicator& comm, const DpConfig&
     r.params = st.params;
     r.opt0 = st.opt0;
     r.opt1 = st.opt1;
+    r.state = st.state;
   }
   return r;
 }

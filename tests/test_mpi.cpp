@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include <Kokkos_Core.hpp>
 
@@ -284,7 +285,10 @@ test::Bits one_rank_reference(const test::DpConfig& c, const EngineOptions& o,
   comm::SelfComm self;
   Context ctx;
   const std::string dir = test::repro_dir(world, "self");  // every process takes part
-  if (world.rank() == 0) ref = test::train_engine(ctx, self, c, o, dir + "-" + std::to_string(world.rank()));
+  if (world.rank() == 0) {
+    ref = test::train_engine(ctx, self, c, o, dir);
+    std::filesystem::remove_all(dir);
+  }
   world.barrier();
   return ref;
 }
@@ -297,14 +301,25 @@ test::DpConfig reproducible_mlp() {
   return c;
 }
 
+// The MLP with Dropout, and the CNN with SyncBatchNorm (its statistics'
+// exact sums go over MPI too).
 TEST(ReproducibleMpi, DataParallelIsBitwiseOneRank) {
   comm::MpiComm world(MPI_COMM_WORLD, false);
-  const test::DpConfig c = reproducible_mlp();
-  const EngineOptions o = reproducible_options(2);
-  const test::Bits ref = one_rank_reference(c, o, world);
-  Context ctx;
-  const test::Bits got = test::train_engine(ctx, world, c, o, test::repro_dir(world, "dp"));
-  if (world.rank() == 0) EXPECT_EQ(test::compare_bits(got, ref), "") << world.size() << " processes";
+  test::DpConfig cnn = reproducible_mlp();
+  cnn.features = 72;
+  cnn.model = test::batchnorm_cnn_model(true);
+  for (const test::DpConfig& c : {reproducible_mlp(), cnn}) {
+    const EngineOptions o = reproducible_options(2);
+    const test::Bits ref = one_rank_reference(c, o, world);
+    Context ctx;
+    const std::string dir = test::repro_dir(world, "dp");
+    const test::Bits got = test::train_engine(ctx, world, c, o, dir);
+    world.barrier();
+    if (world.rank() == 0) std::filesystem::remove_all(dir);
+    if (world.rank() == 0)
+      EXPECT_EQ(test::compare_bits(got, ref), "")
+          << world.size() << " processes, " << (c.model.empty() ? "MLP" : "SyncBatchNorm CNN");
+  }
 }
 
 TEST(ReproducibleMpi, HierarchicalTwoThreadRanksPerProcessIsBitwiseOneRank) {
@@ -319,6 +334,8 @@ TEST(ReproducibleMpi, HierarchicalTwoThreadRanksPerProcessIsBitwiseOneRank) {
     const test::Bits got = test::train_engine(ctx, h, c, o, dir);
     if (h.rank() == 0) EXPECT_EQ(test::compare_bits(got, ref), "") << h.size() << " ranks";
   });
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -201,8 +201,27 @@ out = 3
   expect_every_layout_bitwise(c, 2, "cnn");
 }
 
-// A layer whose sums over the batch are not exact yet refuses the mode,
-// named by its place in the model.
+// The CNN with SyncBatchNorm (statistics of the whole batch, exact sums over
+// the ranks; no convolution biases): every data-parallel layout, running
+// statistics included (in the checkpoint's buffers, compared through the
+// parameters' training and the losses; the model-parallel engine has no
+// SyncBatchNorm).
+TEST(Reproducible, CnnWithSyncBatchNormIsBitwiseTheSameOnEveryDataParallelLayout) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c = mlp_config();
+  c.features = 72;
+  c.model = test::batchnorm_cnn_model(true);
+  const Bits one = run_layout(c, {"1 rank", 1, 1, reproducible(2)}, "bn1");
+  RunResult as_run;
+  as_run.losses = one.losses;
+  as_run.params = one.params;
+  EXPECT_EQ(test::compare(as_run, test::train_single(c), 1e-4), "");
+  for (const Layout& l : data_parallel_layouts(2))
+    EXPECT_EQ(compare_bits(run_layout(c, l, "bn"), one), "") << "SyncBatchNorm, " << l.name;
+}
+
+// BatchNorm of each rank's own samples changes with the split: refused,
+// named by its place in the model, with the way out.
 TEST(Reproducible, BatchNormRefusesTheModeByName) {
   DpConfig c = mlp_config();
   c.features = 72;
@@ -215,6 +234,7 @@ TEST(Reproducible, BatchNormRefusesTheModeByName) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::config);
     EXPECT_NE(std::string(e.what()).find("layer 1 (BatchNorm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use SyncBatchNorm (--sync-bn"), std::string::npos) << e.what();
   }
 }
 
