@@ -79,11 +79,14 @@ class BatchNorm final : public Layer<T> {
 
   std::uint64_t batches_tracked() const { return tracked_; }
 
- private:
-  // --reproducible's statistics and their gradients: exact sums over the
-  // whole batch (every rank of the group), the same bits on any split.
+  // --reproducible's statistics and their gradients (forward and backward
+  // call them): exact sums over the whole batch (every rank of the group),
+  // the same bits on any split. Public: nvcc refuses device lambdas in
+  // private members.
   void exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved);
   void exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Saved<T>& saved);
+
+ private:
   std::size_t channels_;
   double eps_, momentum_;
   bool sync_;

@@ -521,6 +521,11 @@ void add_into(Context& ctx, Vector<T> g, ConstVector<T> other) {
     g(i) += other(i);
   });
 }
+// e[i] += other[i] for the exact twins of a tied weight's gradient.
+void add_into_exact(Context& ctx, double* e, const double* other, std::size_t n) {
+  for_range(ctx, "strata::pipeline::sum_tied_exact", n,
+            KOKKOS_LAMBDA(const std::size_t i) { e[i] += other[i]; });
+}
 }  // namespace pipeline_detail
 using pipeline_detail::kTieTag;
 
@@ -556,8 +561,7 @@ void ModelParallel<T>::sum_tied_gradients() {
       ctx_.exec.fence();
       mesh_->pp().send(e, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
       mesh_->pp().recv(other, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
-      for_range(ctx_, "strata::pipeline::sum_tied_exact", n,
-                KOKKOS_LAMBDA(const std::size_t i) { e[i] += other[i]; });
+      pipeline_detail::add_into_exact(ctx_, e, other, n);
       continue;
     }
     const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
