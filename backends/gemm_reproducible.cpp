@@ -10,7 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The AVX2 kernels are host code for x86-64; a CUDA or HIP device pass of
+// this file (which sees the host's macros) leaves them out.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
 #include <immintrin.h>
 #define STRATA_GEMM_AVX2 1
 #endif

@@ -96,7 +96,8 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, std::
     comm.barrier();
     return w.batch * steps / seconds(t0, Clock::now());
   };
-  for (Trainer* t : {base.get(), repro.get()}) timed(*t, static_cast<std::size_t>(warmup));
+  timed(*base, static_cast<std::size_t>(warmup));
+  timed(*repro, static_cast<std::size_t>(warmup));
   std::vector<double> rb, rr, ratio, gv, gr;
   for (int r = 0; r < reps; ++r) {
     rb.push_back(timed(*base, w.steps));
@@ -168,7 +169,9 @@ int main(int argc, char** argv) {
       if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
       w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
       Result gemm;
-      for (auto [ranks, per] : {std::pair<int, int>{1, 2}, {2, 1}}) {
+      const std::pair<int, int> layouts[] = {{1, 2}, {2, 1}};  // ranks x threads per rank
+      for (const auto& layout_shape : layouts) {
+        const int ranks = layout_shape.first, per = layout_shape.second;
         Result r;
         run_ranks(ranks, per, [&](Context& ctx, comm::Communicator& comm) {
           auto mine = run_rank(w, ctx, comm, chunk, reps, warmup, ranks == 1);
