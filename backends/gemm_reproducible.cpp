@@ -34,7 +34,7 @@ constexpr int kMr = 6, kNr = 16;
 constexpr int kMb = 192, kNb = 512, kNbExact = 256, kKc = 256;
 
 // `n` split into blocks of at most about `target`, whole multiples of `unit`.
-int block_size(int n, int target, int unit) {
+[[maybe_unused]] int block_size(int n, int target, int unit) {
   const int blocks = (n + target - 1) / target;
   const int size = (n + blocks - 1) / blocks;
   return (size + unit - 1) / unit * unit;
@@ -58,8 +58,8 @@ void tile_generic(int kc, const T* ap, const T* bp, T* ct) {
 #ifdef STRATA_GEMM_AVX2
 // The same chain, eight lanes at a time: _mm256_fmadd_ps rounds each lane
 // once, as std::fma does.
-__attribute__((target("avx2,fma"))) void tile_avx2(int kc, const float* ap, const float* bp,
-                                                   float* ct) {
+[[maybe_unused]] __attribute__((target("avx2,fma")))
+void tile_avx2(int kc, const float* ap, const float* bp, float* ct) {
   __m256 c00 = _mm256_loadu_ps(ct + 0), c01 = _mm256_loadu_ps(ct + 8);
   __m256 c10 = _mm256_loadu_ps(ct + 16), c11 = _mm256_loadu_ps(ct + 24);
   __m256 c20 = _mm256_loadu_ps(ct + 32), c21 = _mm256_loadu_ps(ct + 40);
@@ -135,7 +135,7 @@ void exact_row_generic(double* e, const float* x, int n) {
   for (int c = 0; c < n; ++c) exact_add(e + 2 * c, static_cast<double>(x[c]));
 }
 
-ExactRowFn best_exact_row(bool generic) {
+[[maybe_unused]] ExactRowFn best_exact_row(bool generic) {
 #ifdef STRATA_GEMM_AVX2
   if (!generic && cpu_has_avx2_fma()) return exact_row_avx2;
 #endif
