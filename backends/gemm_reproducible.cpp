@@ -113,10 +113,13 @@ __attribute__((target("avx2,fma"))) void exact_row_avx2(double* e, const float* 
     const __m256d h = _mm256_sub_pd(_mm256_add_pd(v, c_hi), c_hi);
     const __m256d r = _mm256_sub_pd(v, h);
     const __m256d l = _mm256_sub_pd(_mm256_add_pd(r, c_lo), c_lo);
-    const __m256d even = _mm256_unpacklo_pd(h, l), odd = _mm256_unpackhi_pd(h, l);  // h0 l0 h2 l2, h1 l1 h3 l3
+    // (h0 l0 h2 l2), (h1 l1 h3 l3), then (h0 l0 h1 l1), (h2 l2 h3 l3): e's order.
+    const __m256d even = _mm256_unpacklo_pd(h, l), odd = _mm256_unpackhi_pd(h, l);
+    const __m256d first = _mm256_permute2f128_pd(even, odd, 0x20);
+    const __m256d second = _mm256_permute2f128_pd(even, odd, 0x31);
     double* p = e + 2 * c;
-    _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p), _mm256_permute2f128_pd(even, odd, 0x20)));
-    _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4), _mm256_permute2f128_pd(even, odd, 0x31)));
+    _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p), first));
+    _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4), second));
   }
   for (; c < n; ++c) exact_add(e + 2 * c, static_cast<double>(x[c]));
 }

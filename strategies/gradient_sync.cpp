@@ -112,9 +112,10 @@ void GradientSync<T>::launch(std::size_t b) {
     double* e = model_.exact_grads().data() + 2 * first;
     ctx_.exec.fence();  // backward's exact sums are complete
     if (staged_) {
-      Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace, Unmanaged>(staging_exact_[b].data(), 2 * count),
+      double* host = staging_exact_[b].data();
+      Kokkos::deep_copy(Kokkos::View<double*, Kokkos::HostSpace, Unmanaged>(host, 2 * count),
                         Kokkos::View<const double*, MemSpace, Unmanaged>(e, 2 * count));
-      e = staging_exact_[b].data();
+      e = host;
     }
     info_->comm_bytes += 2 * count * sizeof(double);
     handles_.push_back(group_.iallreduce(e, e, 2 * count, comm::DataType::f64, comm::ReduceOp::sum));
@@ -187,8 +188,11 @@ void GradientSync<T>::finish() {
     const std::size_t count = last - first;
     if (exact_) {
       if (staged_)
-        Kokkos::deep_copy(Kokkos::View<double*, MemSpace, Unmanaged>(model_.exact_grads().data() + 2 * first, 2 * count),
-                          Kokkos::View<const double*, Kokkos::HostSpace, Unmanaged>(staging_exact_[b].data(), 2 * count));
+        Kokkos::deep_copy(
+            Kokkos::View<double*, MemSpace, Unmanaged>(model_.exact_grads().data() + 2 * first,
+                                                       2 * count),
+            Kokkos::View<const double*, Kokkos::HostSpace, Unmanaged>(staging_exact_[b].data(),
+                                                                      2 * count));
       model_.finish_exact_grads(ctx_, first, last);
     } else if (options_.compression != GradCompression::none) {
       std::uint16_t* c16 = comp_.data() + first;

@@ -55,7 +55,8 @@ struct Trainer {
 std::unique_ptr<Trainer> make_trainer(const Workload& w, Context& ctx, comm::Communicator& comm,
                                       std::size_t chunk) {
   auto t = std::make_unique<Trainer>(make_mlp<float>({w.widths}));
-  t->model.build(std::max<std::size_t>(1, data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size()).second));
+  const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
+  t->model.build(std::max<std::size_t>(1, shard.second));
   t->model.init(Init::kaiming_uniform, 1);
   t->chunk = chunk;
   if (chunk > 0) {
