@@ -236,11 +236,53 @@ void pack_b(const Job<T>& j, int j0, int nb, int p0, int kc, T* bp) {
   }
 }
 
+// An exact GEMM whose whole p range (the local batch's rows) is packed at
+// once: every chunk of a tile before the next tile, the tile's exact sums in
+// a local buffer (L1), added into E once. The same exact sums as chunk by
+// chunk into E (exact additions in another order), without streaming E's
+// block through the cache once per chunk.
+constexpr int kKExactWhole = 2048;
+
+template <class T>
+void run_item_exact_whole(const Job<T>& j, int i0, int mb, int j0, int nb) {
+  const int pm = (mb + kMr - 1) / kMr, pn = (nb + kNr - 1) / kNr;
+  thread_local std::vector<T> ap, bp;
+  ap.resize(static_cast<std::size_t>(pm) * kMr * j.k);
+  bp.resize(static_cast<std::size_t>(pn) * kNr * j.k);
+  pack_a(j, i0, mb, 0, j.k, ap.data());
+  pack_b(j, j0, nb, 0, j.k, bp.data());
+  T ct[kMr * kNr];
+  double acc[2 * kMr * kNr];
+  for (int qi = 0; qi < pm; ++qi)
+    for (int qj = 0; qj < pn; ++qj) {
+      std::fill(acc, acc + 2 * kMr * kNr, 0.0);
+      const T* a = ap.data() + static_cast<std::ptrdiff_t>(qi) * j.k * kMr;
+      const T* b = bp.data() + static_cast<std::ptrdiff_t>(qj) * j.k * kNr;
+      for (int c0 = 0; c0 < j.k; c0 += j.chunk) {
+        std::fill(ct, ct + kMr * kNr, T(0));
+        j.tile(j.chunk, a + static_cast<std::ptrdiff_t>(c0) * kMr,
+               b + static_cast<std::ptrdiff_t>(c0) * kNr, ct);
+        if constexpr (std::is_same_v<T, float>)
+          for (int r = 0; r < kMr; ++r) j.exact_row(acc + 2 * r * kNr, ct + r * kNr, kNr);
+      }
+      const int rows = std::min(kMr, mb - qi * kMr), cols = std::min(kNr, nb - qj * kNr);
+      for (int r = 0; r < rows; ++r) {
+        double* e = j.E + 2 * (static_cast<std::ptrdiff_t>(i0 + qi * kMr + r) * j.lde + j0 + qj * kNr);
+        const double* s = acc + 2 * r * kNr;
+        for (int c = 0; c < 2 * cols; ++c) e[c] += s[c];
+      }
+    }
+}
+
 template <class T>
 void run_item(const Job<T>& j, int item) {
   const int blocks_n = (j.n + j.nb - 1) / j.nb;
   const int i0 = (item / blocks_n) * j.mb, j0 = (item % blocks_n) * j.nb;
   const int mb = std::min(j.mb, j.m - i0), nb = std::min(j.nb, j.n - j0);
+  if (j.E != nullptr && j.k <= kKExactWhole) {
+    run_item_exact_whole(j, i0, mb, j0, nb);
+    return;
+  }
   const int pm = (mb + kMr - 1) / kMr, pn = (nb + kNr - 1) / kNr;
   thread_local std::vector<T> ap, bp, part;
   ap.resize(static_cast<std::size_t>(pm) * kMr * kKc);

@@ -235,11 +235,14 @@ TEST(ReproducibleGemm, ARowDoesNotDependOnTheOtherRows) {
 
 // The chunked form (a weight gradient over chunks of the batch): E holds
 // the exact sum of each chunk's chain; split the chunks into two calls (two
-// ranks, two micro-batches) and add: the same bits. Chunks longer than a
-// p block (256) continue their chain through the block buffer.
+// ranks, two micro-batches) and add: the same bits. Up to 2048 values of p
+// the kernel packs them all and sums a tile's chunks locally; beyond, chunk
+// by chunk in p blocks of 256, a chunk longer than a block continuing its
+// chain through the block buffer (the last shape).
 TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
   for (auto [m, n, k, chunk] :
-       std::vector<std::tuple<int, int, int, int>>{{37, 70, 48, 8}, {100, 260, 600, 300}, {5, 3, 4, 1}})
+       std::vector<std::tuple<int, int, int, int>>{
+           {37, 70, 48, 8}, {100, 260, 600, 300}, {5, 3, 4, 1}, {20, 30, 2400, 800}})
     for (bool generic : {false, true}) {
       const Operands o = operands(Op::T, Op::N, m, n, k, 51);  // dW = dy^T x
       std::vector<double> want(2 * m * n, 0.0);
