@@ -277,6 +277,38 @@ TEST(Reproducible, AResumeOnAnotherRankCountContinuesBitwise) {
   std::filesystem::remove_all(std::filesystem::path(checkpoint).parent_path());
 }
 
+// The single-rank strategy on its own (Local, what the examples use), with
+// the model set reproducible and the context's arithmetic: the engine's bits.
+TEST(Reproducible, LocalStrategyGivesTheEnginesBits) {
+  DpConfig c = mlp_config();
+  c.dropout = 0;  // Local gives no row offsets: Dropout's masks are the engine's only with them
+  const Bits engine = run_layout(c, {"1 rank", 1, 1, reproducible(2)}, "local-engine");
+  const auto d = test::dp_data(c);
+  Context ctx;
+  enable_reproducible(ctx);
+  auto model = build_model<float>(test::model_of(c), c.seed);
+  model.build(c.batch);
+  model.init(Init::kaiming_uniform, c.seed);
+  model.set_reproducible(2);
+  SoftmaxCrossEntropy<float> loss;
+  Optimizer<float> opt(c.optimizer, model.num_params());
+  Local<float> local(ctx, model, loss, opt);
+  data::BatchLoader<float> loader(d, c.batch, true, c.seed, true);
+  std::vector<double> losses;
+  data::Batch<float> b;
+  for (std::size_t s = 0, epoch = 0; s < c.steps;) {
+    loader.seek(epoch++, 0);
+    while (s < c.steps && loader.next(b)) {
+      losses.push_back(local.step(b));
+      ++s;
+    }
+  }
+  Bits mine = engine;
+  mine.losses = losses;
+  mine.params = test::to_host(model.params());
+  EXPECT_EQ(compare_bits(mine, engine), "");
+}
+
 // Without --reproducible the same layouts differ in the last bits (the
 // batch sums are split another way): what makes the tests above able to
 // fail.
