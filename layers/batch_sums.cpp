@@ -114,22 +114,10 @@ void add_column_sums(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
     plain_column_sums(ctx, dy, db);
     return;
   }
-  double* e = exact_twin(ctx, db.data(), db.extent(0));
-  const std::size_t rows = dy.extent(0);
-  // One column per item, every row's value added exactly (so the rows may
-  // be split any way: over threads here, over ranks by the caller).
-  for_range(ctx, "strata::exact_column_sums", db.extent(0), KOKKOS_LAMBDA(const std::size_t j) {
-        double hi = 0, lo = 0;
-        for (std::size_t i = 0; i < rows; ++i) {
-          double h, l;
-          exact_split(static_cast<double>(dy(i, j)), h, l);
-          hi += h;
-          lo += l;
-        }
-        e[2 * j] += hi;
-        e[2 * j + 1] += lo;
-      },
-      rows);
+  // Every row's value added exactly (so the rows may be split any way:
+  // over threads here, over ranks by the caller).
+  add_row_sums<T>(ctx, "strata::exact_column_sums", dy.extent(0), db,
+      KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { return dy(i, j); });
 }
 
 template void add_gemm_grad<float>(Context&, std::size_t, Op, Op, int, int, int, const float*, int,
