@@ -62,6 +62,9 @@ class Block : public Layer<T> {
   void begin_pass() override;
   void set_training(bool training) override;
   std::string reproducibility_issue() const override;
+  void set_inner_chunk(std::size_t s) override {
+    for (auto& l : layers_) l->set_inner_chunk(s);
+  }
   std::size_t set_batch_group(BatchGroup<T>* group) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   void set_recompute(bool on) override { recompute_ = on; }

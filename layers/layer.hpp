@@ -198,6 +198,14 @@ class Layer {
   virtual std::string reproducibility_issue() const {
     return num_params() == 0 ? "" : "does not sum its gradients exactly yet";
   }
+  // --reproducible with tensor parallelism (strategies/reproducible.hpp): the
+  // sums over an inner dimension that tensor parallelism may split (a
+  // Linear's input features in forward, its output features for the input
+  // gradient) in chunks of s values, each a fixed chain, added exactly; a
+  // dimension that s does not divide keeps the plain chain. A layer holding
+  // a shard throws config unless its shard is whole chunks. 0: off. Layers
+  // without such sums ignore it; a block passes it on.
+  virtual void set_inner_chunk(std::size_t /*s*/) {}
   virtual void set_training(bool training) { training_ = training; }
   // The data-parallel ranks sharing the batch (layers/batch_group.hpp), for
   // layers whose forward needs statistics of the whole batch (SyncBatchNorm);

@@ -1,11 +1,14 @@
 #include "layers/linear.hpp"
 
 #include "backends/error.hpp"
+#include "backends/exact_sum.hpp"
+#include "backends/gemm_reproducible.hpp"
 #include "backends/launch.hpp"
 #include "layers/batch_sums.hpp"
 #include "layers/registry.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace strata {
@@ -111,8 +114,42 @@ void Linear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
     x = as_rows(x, in_);
     y = as_rows(y, out_);
   }
-  ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
+  if (exact_forward()) detail::round_exact<T>(ctx, exact_product(ctx, x, false), y);
+  else ctx.blas.gemm(Op::N, Op::T, T(1), x, ConstMatrix<T>(weight_), T(0), y);
   if (bias_) detail::add_bias<T>(ctx, y, b_);
+}
+
+template <class T>
+void Linear<T>::set_inner_chunk(std::size_t s) {
+  STRATA_REQUIRE((s == 0 || std::is_same_v<T, float>), config,
+                 "--reproducible trains float models");
+  inner_chunk_ = s;
+  if (s == 0) pairs_ = Kokkos::View<double*, MemSpace>();
+}
+
+template <class T>
+Kokkos::View<double*, MemSpace> Linear<T>::exact_product(Context& ctx, ConstMatrix<T> a,
+                                                         bool input_grad) {
+  const std::size_t k = input_grad ? out_ : in_, n = input_grad ? in_ : out_;
+  STRATA_REQUIRE(input_grad ? exact_input_grad() : exact_forward(), runtime, name(),
+                 ": exact_product of a sum over ", k, " values that are not chunks of ",
+                 inner_chunk_, " (set_inner_chunk)");
+  if (a.extent(1) != k) a = as_rows(a, k);
+  const std::size_t rows = a.extent(0), size = 2 * rows * n;
+  if (pairs_.extent(0) < size) {
+    pairs_ = Kokkos::View<double*, MemSpace>();  // free the old one first
+    pairs_ = Kokkos::View<double*, MemSpace>(Kokkos::view_alloc("strata::Linear::exact_product",
+                                                                Kokkos::WithoutInitializing),
+                                             size);
+  }
+  double* e = pairs_.data();
+  for_range(ctx, "strata::Linear::zero_pairs", size, KOKKOS_LAMBDA(const std::size_t i) { e[i] = 0.0; });
+  if constexpr (std::is_same_v<T, float>)
+    gemm_exact_chunks(ctx.exec, Op::N, input_grad ? Op::N : Op::T, static_cast<int>(rows),
+                      static_cast<int>(n), static_cast<int>(k), static_cast<int>(inner_chunk_),
+                      a.data(), static_cast<int>(a.stride(0)), weight_.data(),
+                      static_cast<int>(in_), e, static_cast<int>(n));
+  return Kokkos::subview(pairs_, Kokkos::make_pair(std::size_t(0), size));
 }
 
 namespace detail {
@@ -126,6 +163,23 @@ void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
       cols);
 }
 
+template <class T>
+void round_exact(Context& ctx, Kokkos::View<const double*, MemSpace> pairs, Matrix<T> y) {
+  const std::size_t cols = y.extent(1);
+  STRATA_REQUIRE(pairs.extent(0) == 2 * y.extent(0) * cols, runtime, "round_exact: ",
+                 pairs.extent(0), " doubles for ", y.extent(0), " x ", cols, " values");
+  const double* p = pairs.data();
+  for_range(ctx, "strata::Linear::round_exact", y.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
+        for (std::size_t j = 0; j < cols; ++j) {
+          const std::size_t v = i * cols + j;
+          y(i, j) = static_cast<T>(exact_value(p[2 * v], p[2 * v + 1]));
+        }
+      },
+      cols);
+}
+
+template void round_exact<float>(Context&, Kokkos::View<const double*, MemSpace>, Matrix<float>);
+template void round_exact<double>(Context&, Kokkos::View<const double*, MemSpace>, Matrix<double>);
 template void add_bias<float>(Context&, Matrix<float>, ConstVector<float>);
 template void add_bias<double>(Context&, Matrix<double>, ConstVector<double>);
 }  // namespace detail
@@ -142,7 +196,9 @@ void Linear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
   // dW(out, in) += dy^T (out, batch) x (batch, in)
   add_weight_grad<T>(ctx, samples, dy, x, dweight_);
   if (bias_) add_column_sums<T>(ctx, dy, db_);
-  if (dx.data() != nullptr) ctx.blas.gemm(Op::N, Op::N, T(1), dy, ConstMatrix<T>(weight_), T(0), dx);
+  if (dx.data() == nullptr) return;
+  if (exact_input_grad()) detail::round_exact<T>(ctx, exact_product(ctx, dy, true), dx);
+  else ctx.blas.gemm(Op::N, Op::N, T(1), dy, ConstMatrix<T>(weight_), T(0), dx);
 }
 
 template class Linear<float>;

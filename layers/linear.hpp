@@ -7,6 +7,9 @@
 // forward:  y(batch, out) = x(batch, in) W^T            GEMM (N, T), then bias pass
 // backward: dW += dy^T x; db += column sums of dy       GEMM (T, N), reduction
 //           dx  = dy W                                  GEMM (N, N), skipped when dx is empty
+// With set_inner_chunk (--reproducible --tp-chunk) the forward and input-
+// gradient GEMMs sum their inner dimension in chunks, exactly
+// (gemm_exact_chunks), so that a split of it over ranks gives the same bits.
 #pragma once
 
 #include "layers/layer.hpp"
@@ -49,6 +52,17 @@ class Linear final : public Layer<T> {
   TensorSplit tensor_split() const override {
     return tie_.empty() ? TensorSplit::linear : TensorSplit::none;
   }
+  // Exact inner sums (Layer::set_inner_chunk): forward when s divides in,
+  // the input gradient when s divides out.
+  void set_inner_chunk(std::size_t s) override;
+  bool exact_forward() const { return inner_chunk_ > 0 && in_ % inner_chunk_ == 0; }
+  bool exact_input_grad() const { return inner_chunk_ > 0 && out_ % inner_chunk_ == 0; }
+  // The exact pairs (two doubles per value, hi then lo, row-major) of x W^T,
+  // or with input_grad of dy W, before they are rounded: a tensor-parallel
+  // layer adds its group's pairs first (detail::round_exact then gives the
+  // values). The product must be exact (exact_forward, exact_input_grad).
+  // The pairs live in the layer until its next call.
+  Kokkos::View<double*, MemSpace> exact_product(Context& ctx, ConstMatrix<T> a, bool input_grad);
 
   std::size_t in() const { return in_; }
   std::size_t out() const { return out_; }
@@ -66,12 +80,18 @@ class Linear final : public Layer<T> {
   bool tied_ = false;   // the weight is another layer's (tie_weight was called)
   Matrix<T> weight_, dweight_;  // (out, in)
   Vector<T> b_, db_;            // (out)
+  std::size_t inner_chunk_ = 0;              // set_inner_chunk
+  Kokkos::View<double*, MemSpace> pairs_;    // exact_product's scratch
 };
 
 namespace detail {
 // y(i, j) += b(j)
 template <class T>
 void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b);
+// y = the values of exact pairs (exact_product's layout, y's rows x
+// columns; y contiguous).
+template <class T>
+void round_exact(Context& ctx, Kokkos::View<const double*, MemSpace> pairs, Matrix<T> y);
 }  // namespace detail
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/vmath.hpp"
+#include "layers/softmax_sum.hpp"
 
 namespace strata {
 
@@ -53,6 +54,7 @@ ExactSum SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> o
   const int width = static_cast<int>(out.extent(1));
   const bool grad = dout.data() != nullptr;
   Labels labels = t.labels;
+  const bool exact = ctx.reproducible;  // the softmax's sum too (layers/softmax_sum.hpp)
   ExactSum sum;
   sum_range(ctx, "strata::SoftmaxCrossEntropy", out.extent(0),
       KOKKOS_LAMBDA(const int i, ExactSum& acc) {
@@ -65,8 +67,7 @@ ExactSum SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> o
         }
         T mx = out(i, 0);
         for (int j = 1; j < width; ++j) mx = out(i, j) > mx ? out(i, j) : mx;
-        T s = 0;
-        for (int j = 0; j < width; ++j) s += vmath::exp(out(i, j) - mx);
+        const T s = exp_sum(out, i, width, mx, exact);
         const T lse = mx + kmath::log(s);
         acc.add(static_cast<double>((lse - out(i, label)) * weight));
         if (grad) {

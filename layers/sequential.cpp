@@ -434,7 +434,8 @@ void Sequential<T>::zero_grad(Context& ctx) {
 }
 
 template <class T>
-void Sequential<T>::set_reproducible(std::size_t chunk) {
+void Sequential<T>::set_reproducible(std::size_t chunk, std::size_t inner_chunk) {
+  STRATA_REQUIRE(inner_chunk == 0 || chunk > 0, config, "--tp-chunk applies to --reproducible runs");
   if (chunk > 0)
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const std::string issue = layers_[i]->reproducibility_issue();
@@ -445,6 +446,8 @@ void Sequential<T>::set_reproducible(std::size_t chunk) {
   STRATA_REQUIRE((chunk == 0 || std::is_same_v<T, float>), config,
                  "--reproducible trains float models");
   chunk_ = chunk;
+  inner_chunk_ = inner_chunk;
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->set_inner_chunk(inner_chunk);
   if (chunk == 0) exact_ = Kokkos::View<double*, MemSpace>();
   else if (built_ && exact_.extent(0) != 2 * grads_.extent(0))
     exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * grads_.extent(0));

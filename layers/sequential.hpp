@@ -99,9 +99,12 @@ class Sequential {
   // into an exact twin of the gradient buffer (two doubles per value, padding
   // included), which zero_grad clears; finish_exact_grads then rounds
   // [first, last) of it into grads(). Throws config naming the first layer
-  // that cannot (Layer::reproducible). 0: off (the default).
-  void set_reproducible(std::size_t chunk);
+  // that cannot (Layer::reproducible). 0: off (the default). inner_chunk:
+  // the layers' inner sums too, in chunks of that many values
+  // (Layer::set_inner_chunk; --tp-chunk), 0: off.
+  void set_reproducible(std::size_t chunk, std::size_t inner_chunk = 0);
   std::size_t reproducible_chunk() const { return chunk_; }
+  std::size_t inner_chunk() const { return inner_chunk_; }
   Kokkos::View<double*, MemSpace> exact_grads() const { return exact_; }
   void finish_exact_grads(Context& ctx, std::size_t first, std::size_t last);
 
@@ -241,6 +244,7 @@ class Sequential {
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
   std::size_t chunk_ = 0;                  // set_reproducible
+  std::size_t inner_chunk_ = 0;            // set_reproducible
   Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage

@@ -65,7 +65,7 @@ class DataParallelEngine final : public Engine {
     model_.init(o.init, o.seed);
     if (o.reproducible_chunk > 0) {
       validate_reproducible(o.reproducible_chunk, batch, comm.size());
-      model_.set_reproducible(o.reproducible_chunk);
+      model_.set_reproducible(o.reproducible_chunk, o.reproducible_tp_chunk);
       enable_reproducible(ctx);
     }
     optimizer_ = std::make_unique<Optimizer<T>>(o.optimizer, model_.num_params());
@@ -76,8 +76,7 @@ class DataParallelEngine final : public Engine {
   std::string describe() const override {
     std::string s = comm_.size() == 1 ? "local (one rank)"
                                       : "data parallel over " + std::to_string(comm_.size()) + " ranks";
-    if (model_.reproducible_chunk() > 0)
-      s += ", reproducible (chunks of " + std::to_string(model_.reproducible_chunk()) + " samples)";
+    s += describe_reproducible(model_.reproducible_chunk(), model_.inner_chunk());
     const auto& o = strategy_->options();
     if (comm_.size() > 1 && strategy_->synced_layers() > 0)
       s += ", SyncBatchNorm (" + std::to_string(strategy_->synced_layers()) + " layers)";
@@ -159,6 +158,7 @@ class ModelParallelEngine final : public Engine {
       validate_reproducible(o.reproducible_chunk, batch, options_.mesh.dp,
                             std::min(options_.micro_batches, shard));
       options_.reproducible_chunk = o.reproducible_chunk;
+      options_.reproducible_tp_chunk = o.reproducible_tp_chunk;
     }
     const std::size_t shard =
         std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, options_.mesh.dp).second);
@@ -174,8 +174,7 @@ class ModelParallelEngine final : public Engine {
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
     if (options_.zero) s += ", ZeRO-1";
-    if (options_.reproducible_chunk > 0)
-      s += ", reproducible (chunks of " + std::to_string(options_.reproducible_chunk) + " samples)";
+    s += describe_reproducible(options_.reproducible_chunk, options_.reproducible_tp_chunk);
     s += describe_mixed_precision(options_);
     if (options_.mesh.dp > 1) s += describe_grad_sync(options_);
     return s + "; memory per rank: " + mp_->memory().str();

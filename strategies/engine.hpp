@@ -43,6 +43,9 @@ struct EngineOptions {
   // global batch; 0: off. The engine puts the context into reproducible
   // arithmetic.
   std::size_t reproducible_chunk = 0;
+  // and values per chunk of the sums tensor parallelism splits (--tp-chunk;
+  // needed for --tp > 1; the same for every run that must agree); 0: off.
+  std::size_t reproducible_tp_chunk = 0;
   DataParallelOptions data;     // buckets, overlap, compression, mixed precision
   ModelParallelOptions mesh;    // mesh, pipeline schedule, ZeRO-1, mixed precision
 };

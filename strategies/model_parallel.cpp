@@ -207,10 +207,12 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   stage_->build(max_micro_, slots_, pad);
   stage_->init(init, seed);
   if (options.reproducible_chunk > 0) {
-    STRATA_REQUIRE(options.mesh.tp == 1, config,
-                   "--reproducible with --tp: tensor-parallel sums over the split inner dimension "
-                   "are not exact yet; use data parallelism, pipelines and ZeRO-1");
-    stage_->set_reproducible(options.reproducible_chunk);
+    STRATA_REQUIRE(options.mesh.tp == 1 || options.reproducible_tp_chunk > 0, config,
+                   "--reproducible with --tp ", options.mesh.tp, " needs --tp-chunk S: the sums "
+                   "tensor parallelism splits (a layer's input or output features) go in chunks "
+                   "of S features, added exactly; give the same --tp-chunk to every run that must "
+                   "agree, --tp 1 included (e.g. 32)");
+    stage_->set_reproducible(options.reproducible_chunk, options.reproducible_tp_chunk);
     enable_reproducible(ctx);
   }
   // Buckets of a tied layer's gradient (and of the layers before it) wait

@@ -67,8 +67,11 @@ struct ModelParallelOptions : MixedPrecisionOptions, GradSyncOptions {
   Balance balance = Balance::params;
   int zero = 0;  // 1: shard the optimizer state over the data-parallel group
   bool recompute = false;  // activation recomputation in every top-level block
-  // --reproducible (strategies/reproducible.hpp): samples per chunk; 0: off.
+  // --reproducible (strategies/reproducible.hpp): samples per chunk, and
+  // values per chunk of the sums tensor parallelism splits (--tp-chunk, needed
+  // with tp > 1); 0: off.
   std::size_t reproducible_chunk = 0;
+  std::size_t reproducible_tp_chunk = 0;
   // Bytes per rank for parameters, gradients, optimizer state and
   // activations; 0: no limit. Checked before anything is allocated.
   std::size_t memory_budget = 0;

@@ -3,7 +3,6 @@
 #include "backends/error.hpp"
 #include "data/loader.hpp"
 
-#include <string>
 
 namespace strata {
 
@@ -31,6 +30,12 @@ void validate_reproducible(std::size_t chunk, std::size_t batch, int ranks, std:
 void enable_reproducible(Context& ctx) {
   ctx.reproducible = true;
   ctx.blas.set_reproducible(true);
+}
+
+std::string describe_reproducible(std::size_t chunk, std::size_t tp_chunk) {
+  if (chunk == 0) return "";
+  return ", reproducible (chunks of " + std::to_string(chunk) + " samples" +
+         (tp_chunk > 0 ? ", tensor chunks of " + std::to_string(tp_chunk) + " features)" : ")");
 }
 
 }  // namespace strata

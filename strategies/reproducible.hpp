@@ -12,14 +12,22 @@
 //     added exactly; sums of per-sample terms term by term;
 //   - gradients travel between ranks as exact sums, which any allreduce adds
 //     exactly, in any order.
+//   - with tensor parallelism, the sums it splits over ranks (a Linear's
+//     input features in forward, its output features for the input gradient,
+//     the softmax of a vocabulary-parallel loss) are exact too: every Linear
+//     whose width the tensor chunk (--tp-chunk) divides sums it in chunks of
+//     that many features, each a fixed chain, added exactly
+//     (Layer::set_inner_chunk), and the ranks add the pairs before rounding.
 // What must stay equal between two runs: the global batch, the chunk, the
-// data order (seed), the precision, the model and optimizer options. What
-// may change: ranks, threads per rank, the strategy, the GEMM backend.
+// tensor chunk, the data order (seed), the precision, the model and
+// optimizer options. What may change: ranks, threads per rank, the strategy
+// (tensor parallelism needs the tensor chunk), the GEMM backend.
 #pragma once
 
 #include "backends/context.hpp"
 
 #include <cstddef>
+#include <string>
 
 namespace strata {
 
@@ -35,5 +43,9 @@ void validate_reproducible(std::size_t chunk, std::size_t batch, int ranks, std:
 // Puts a rank's context into reproducible arithmetic (ctx.reproducible and
 // the fixed-order GEMM).
 void enable_reproducible(Context& ctx);
+
+// ", reproducible (chunks of N samples[, tensor chunks of S features])" for
+// an engine's banner; "" when chunk is 0.
+std::string describe_reproducible(std::size_t chunk, std::size_t tp_chunk);
 
 }  // namespace strata

@@ -18,8 +18,8 @@ std::size_t divided(std::size_t width, comm::Communicator& tp, const std::string
 }
 
 // Waits for the kernels on ctx, then sums buf over the group.
-template <class T>
-void allreduce_after(Context& ctx, comm::Communicator& comm, Matrix<T> buf) {
+template <class View>
+void allreduce_after(Context& ctx, comm::Communicator& comm, const View& buf) {
   ctx.exec.fence();
   comm.allreduce(buf);
 }
@@ -175,9 +175,28 @@ void ColumnParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> 
 
 template <class T>
 void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
-  this->local_.backward(ctx, dy, dx, saved);
-  // dx = sum over ranks of dy_shard W_shard.
-  if (dx.data() != nullptr && this->tp_.size() > 1) allreduce_after(ctx, this->tp_, dx);
+  // dx = sum over ranks of dy_shard W_shard: exact pairs summed before they
+  // are rounded (set_inner_chunk), else rounded values.
+  const bool exact = dx.data() != nullptr && this->local_.exact_input_grad();
+  this->local_.backward(ctx, dy, exact ? Matrix<T>() : dx, saved);
+  if (exact) {
+    const auto pairs = this->local_.exact_product(ctx, dy, true);
+    if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, pairs);
+    detail::round_exact<T>(ctx, pairs, as_rows(dx, this->whole_->in()));
+  } else if (dx.data() != nullptr && this->tp_.size() > 1) {
+    allreduce_after(ctx, this->tp_, dx);
+  }
+}
+
+template <class T>
+void ColumnParallelLinear<T>::set_inner_chunk(std::size_t s) {
+  // The input gradient's sum runs over this rank's block of each group.
+  const std::size_t block = local_out_ / groups_;
+  STRATA_REQUIRE(s == 0 || block % s == 0, config, "--tp-chunk ", s, ": ", name(), " holds ",
+                 block, " output features", groups_ > 1 ? " of each of its parts" : "",
+                 " on a rank, not whole chunks of ", s,
+                 " (its input gradient sums over them); give a --tp-chunk that divides ", block);
+  this->local_.set_inner_chunk(s);
 }
 
 // --------------------------------------------------------------- row-parallel
@@ -234,8 +253,14 @@ void RowParallelLinear<T>::bind(Vector<T> params, Vector<T> grads) {
 
 template <class T>
 void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
-  this->local_.forward(ctx, x, y, saved);  // this rank's part of x W^T
-  if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, y);
+  if (this->local_.exact_forward()) {  // exact pairs summed before they are rounded
+    const auto pairs = this->local_.exact_product(ctx, x, false);
+    if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, pairs);
+    detail::round_exact<T>(ctx, pairs, as_rows(y, this->whole_->out()));
+  } else {
+    this->local_.forward(ctx, x, y, saved);  // this rank's part of x W^T
+    if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, y);
+  }
   if (this->whole_->has_bias()) detail::add_bias<T>(ctx, as_rows(y, this->whole_->out()), b_);
 }
 
@@ -244,6 +269,14 @@ void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> d
   if (this->whole_->has_bias())
     add_column_sums<T>(ctx, as_rows(dy, this->whole_->out()), db_);
   this->local_.backward(ctx, dy, dx, saved);  // dx is this rank's shard of the input gradient
+}
+
+template <class T>
+void RowParallelLinear<T>::set_inner_chunk(std::size_t s) {
+  STRATA_REQUIRE(s == 0 || local_in_ % s == 0, config, "--tp-chunk ", s, ": ", name(), " holds ",
+                 local_in_, " input features on a rank, not whole chunks of ", s,
+                 " (its output sums over them); give a --tp-chunk that divides ", local_in_);
+  this->local_.set_inner_chunk(s);
 }
 
 // --------------------------------------------------------------------- blocks

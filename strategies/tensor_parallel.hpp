@@ -99,6 +99,7 @@ class TensorParallelLinear : public Layer<T>, public TensorShard<T> {
   std::size_t full_num_params() const override { return whole_->num_params(); }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
+  std::string reproducibility_issue() const override { return local_.reproducibility_issue(); }
   std::size_t saved_size(std::size_t batch) const override { return local_.saved_size(batch); }
   bool backward_reads_output() const override { return false; }
   double flops() const override { return local_.flops(); }
@@ -134,6 +135,7 @@ class ColumnParallelLinear final : public TensorParallelLinear<T> {
   void bind_tied(Vector<T> weight, Vector<T> grad) override { this->local_.bind_tied(weight, grad); }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  void set_inner_chunk(std::size_t s) override;
   std::size_t shard_size() const override;
   void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
 
@@ -158,6 +160,7 @@ class RowParallelLinear final : public TensorParallelLinear<T> {
   void bind(Vector<T> params, Vector<T> grads) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
+  void set_inner_chunk(std::size_t s) override;
   std::size_t shard_size() const override { return num_params(); }
   void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
 

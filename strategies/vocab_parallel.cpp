@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/vmath.hpp"
+#include "layers/softmax_sum.hpp"
 
 namespace strata {
 
@@ -87,13 +88,39 @@ void row_sums(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx, 
               Vector<T> target, int first) {
   const int width = static_cast<int>(z.extent(1));
   for_range(ctx, "strata::VocabParallelCrossEntropy::sums", z.extent(0), KOKKOS_LAMBDA(const int i) {
-        T s = 0;
-        for (int j = 0; j < width; ++j) s += vmath::exp(z(i, j) - mx(i));
-        sums(i) = s;
+        sums(i) = exp_sum(z, i, width, mx(i), false);
         const int c = labels(i) - first;
         target(i) = c >= 0 && c < width ? z(i, c) : T(0);
       },
       2 * z.extent(1));
+}
+
+// --reproducible: the same as exact pairs in e (hi of every row, lo of
+// every row, then the target logits), whose sum over the ranks is exact
+// (layers/softmax_sum.hpp).
+template <class T>
+void row_sums_exact(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx, double* e,
+                    int first) {
+  const int width = static_cast<int>(z.extent(1));
+  const std::size_t R = z.extent(0);
+  for_range(ctx, "strata::VocabParallelCrossEntropy::exact_sums", R, KOKKOS_LAMBDA(const int i) {
+        double hi = 0, lo = 0;
+        add_exp_terms_exact(z, i, 0, width, mx(i), hi, lo);
+        e[i] = hi;
+        e[R + i] = lo;
+        const int c = labels(i) - first;
+        e[2 * R + i] = c >= 0 && c < width ? static_cast<double>(z(i, c)) : 0.0;
+      },
+      2 * z.extent(1));
+}
+
+// sums(i), target(i) from the pairs summed over the ranks.
+template <class T>
+void round_sums(Context& ctx, const double* e, std::size_t R, Vector<T> sums, Vector<T> target) {
+  for_range(ctx, "strata::VocabParallelCrossEntropy::round_sums", R, KOKKOS_LAMBDA(const std::size_t i) {
+        sums(i) = static_cast<T>(exact_value(e[i], e[R + i]));
+        target(i) = static_cast<T>(e[2 * R + i]);  // one rank's logit, zeros elsewhere: exact
+      });
 }
 
 // The loss of every labelled row (times weight) and, unless dz is empty,
@@ -175,9 +202,18 @@ ExactSum VocabParallelCrossEntropy<T>::forward_backward(Context& ctx, ConstMatri
   vocab_detail::row_max<T>(ctx, z, mx, Vector<T>(), first);
   ctx.exec.fence();
   tp_.allreduce(mx, comm::ReduceOp::max);
-  vocab_detail::row_sums<T>(ctx, z, t.labels, mx, sums, target, first);
-  ctx.exec.fence();
-  tp_.allreduce(both);
+  if (ctx.reproducible) {
+    if (exact_.extent(0) < 3 * R) exact_ = Kokkos::View<double*, MemSpace>("strata::VocabParallelCrossEntropy::exact", 3 * R);
+    const auto e = Kokkos::subview(exact_, Kokkos::make_pair(std::size_t(0), 3 * R));
+    vocab_detail::row_sums_exact<T>(ctx, z, t.labels, mx, e.data(), first);
+    ctx.exec.fence();
+    tp_.allreduce(e);
+    vocab_detail::round_sums<T>(ctx, e.data(), R, sums, target);
+  } else {
+    vocab_detail::row_sums<T>(ctx, z, t.labels, mx, sums, target, first);
+    ctx.exec.fence();
+    tp_.allreduce(both);
+  }
   return vocab_detail::loss_and_grad<T>(ctx, z, t.labels, mx, sums, target, dout, weight,
                                         scale * weight, first);
 }

@@ -34,6 +34,7 @@ class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T> {
   VocabParallelEmbedding(std::unique_ptr<Embedding<T>>&& whole, comm::Communicator& tp);
 
   std::string name() const override;
+  std::string reproducibility_issue() const override { return local_.reproducibility_issue(); }
   Shape output_shape(const Shape& in) const override { return local_.output_shape(in); }
   void set_input_shape(const Shape& in) override;
   std::size_t num_params() const override { return local_.num_params(); }
@@ -78,6 +79,7 @@ class VocabParallelCrossEntropy final : public Loss<T> {
   comm::Communicator& tp_;
   std::size_t first_, classes_;
   VectorBuffer<T> stats_;  // per position: max, sum of exp, target logit
+  Kokkos::View<double*, MemSpace> exact_;  // --reproducible: the sums as exact pairs
 };
 
 }  // namespace strata

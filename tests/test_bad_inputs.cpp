@@ -312,10 +312,20 @@ const std::vector<Entry>& catalogue() {
        [](Workspace&) {
          return "--dataset synthetic --steps 1 --ranks 3 --batch-size 20 --reproducible --chunk 2";
        }},
-      {"--reproducible with tensor parallelism", 2, {"--reproducible with --tp"},
+      {"--reproducible with tensor parallelism and no --tp-chunk", 2,
+       {"--reproducible with --tp 2 needs --tp-chunk S"},
        [](Workspace&) {
          return "--dataset synthetic --steps 1 --ranks 2 --tp 2 --batch-size 8 --reproducible --chunk 2";
        }},
+      {"--tp-chunk that a rank's shard is not whole chunks of", 2,
+       {"--tp-chunk 48: ColumnParallelLinear(784, 256, tp=2) holds 128 output features on a rank",
+        "give a --tp-chunk that divides 128"},
+       [](Workspace&) {
+         return "--dataset synthetic --steps 1 --ranks 2 --tp 2 --batch-size 8 --reproducible "
+                "--chunk 2 --tp-chunk 48";
+       }},
+      {"--tp-chunk without --reproducible", 2, {"--tp-chunk applies to --reproducible runs"},
+       [](Workspace&) { return "--dataset synthetic --steps 1 --tp-chunk 8"; }},
       {"--threads with --kokkos-threads", 2, {"--threads and --kokkos-threads", "give one"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --threads 2 --kokkos-threads=1"; }},
       {"--loss-scale-growth-interval without loss scaling", 2,

@@ -94,6 +94,18 @@ std::vector<Layout> model_parallel_layouts(std::size_t chunk) {
           mesh_layout(chunk, 2, 2, 1, 3, Schedule::one_f_one_b, 1)};
 }
 
+// Tensor parallelism with the tensor chunk: tp2, tp2 x dp2 with ZeRO-1, a
+// pp2 x tp2 pipeline (GPipe), and 2 data-parallel thread ranks (the
+// data-parallel engine, whose layers run whole).
+std::vector<Layout> tensor_parallel_layouts(std::size_t chunk, std::size_t tp_chunk) {
+  std::vector<Layout> v{mesh_layout(chunk, 1, 1, 2, 1), mesh_layout(chunk, 2, 1, 2, 1,
+                                                                    Schedule::one_f_one_b, 1),
+                        mesh_layout(chunk, 1, 2, 2, 2, Schedule::gpipe),
+                        {"2 thread ranks", 2, 1, reproducible(chunk)}};
+  for (Layout& l : v) l.options.reproducible_tp_chunk = tp_chunk;
+  return v;
+}
+
 std::vector<Layout> data_parallel_layouts(std::size_t chunk) {
   std::vector<Layout> v;
   for (auto [ranks, threads] : std::vector<std::pair<int, int>>{{1, 4}, {2, 1}, {2, 2}, {3, 1}, {4, 1}})
@@ -307,6 +319,66 @@ TEST(Reproducible, LocalStrategyGivesTheEnginesBits) {
   mine.losses = losses;
   mine.params = test::to_host(model.params());
   EXPECT_EQ(compare_bits(mine, engine), "");
+}
+
+// Tensor parallelism splits sums over features (a column-parallel layer's
+// input gradient, a row-parallel layer's output, the vocabulary-parallel
+// softmax): with the tensor chunk they are exact too. The MLP (Linear(12,
+// 16) column-, Linear(16, 8) row-parallel, chunks of 4 features) and the GPT
+// with a vocabulary tp divides (embedding, head and loss split by token id;
+// chunks of 2 features: a rank holds 4 of each head group's 8 features).
+// The oracle: one rank with the same chunks, which trains the model as the
+// default mode does (within rounding). And the default mode differs on tp2.
+TEST(Reproducible, TensorParallelIsBitwiseTheSameWithATensorChunk) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  struct Case {
+    const char* tag;
+    DpConfig c;
+    std::size_t chunk, tp_chunk;
+  };
+  DpConfig gpt = test::gpt_config(true, 2, 12);
+  gpt.batch = 12;
+  gpt.samples = 72;
+  for (const Case& k : {Case{"tp-mlp", mlp_config(), 2, 4}, Case{"tp-gpt", gpt, 1, 2}}) {
+    EngineOptions o = reproducible(k.chunk);
+    o.reproducible_tp_chunk = k.tp_chunk;
+    const Bits one = run_layout(k.c, {"1 rank", 1, 1, o}, std::string(k.tag) + "1");
+    ASSERT_EQ(one.losses.size(), k.c.steps);
+    RunResult as_run;
+    as_run.losses = one.losses;
+    as_run.params = one.params;
+    EXPECT_EQ(test::compare(as_run, test::train_single(k.c), 1e-4), "") << k.tag;
+    for (const Layout& l : tensor_parallel_layouts(k.chunk, k.tp_chunk))
+      EXPECT_EQ(compare_bits(run_layout(k.c, l, k.tag), one), "") << k.tag << ": " << l.name;
+  }
+  EngineOptions plain;
+  plain.model_parallel = true;
+  plain.mesh.mesh = {1, 1, 2};
+  EXPECT_NE(compare_bits(run_layout(mlp_config(), {"tp2", 2, 1, plain}, "tp-default"),
+                         run_layout(mlp_config(), {"1 rank", 1, 1, EngineOptions()}, "tp-default1")),
+            "")
+      << "the default mode gave the same bits on tp2 and one rank";
+}
+
+// --tp without a tensor chunk, and a chunk that a rank's shard is not whole
+// chunks of, are refused before training, naming the option and the layer.
+TEST(Reproducible, TensorParallelNeedsATensorChunkThatDividesTheShards) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const auto error_of = [](std::size_t tp_chunk) {
+    Layout l = mesh_layout(2, 1, 1, 2, 1);
+    l.options.reproducible_tp_chunk = tp_chunk;
+    try {
+      run_layout(mlp_config(), l, "tp-bad");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::config);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string none = error_of(0), odd = error_of(16);
+  EXPECT_NE(none.find("--reproducible with --tp 2 needs --tp-chunk"), std::string::npos) << none;
+  EXPECT_NE(odd.find("--tp-chunk 16: ColumnParallelLinear(12, 16"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("holds 8 output features on a rank"), std::string::npos) << odd;
 }
 
 // Without --reproducible the same layouts differ in the last bits (the

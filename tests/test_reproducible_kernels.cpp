@@ -3,16 +3,19 @@
 // equal the sum of the terms rounded to the grid; the reproducible GEMM
 // (backends/gemm_reproducible.hpp) is, bit for bit, the one-loop chain of
 // std::fma per element, for every shape, transpose, blocking and kernel;
-// its chunked form is the exact sum of the chunks' chains.
+// its chunked form is the exact sum of the chunks' chains, which a Linear
+// with an inner chunk (--tp-chunk) rounds once.
 #include "backends/blas.hpp"
 #include "backends/exact_sum.hpp"
 #include "backends/gemm_reproducible.hpp"
 #include "backends/launch.hpp"
+#include "layers/linear.hpp"
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -269,6 +272,59 @@ TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
         ASSERT_EQ(h2(e), want[e]) << "split in two calls, at " << e;
       }
     }
+}
+
+// A Linear with an inner chunk (Layer::set_inner_chunk, --tp-chunk): its
+// output is, bit for bit, the exact sum of the fma chains over each chunk of
+// its input features rounded once, plus the bias; its input gradient the
+// same over chunks of output features. And within float rounding of the
+// double product (it computes the layer).
+TEST(ReproducibleGemm, LinearWithAnInnerChunkRoundsTheExactSumOfItsChunks) {
+  const int rows = 7, in = 12, out = 8, chunk = 4;
+  Linear<float> lin(in, out);
+  lin.set_inner_chunk(chunk);
+  ASSERT_TRUE(lin.exact_forward() && lin.exact_input_grad());
+  const auto params = test::randn<float>(out * in + out, 5);
+  const auto x = test::randn<float>(rows * in, 6), dy = test::randn<float>(rows * out, 7);
+  auto pd = test::to_device(params);
+  VectorBuffer<float> gd("grads", params.size());
+  lin.bind(pd, gd);
+  const auto xd = test::to_device(x, rows, in), dyd = test::to_device(dy, rows, out);
+  MatrixBuffer<float> y("y", rows, out), dx("dx", rows, in);
+  Context ctx;
+  Saved<float> saved;
+  saved.x = xd;
+  lin.forward(ctx, xd, y, saved);
+  lin.backward(ctx, dyd, dx, saved);
+  ctx.exec.fence();
+  const auto yh = test::to_host(y), dxh = test::to_host(dx);
+  const float* w = params.data();
+  // (A, B as fma_chain reads them, width n, inner k, the bias or none)
+  const auto check = [&](const char* what, Op tb, int n, int k, const std::vector<float>& a,
+                         const std::vector<float>& got, const float* bias) {
+    std::vector<double> pairs(2 * rows * n, 0.0);
+    for (int c0 = 0; c0 < k; c0 += chunk) {
+      const auto part = fma_chain(Op::N, tb, rows, n, k, c0, c0 + chunk, a, k, params, in);
+      for (int e = 0; e < rows * n; ++e) exact_add(&pairs[2 * e], part[e]);
+    }
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < n; ++j) {
+        const int e = i * n + j;
+        float want = static_cast<float>(exact_value(pairs[2 * e], pairs[2 * e + 1]));
+        if (bias) want += bias[j];
+        ASSERT_EQ(got[e], want) << what << " (" << i << ", " << j << ")";
+        double ref = bias ? bias[j] : 0.0, size = std::fabs(ref);
+        for (int p = 0; p < k; ++p) {
+          const double t = double(a[i * k + p]) * (tb == Op::T ? w[j * in + p] : w[p * in + j]);
+          ref += t;
+          size += std::fabs(t);
+        }
+        // k + 2 roundings of terms of at most `size` (chains, the final one, the bias).
+        ASSERT_NEAR(got[e], ref, (k + 2) * FLT_EPSILON * size) << what;
+      }
+  };
+  check("forward", Op::T, out, in, x, yh, w + out * in);
+  check("input gradient", Op::N, in, out, dy, dxh, nullptr);
 }
 
 }  // namespace

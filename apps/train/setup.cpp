@@ -275,6 +275,7 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   o.model_parallel = model_parallel(c);
   o.recompute = c.recompute;
   if (c.reproducible) o.reproducible_chunk = c.chunk > 0 ? c.chunk : default_chunk;
+  o.reproducible_tp_chunk = c.tp_chunk;
   GradSyncOptions sync;
   sync.bucket_bytes = static_cast<std::size_t>(c.bucket_mb * 1024 * 1024);
   sync.overlap = c.overlap;

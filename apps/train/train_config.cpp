@@ -140,6 +140,14 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                      "--reproducible: samples per chunk of the global batch (default 32); every "
                      "rank's shard must be whole chunks, and runs agree for the same chunk and batch")
           ->check(whole_number(1));
+  auto* tp_chunk_option =
+      app.add_option("--tp-chunk", c.tp_chunk,
+                     "--reproducible with tensor parallelism (needed for --tp > 1): every Linear "
+                     "whose width S divides sums it in chunks of S features, added exactly, so "
+                     "that a split over --tp ranks gives the same bits; give the same S to every "
+                     "run that must agree, --tp 1 included; each rank's shard of a split layer "
+                     "must be whole chunks (e.g. 32)")
+          ->check(whole_number(1));
   auto* layers_option = app.add_option("--layers", layers, "MLP layer widths, input first, e.g. 784,256,128,10")
       ->capture_default_str();
   auto* activation_option =
@@ -409,6 +417,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "--clip-grad-norm must be finite and >= 0, got ", c.clip_grad_norm);
   STRATA_REQUIRE(chunk_option->count() == 0 || c.reproducible, config,
                  "--chunk applies to --reproducible runs (give both)");
+  STRATA_REQUIRE(tp_chunk_option->count() == 0 || c.reproducible, config,
+                 "--tp-chunk applies to --reproducible runs (give both)");
   {
     GradSyncOptions sync;
     sync.compression = parse_grad_compression(c.grad_compression);

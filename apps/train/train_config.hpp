@@ -34,6 +34,7 @@ struct TrainConfig {
   bool recompute = false;  // activation recomputation in every top-level block
   bool reproducible = false;  // --reproducible (strategies/reproducible.hpp)
   std::size_t chunk = 0;      // its samples per chunk (0: default_chunk)
+  std::size_t tp_chunk = 0;   // --tp-chunk: features per chunk of a split sum (0: off)
   bool sync_bn = false;    // SyncBatchNorm over the data-parallel ranks
   std::vector<std::size_t> layers{784, 256, 128, 10};
   ActivationKind activation = ActivationKind::relu;
