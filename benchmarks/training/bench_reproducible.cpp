@@ -4,7 +4,9 @@
 //   of the default mode and of --reproducible (chunks of --chunk samples),
 //   the two runs interleaved repetition by repetition (both models held at
 //   once), median [min-max]; the ratio is the median of the repetitions'
-//   ratios. On 1 rank x 2 threads also the step's GEMMs alone, on the
+//   ratios. --tp-chunk S: the reproducible run sums the Linears' inner
+//   dimension in exact chunks of S features too (what --tp needs). On 1 rank
+//   x 2 threads also the step's GEMMs alone, on the
 //   vendor BLAS and on the reproducible kernel, measured between the
 //   repetitions: the GEMM's share of the cost.
 #include "apps/common/app_main.hpp"
@@ -53,7 +55,7 @@ struct Trainer {
 };
 
 std::unique_ptr<Trainer> make_trainer(const Workload& w, Context& ctx, comm::Communicator& comm,
-                                      std::size_t chunk) {
+                                      std::size_t chunk, std::size_t tp_chunk = 0) {
   auto t = std::make_unique<Trainer>(make_mlp<float>({w.widths}));
   const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
   t->model.build(std::max<std::size_t>(1, shard.second));
@@ -61,7 +63,7 @@ std::unique_ptr<Trainer> make_trainer(const Workload& w, Context& ctx, comm::Com
   t->chunk = chunk;
   if (chunk > 0) {
     validate_reproducible(chunk, w.batch, comm.size());
-    t->model.set_reproducible(chunk);
+    t->model.set_reproducible(chunk, tp_chunk);
   }
   t->opt = std::make_unique<Optimizer<float>>(OptimizerConfig{OptimizerKind::sgd, 0.01},
                                               t->model.num_params());
@@ -80,14 +82,14 @@ struct Result {
 };
 
 Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, std::size_t chunk,
-                int reps, int warmup, bool gemms) {
+                std::size_t tp_chunk, int reps, int warmup, bool gemms) {
   auto d = data::make_synthetic(w.batch, w.widths.front(), data::CsvTask::classification,
                                 w.widths.back(), 3);
   data::BatchLoader<float> loader(d, w.batch, false, 0, false, comm.rank(), comm.size());
   data::Batch<float> b;
   loader.next(b);
   auto base = make_trainer(w, ctx, comm, 0);
-  auto repro = make_trainer(w, ctx, comm, chunk);
+  auto repro = make_trainer(w, ctx, comm, chunk, tp_chunk);
   const auto shapes = step_gemms(base->model, w.batch);
   auto timed = [&](Trainer& t, std::size_t steps) {
     set_mode(ctx, t.chunk > 0);
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
     auto args = app::split_kokkos_args(argc, argv);
     std::string which = "W2,W3";
     int reps = 5, warmup = 2;
-    std::size_t chunk = default_chunk;
+    std::size_t chunk = default_chunk, tp_chunk = 0;
     double scale = 1.0;
     CLI::App cli{"What --reproducible costs: samples/s of the default mode and of --reproducible, "
                  "interleaved, on W2 and W3, 1 rank x 2 threads and 2 thread ranks x 1 thread.",
@@ -142,6 +144,9 @@ int main(int argc, char** argv) {
     cli.add_option("--workloads", which, "comma-separated: W2, W3")->capture_default_str();
     cli.add_option("--chunk", chunk, "samples per chunk of --reproducible")->capture_default_str()
         ->check(CLI::PositiveNumber);
+    cli.add_option("--tp-chunk", tp_chunk,
+                   "features per exact chunk of the Linears' inner sums (--tp-chunk); 0: off")
+        ->capture_default_str();
     cli.add_option("--reps", reps, "repetitions")->capture_default_str()->check(CLI::Range(1, 100));
     cli.add_option("--warmup", warmup, "warm-up steps")->capture_default_str();
     cli.add_option("--scale", scale, "multiply the steps per repetition (e.g. 0.05 for a smoke test)")
@@ -162,7 +167,8 @@ int main(int argc, char** argv) {
     runtime = std::make_unique<Runtime>(kargc, args.kokkos.data());
     std::printf("# strata-bench-reproducible: %d repetitions, median [min-max]; * = max/min > 1.2\n# %s\n",
                 reps, configuration().c_str());
-    std::printf("# SGD; --reproducible with chunks of %zu samples; GEMM kernel: %s\n", chunk,
+    std::printf("# SGD; --reproducible with chunks of %zu samples%s; GEMM kernel: %s\n", chunk,
+                tp_chunk > 0 ? (", --tp-chunk " + std::to_string(tp_chunk)).c_str() : "",
                 gemm_reproducible_kernel());
     std::printf("%-4s %-9s %28s %28s %18s\n", "load", "ranks", "default samples/s",
                 "reproducible samples/s", "ratio");
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
         const int ranks = layout_shape.first, per = layout_shape.second;
         Result r;
         run_ranks(ranks, per, [&](Context& ctx, comm::Communicator& comm) {
-          auto mine = run_rank(w, ctx, comm, chunk, reps, warmup, ranks == 1);
+          auto mine = run_rank(w, ctx, comm, chunk, tp_chunk, reps, warmup, ranks == 1);
           if (comm.rank() == 0) r = mine;
         });
         if (ranks == 1) gemm = r;
