@@ -338,6 +338,29 @@ TEST(ReproducibleMpi, HierarchicalTwoThreadRanksPerProcessIsBitwiseOneRank) {
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// Tensor parallelism over processes (an even number of them: tp 2 x dp
+// size / 2; the tensor chunk's pairs and the vocabulary-parallel softmax's
+// go over MPI), the GPT with a vocabulary tp divides.
+TEST(ReproducibleMpi, TensorParallelIsBitwiseOneRank) {
+  comm::MpiComm world(MPI_COMM_WORLD, false);
+  if (world.size() % 2 != 0) GTEST_SKIP() << "tensor parallelism over 2 needs an even count";
+  test::DpConfig c = test::gpt_config(true, 2, 12);
+  c.batch = 12;
+  c.samples = 48;
+  EngineOptions o = reproducible_options(1);
+  o.reproducible_tp_chunk = 2;
+  const test::Bits ref = one_rank_reference(c, o, world);
+  o.model_parallel = true;
+  o.mesh.mesh = {world.size() / 2, 1, 2};
+  Context ctx;
+  const std::string dir = test::repro_dir(world, "tp");
+  const test::Bits got = test::train_engine(ctx, world, c, o, dir);
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  if (world.rank() == 0)
+    EXPECT_EQ(test::compare_bits(got, ref), "") << "tp 2 x dp " << world.size() / 2;
+}
+
 }  // namespace
 }  // namespace strata
 
