@@ -11,12 +11,13 @@ if(TARGET strata_nccl)
   install(TARGETS strata_nccl EXPORT StrataTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
-foreach(dir backends layers data strategies)
+foreach(dir backends layers data strategies planner)
   install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir}
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()
 # The model files (strata-train --model, strata-bench-train's W4).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/strata/models FILES_MATCHING PATTERN "*.toml")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/planner/profiles/ DESTINATION ${CMAKE_INSTALL_DATADIR}/strata/profiles FILES_MATCHING PATTERN "*.json")
 install(FILES "${PROJECT_BINARY_DIR}/generated/strata_config.hpp"
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata)
 

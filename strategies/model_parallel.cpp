@@ -102,6 +102,30 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
 }
 
 template <class T>
+MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
+                          const OptimizerConfig& optimizer, std::size_t max_shard, int p) {
+  const std::size_t M = options.micro_batches;
+  const int S = options.mesh.pp;
+  MemoryReport memory;
+  memory.slots = options.schedule == Schedule::gpipe ? M : std::min<std::size_t>(M, S - p);
+  const std::size_t max_micro = (max_shard + M - 1) / M;
+  const std::size_t dp = static_cast<std::size_t>(options.mesh.dp);
+  const std::size_t pad = options.zero == 1 ? dp : 1;
+  const std::size_t n = stage.num_params();
+  const std::size_t padded = (n + pad - 1) / pad * pad;
+  memory.params = memory.grads = padded * sizeof(T);
+  if (options.compression != GradCompression::none && dp > 1) memory.grads += n * 2;  // 16-bit buckets
+  const std::size_t updated = options.zero == 1 ? padded / dp : n;
+  memory.optimizer = state_elements(optimizer, updated) * sizeof(T);
+  memory.master = options.precision != Precision::fp32 ? updated * sizeof(T) : 0;
+  memory.activations = stage.activation_bytes(max_micro, memory.slots);
+  if (p > 0)  // received inputs per slot and the input gradient sent back
+    memory.activations += (memory.slots + 1) * max_micro * stage.in_features() * sizeof(T);
+  if (p + 1 < S) memory.activations += max_micro * stage.out_features() * sizeof(T);
+  return memory;
+}
+
+template <class T>
 ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const ModelSpec& model,
                                 Init init, std::uint64_t seed, LossKind loss,
                                 const OptimizerConfig& optimizer, std::size_t max_shard,
@@ -176,22 +200,14 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   if (options.recompute) stage_->set_recompute(true);
 
   // Memory: known before allocation.
-  slots_ = options.schedule == Schedule::gpipe ? M : std::min<std::size_t>(M, S - p);
+  memory_ = stage_memory(*stage_, options, optimizer, max_shard, p);
+  slots_ = memory_.slots;
   max_micro_ = (max_shard + M - 1) / M;
   const std::size_t dp = static_cast<std::size_t>(shape.dp);
   const std::size_t pad = options.zero == 1 ? dp : 1;
   const std::size_t n = stage_->num_params();
   const std::size_t padded = (n + pad - 1) / pad * pad;
-  memory_.params = memory_.grads = padded * sizeof(T);
-  if (options.compression != GradCompression::none && dp > 1) memory_.grads += n * 2;  // 16-bit buckets
   const std::size_t updated = options.zero == 1 ? padded / dp : n;
-  memory_.optimizer = state_elements(optimizer, updated) * sizeof(T);
-  memory_.master = mixed ? updated * sizeof(T) : 0;
-  memory_.activations = stage_->activation_bytes(max_micro_, slots_);
-  if (p > 0)  // received inputs per slot and the input gradient sent back
-    memory_.activations += (slots_ + 1) * max_micro_ * stage_->in_features() * sizeof(T);
-  if (p + 1 < S) memory_.activations += max_micro_ * stage_->out_features() * sizeof(T);
-  memory_.slots = slots_;
   if (options.memory_budget > 0) {
     const auto mine = static_cast<std::int64_t>(memory_.total());
     const auto worst = world.allreduce_value(mine, comm::ReduceOp::max);
@@ -883,6 +899,10 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
   return e;
 }
 
+template MemoryReport stage_memory<float>(const Sequential<float>&, const ModelParallelOptions&,
+                                          const OptimizerConfig&, std::size_t, int);
+template MemoryReport stage_memory<double>(const Sequential<double>&, const ModelParallelOptions&,
+                                           const OptimizerConfig&, std::size_t, int);
 template class ModelParallel<float>;
 template class ModelParallel<double>;
 

@@ -86,6 +86,15 @@ struct MemoryReport {
   std::string str() const;  // "params 1.2 MiB, grads ..., total ..."
 };
 
+// What one rank of pipeline stage p holds (options: its mesh, micro-batches,
+// schedule, ZeRO, precision, compression), known before anything is
+// allocated: `stage` need not be built. max_shard: the largest
+// data-parallel shard of the global batch. ModelParallel's own accounting,
+// and the planner's (planner/cost_model.hpp).
+template <class T>
+MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
+                          const OptimizerConfig& optimizer, std::size_t max_shard, int p);
+
 // Stage boundaries: cuts[s] is the first layer of stage s, cuts[pp] the
 // number of layers. Throws config for more stages than layers, cuts that are
 // not increasing, out of range, or inside a tensor-parallel pair.

@@ -1,0 +1,249 @@
+#include "planner/cost_model.hpp"
+
+#include "backends/error.hpp"
+#include "layers/block.hpp"
+#include "layers/registry.hpp"
+#include "layers/sequential.hpp"
+#include "planner/planning_comm.hpp"
+#include "strategies/tensor_parallel.hpp"
+#include "strategies/vocab_parallel.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata::planner {
+
+std::string Layout::str() const {
+  std::string s = mesh.str();
+  if (mesh.pp > 1)
+    s += ", " + std::to_string(micro_batches) + " micro-batches " + to_string(schedule);
+  if (zero) s += ", ZeRO-1";
+  if (recompute) s += ", recompute";
+  return s;
+}
+
+namespace {
+// Values (per sample) a tensor-parallel layer sums over its group: in
+// forward (a row-parallel output, a vocabulary-parallel embedding's) and in
+// backward (a column-parallel input gradient, unless it is the model's
+// first layer, whose input gradient nobody needs). Blocks: their inner layers.
+void tensor_sums(const Layer<float>& l, bool first, double& fwd, double& bwd, int& fwd_n,
+                 int& bwd_n) {
+  const Shape& in = l.input_shape();
+  if (dynamic_cast<const RowParallelLinear<float>*>(&l) ||
+      dynamic_cast<const VocabParallelEmbedding<float>*>(&l)) {
+    fwd += static_cast<double>(l.output_shape(in).numel());
+    ++fwd_n;
+  } else if (dynamic_cast<const ColumnParallelLinear<float>*>(&l)) {
+    if (!first) {
+      bwd += static_cast<double>(in.numel());
+      ++bwd_n;
+    }
+  } else if (const auto* b = dynamic_cast<const Block<float>*>(&l)) {
+    for (std::size_t j = 0; j < b->num_layers(); ++j)
+      tensor_sums(b->layer(j), first && j == 0, fwd, bwd, fwd_n, bwd_n);
+  }
+}
+}  // namespace
+
+// The layers of one tensor rank cut into pp stages, and what each stage
+// computes and sends per sample.
+struct CostModel::Split {
+  std::unique_ptr<PlanningComm> comm;  // the tp group the layers refer to (outlives them)
+  std::string error;                   // why (tp, pp) cannot be built: "" when it can
+  std::vector<std::unique_ptr<Sequential<float>>> stages;
+  struct StageCost {
+    std::vector<double> flops, values;  // per layer: forward FLOP, input + output values (per sample)
+    double recompute_flops = 0, recompute_values = 0;  // the blocks' (recomputed in backward)
+    double tp_fwd = 0, tp_bwd = 0;      // values per sample summed over the tp group
+    int tp_fwd_n = 0, tp_bwd_n = 0;     // allreduces per micro-batch
+    double send = 0;                    // values per sample sent to the next stage
+  };
+  std::vector<StageCost> cost;
+};
+
+CostModel::CostModel(const PlanRequest& request, const MachineProfile& profile)
+    : request_(request), profile_(profile) {
+  STRATA_REQUIRE(request.ranks > 0, config, "strata-plan: --ranks must be positive");
+  STRATA_REQUIRE(request.batch > 0, config, "strata-plan: --batch must be positive");
+  per_node_ = request.ranks_per_node > 0 ? request.ranks_per_node
+                                         : (profile.gpu ? profile.devices_per_node : request.ranks);
+  per_node_ = std::min(per_node_, request.ranks);
+  STRATA_REQUIRE(!profile.gpu || per_node_ <= profile.devices_per_node, config, "strata-plan: ",
+                 per_node_, " ranks per node, but a node of ", profile.name, " has ",
+                 profile.devices_per_node, " devices (one rank each)");
+  const int nodes = (request.ranks + per_node_ - 1) / per_node_;
+  STRATA_REQUIRE(nodes <= profile.nodes, config, "strata-plan: ", request.ranks, " ranks at ",
+                 per_node_, " per node need ", nodes, " nodes, but ", profile.name, " has ",
+                 profile.nodes);
+  budget_ = request.memory_budget > 0
+                ? request.memory_budget
+                : static_cast<std::size_t>(profile.memory_per_node / per_node_);
+}
+
+CostModel::~CostModel() = default;
+
+double CostModel::allreduce_time(double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) * (link.latency + bytes / (n * link.bandwidth));
+}
+
+const CostModel::Split& CostModel::split(int tp, int pp) const {
+  auto& slot = splits_[{tp, pp}];
+  if (slot) return *slot;
+  slot = std::make_unique<Split>();
+  Split& s = *slot;
+  s.comm = std::make_unique<PlanningComm>(tp);
+  try {
+    TensorParallelLayers<float> all = make_tensor_parallel<float>(
+        build_layers<float>(request_.model, 0), *s.comm, request_.loss == LossKind::cross_entropy);
+    resolve_ties(all.layers, all.names);
+    std::vector<double> params(all.layers.size());
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i] = static_cast<double>(all.layers[i]->num_params());
+    const std::vector<std::size_t> bounds = plan_stages(params, all.cut_ok, pp, {});
+    Shape input = all.input;
+    for (int p = 0; p < pp; ++p) {
+      auto stage = std::make_unique<Sequential<float>>(input, bounds[p]);
+      stage->set_tie_copies(true);
+      for (std::size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
+        input = all.layers[i]->output_shape(input);
+        stage->add(std::move(all.layers[i]), all.names[i]);
+      }
+      if (request_.precision != Precision::fp32) stage->set_storage(request_.precision);
+      Split::StageCost c;
+      for (std::size_t i = 0; i < stage->num_layers(); ++i) {
+        const Layer<float>& l = stage->layer(i);
+        c.flops.push_back(l.flops());
+        c.values.push_back(static_cast<double>(stage->width(i) + stage->width(i + 1)));
+        if (dynamic_cast<const Block<float>*>(&l)) {
+          c.recompute_flops += c.flops.back();
+          c.recompute_values += c.values.back();
+        }
+        tensor_sums(l, p == 0 && i == 0, c.tp_fwd, c.tp_bwd, c.tp_fwd_n, c.tp_bwd_n);
+      }
+      c.send = p + 1 < pp ? static_cast<double>(stage->out_features()) : 0.0;
+      s.cost.push_back(c);
+      s.stages.push_back(std::move(stage));
+    }
+  } catch (const Error& e) {
+    s.error = e.message();
+    s.stages.clear();
+  }
+  return s;
+}
+
+double CostModel::layer_time(double flops, double values, double rate) const {
+  const double bandwidth =
+      profile_.gpu ? profile_.memory_bandwidth : profile_.memory_bandwidth / per_node_;
+  const double compute = flops > 0 ? flops * (flops + profile_.gemm_half_flops) / (flops * rate) : 0;
+  return compute + 2.0 * values * sizeof(float) / bandwidth + profile_.launch;
+}
+
+Prediction CostModel::predict(const Layout& l) const {
+  Prediction pr;
+  pr.layout = l;
+  const int dp = l.mesh.dp, pp = l.mesh.pp, tp = l.mesh.tp;
+  const std::size_t B = request_.batch, M = l.micro_batches;
+  if (l.mesh.size() != request_.ranks) {
+    pr.rejected = "the mesh has " + std::to_string(l.mesh.size()) + " ranks, not " +
+                  std::to_string(request_.ranks);
+    return pr;
+  }
+  if (B < static_cast<std::size_t>(dp)) {
+    pr.rejected = "a batch of " + std::to_string(B) + " gives some of the " + std::to_string(dp) +
+                  " data-parallel ranks no sample";
+    return pr;
+  }
+  const std::size_t shard = (B + dp - 1) / dp;  // the largest (BatchLoader::shard)
+  if (M == 0 || M > shard) {
+    pr.rejected = std::to_string(M) + " micro-batches of a shard of " + std::to_string(shard) +
+                  " samples";
+    return pr;
+  }
+  if (l.zero && dp == 1) {
+    pr.rejected = "ZeRO-1 without data parallelism";
+    return pr;
+  }
+  const Split& s = split(tp, pp);
+  if (!s.error.empty()) {
+    pr.rejected = s.error;
+    return pr;
+  }
+  // Memory: every stage's rank, as ModelParallel counts it.
+  ModelParallelOptions o;
+  o.mesh = l.mesh;
+  o.micro_batches = M;
+  o.schedule = l.schedule;
+  o.zero = l.zero;
+  o.precision = request_.precision;
+  for (int p = 0; p < pp; ++p) {
+    Sequential<float>& stage = *s.stages[static_cast<std::size_t>(p)];
+    stage.set_recompute(l.recompute);
+    const MemoryReport m = stage_memory(stage, o, request_.optimizer, shard, p);
+    if (m.total() > pr.memory.total()) {
+      pr.memory = m;
+      pr.stage_with_most_memory = p;
+    }
+  }
+  if (pr.memory.total() > budget_) {
+    pr.rejected = "needs " + std::to_string(pr.memory.total() >> 20) + " MiB per rank (stage " +
+                  std::to_string(pr.stage_with_most_memory) + ": " + pr.memory.str() +
+                  "), over the budget of " + std::to_string(budget_ >> 20) + " MiB";
+  }
+  // Time. A rank's GEMM rate: one device (GPU), or its share of the node's cores.
+  const double cores = profile_.gpu ? 1.0 : std::max(1.0, double(profile_.devices_per_node) / per_node_);
+  const double rate = profile_.gemm_flops(request_.precision) * cores;
+  const double m = static_cast<double>((shard + M - 1) / M);  // samples per micro-batch
+  const Link& tp_link = tp <= per_node_ ? profile_.intra_node : profile_.inter_node;
+  const Link& pp_link = tp * pp <= per_node_ ? profile_.intra_node : profile_.inter_node;
+  const Link& dp_link = request_.ranks <= per_node_ ? profile_.intra_node : profile_.inter_node;
+  const double value = request_.precision == Precision::fp32 ? 4.0 : 2.0;  // activation bytes
+  double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0, last_backward = 0;
+  double grads = 0, updated = 0;
+  for (int p = 0; p < pp; ++p) {
+    const Split::StageCost& c = s.cost[static_cast<std::size_t>(p)];
+    double fwd = 0;
+    for (std::size_t i = 0; i < c.flops.size(); ++i) fwd += layer_time(c.flops[i] * m, c.values[i] * m, rate);
+    double bwd = 2 * fwd;
+    if (l.recompute) bwd += layer_time(c.recompute_flops * m, c.recompute_values * m, rate);
+    const double tpc =
+        c.tp_fwd_n * allreduce_time(c.tp_fwd / std::max(1, c.tp_fwd_n) * m * 4, tp, tp_link) +
+        c.tp_bwd_n * allreduce_time(c.tp_bwd / std::max(1, c.tp_bwd_n) * m * 4, tp, tp_link);
+    const double send = c.send > 0 ? 2 * pp_link.time(c.send * m * value) : 0.0;  // activation, gradient
+    const double slot = fwd + bwd + (tp > 1 ? tpc : 0.0) + send;
+    if (slot > slowest) {
+      slowest = slot;
+      slowest_compute = fwd + bwd;
+      slowest_tp = tp > 1 ? tpc : 0.0;
+      slowest_send = send;
+      last_backward = bwd;
+      grads = static_cast<double>(s.stages[static_cast<std::size_t>(p)]->num_params());
+    }
+  }
+  updated = l.zero ? grads / dp : grads;
+  pr.compute = slowest_compute * M;
+  pr.tensor_comm = slowest_tp * M;
+  pr.pipeline_comm = slowest_send * M;
+  pr.bubble = slowest * (pp - 1);
+  // Data-parallel sums: behind the last micro-batch's backward, except what exceeds it.
+  if (dp > 1) {
+    const double bytes = grads * 4;
+    if (l.zero) {  // a reduce-scatter (half a ring allreduce), then an allgather of the weights
+      const double half = allreduce_time(bytes, dp, dp_link) / 2;
+      pr.data_comm = std::max(0.0, half - last_backward) + half;
+    } else {
+      pr.data_comm = std::max(0.0, allreduce_time(bytes, dp, dp_link) - last_backward);
+    }
+  }
+  // The optimizer reads and writes its values: the weight, gradient and state.
+  const double state = static_cast<double>(state_elements(request_.optimizer, 1));
+  const double bandwidth =
+      profile_.gpu ? profile_.memory_bandwidth : profile_.memory_bandwidth / per_node_;
+  pr.optimizer = updated * (3 + 2 * state) * 4 / bandwidth;
+  pr.step = slowest * (M + pp - 1) + pr.data_comm + pr.optimizer;
+  pr.samples_per_s = static_cast<double>(B) / pr.step;
+  return pr;
+}
+
+}  // namespace strata::planner

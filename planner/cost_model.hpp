@@ -1,0 +1,109 @@
+// The planner's cost model: for a model, a global batch and a layout
+// (dp x pp x tp, micro-batches, schedule, ZeRO-1, recomputation), the step
+// time and the memory of every rank on a machine (planner/profile.hpp),
+// without running anything.
+//
+// Memory is the engine's own accounting (stage_memory: what ModelParallel
+// allocates), on the layers make_tensor_parallel builds for the tensor size
+// and the stages plan_stages cuts, as strata-train would. Time, per step:
+//
+//   per layer and micro-batch of m samples on a rank with GEMM rate R:
+//     forward   t_f = f / (R f / (f + f_half)) + 2 (in + out) m 4 B / bw + launch
+//                     (f = the layer's FLOP for m samples; f_half: the GEMM
+//                     size at half the rate, from the profile)
+//     backward  t_b = 2 t_f (weight and input gradient), recomputation adds t_f
+//   tensor parallelism: an allreduce over the tp group per row-parallel
+//     output and vocabulary-parallel embedding (forward) and per
+//     column-parallel input gradient (backward), ring cost
+//     2 (n - 1) (latency + bytes / (n bandwidth)) on the node's link when
+//     the group fits in a node, else the inter-node one
+//   pipeline: (M + S - 1) micro-batch slots of the slowest stage (its
+//     compute, tensor transfers and the activation it sends), of which
+//     S - 1 are the bubble (GPipe and 1F1B alike)
+//   data parallelism: a ring allreduce of the stage's gradients (ZeRO-1: a
+//     reduce-scatter, then an allgather of the updated weights), hidden
+//     behind the last micro-batch's backward except what exceeds it
+//   optimizer: the rank's updated values read and written at memory bandwidth
+//
+// What it leaves out: kernel fusion and cache effects beyond f_half, the
+// overlap of tensor-parallel transfers with compute (Strata has none),
+// contention between the ranks' transfers on a shared link, stragglers.
+#pragma once
+
+#include "layers/loss.hpp"
+#include "layers/model_spec.hpp"
+#include "layers/optimizer.hpp"
+#include "planner/profile.hpp"
+#include "strategies/model_parallel.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace strata::planner {
+
+struct Layout {
+  MeshShape mesh;
+  std::size_t micro_batches = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  int zero = 0;
+  bool recompute = false;
+  // "dp 2 x pp 2 x tp 1, 4 micro-batches 1f1b, ZeRO-1, recompute"
+  std::string str() const;
+};
+
+struct Prediction {
+  Layout layout;
+  std::string rejected;  // "" when the layout fits and runs; else why not
+  double step = 0;       // seconds per step
+  double samples_per_s = 0;
+  // Where the step goes, seconds: the slowest stage's compute over the
+  // micro-batches, the pipeline's bubble, tensor- and pipeline-parallel
+  // transfers, data-parallel sums not hidden behind backward, the optimizer.
+  double compute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0,
+         optimizer = 0;
+  MemoryReport memory;  // the rank that needs the most
+  int stage_with_most_memory = 0;
+};
+
+struct PlanRequest {
+  ModelSpec model;
+  LossKind loss = LossKind::cross_entropy;
+  OptimizerConfig optimizer;
+  Precision precision = Precision::fp32;
+  std::size_t batch = 0;       // global
+  int ranks = 1;
+  // Ranks per node: 0 for the profile's devices per node (GPU: one rank
+  // per device), capped by the ranks.
+  int ranks_per_node = 0;
+  std::size_t memory_budget = 0;  // bytes per rank; 0: the node's memory / ranks per node
+};
+
+class CostModel {
+ public:
+  // Throws config for a request no layout can serve (no ranks, no batch,
+  // more ranks per node than a GPU node has devices).
+  CostModel(const PlanRequest& request, const MachineProfile& profile);
+  ~CostModel();
+
+  Prediction predict(const Layout& layout) const;
+
+  int ranks_per_node() const { return per_node_; }
+  std::size_t memory_budget() const { return budget_; }
+  // Seconds of a ring allreduce of `bytes` over n ranks on a link.
+  static double allreduce_time(double bytes, int n, const Link& link);
+
+ private:
+  struct Split;  // the layers and stages of one (tp, pp)
+  const Split& split(int tp, int pp) const;
+  double layer_time(double flops, double values, double rate) const;
+
+  PlanRequest request_;
+  MachineProfile profile_;
+  int per_node_ = 1;
+  std::size_t budget_ = 0;
+  mutable std::map<std::pair<int, int>, std::unique_ptr<Split>> splits_;
+};
+
+}  // namespace strata::planner

@@ -1,0 +1,53 @@
+#include "planner/search.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace strata::planner {
+
+std::vector<std::size_t> micro_batch_counts(int pp, std::size_t shard, std::size_t most) {
+  if (pp == 1) return {1};
+  const std::size_t top = std::min(shard, most);
+  std::set<std::size_t> counts;
+  for (std::size_t m = 1; m <= top; m *= 2) counts.insert(m);
+  for (std::size_t k = 1; k * static_cast<std::size_t>(pp) <= top; k *= 2)
+    counts.insert(k * static_cast<std::size_t>(pp));
+  return {counts.begin(), counts.end()};
+}
+
+std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
+                               const SearchOptions& options) {
+  std::vector<Prediction> all;
+  for (int tp = 1; tp <= ranks; ++tp) {
+    if (ranks % tp) continue;
+    for (int pp = 1; pp <= ranks / tp; ++pp) {
+      if ((ranks / tp) % pp) continue;
+      const int dp = ranks / tp / pp;
+      const std::size_t shard = (batch + static_cast<std::size_t>(dp) - 1) / static_cast<std::size_t>(dp);
+      for (const std::size_t M : micro_batch_counts(pp, std::max<std::size_t>(shard, 1),
+                                                    options.max_micro_batches))
+        for (const Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
+          if (schedule == Schedule::gpipe && (pp == 1 || !options.gpipe)) continue;
+          for (int zero = 0; zero <= (options.zero && dp > 1 ? 1 : 0); ++zero)
+            for (int rc = 0; rc <= (options.recompute ? 1 : 0); ++rc) {
+              Layout l;
+              l.mesh = {dp, pp, tp};
+              l.micro_batches = M;
+              l.schedule = schedule;
+              l.zero = zero;
+              l.recompute = rc != 0;
+              all.push_back(model.predict(l));
+            }
+        }
+    }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
+    if (!a.rejected.empty()) return false;
+    if (a.samples_per_s != b.samples_per_s) return a.samples_per_s > b.samples_per_s;
+    return a.memory.total() < b.memory.total();
+  });
+  return all;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,28 @@
+// The planner's search: every layout of a rank count (dp x pp x tp with
+// dp pp tp = ranks; micro-batch counts for pipelines; both schedules;
+// ZeRO-1 with data parallelism; recomputation), each predicted by the cost
+// model, ranked: the layouts that fit first, fastest first (equal times:
+// less memory first), then the rejected ones with their reasons.
+#pragma once
+
+#include "planner/cost_model.hpp"
+
+#include <vector>
+
+namespace strata::planner {
+
+struct SearchOptions {
+  bool gpipe = true;       // also GPipe (1F1B holds fewer micro-batches, the same time)
+  bool zero = true;        // also ZeRO-1 where dp > 1
+  bool recompute = true;   // also with recomputation
+  std::size_t max_micro_batches = 256;
+};
+
+// Micro-batch counts tried for a pipeline of pp stages over shards of
+// `shard` samples: 1, powers of two and multiples of pp up to the shard.
+std::vector<std::size_t> micro_batch_counts(int pp, std::size_t shard, std::size_t most);
+
+std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
+                               const SearchOptions& options = {});
+
+}  // namespace strata::planner

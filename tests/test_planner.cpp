@@ -1,0 +1,231 @@
+// The planner (planner/): machine profiles (the shipped ones load; a missing
+// or bad field is named), the memory it predicts against what ModelParallel
+// itself reserves on thread ranks (the oracle: the same bytes), the time
+// formulas against hand computations, and the search (every layout of the
+// rank count, the rejected ones with their reasons; 4096 ranks).
+#include "backends/comm/threads.hpp"
+#include "backends/ranks.hpp"
+#include "dp_harness.hpp"
+#include "planner/profile.hpp"
+#include "planner/search.hpp"
+#include "test_utils.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#ifndef STRATA_SOURCE_DIR
+#error "tests need STRATA_SOURCE_DIR"
+#endif
+
+namespace strata {
+namespace {
+
+using planner::CostModel;
+using planner::Layout;
+using planner::MachineProfile;
+using planner::PlanRequest;
+using planner::Prediction;
+
+// A small CPU machine with round figures (the time checks compute them by hand).
+MachineProfile cpu_profile() {
+  MachineProfile p;
+  p.name = "test machine";
+  p.nodes = 1;
+  p.devices_per_node = 4;
+  p.memory_per_node = 16e9;
+  p.gemm_flops_fp32 = p.gemm_flops_16 = 1e10;
+  p.gemm_half_flops = 1e6;
+  p.memory_bandwidth = 1e10;
+  p.launch = 1e-6;
+  p.intra_node = {1e-6, 1e9};
+  p.inter_node = {1e-5, 1e8};
+  return p;
+}
+
+std::string profile_path(const std::string& name) {
+  return std::string(STRATA_SOURCE_DIR) + "/planner/profiles/" + name;
+}
+
+TEST(PlannerProfile, TheShippedProfilesLoadAndRoundTrip) {
+  for (const char* name : {"dgx-a100.json", "dgx-h100.json"}) {
+    const MachineProfile p = planner::load_profile(profile_path(name));
+    EXPECT_TRUE(p.gpu) << name;
+    EXPECT_EQ(p.devices_per_node, 8) << name;
+    EXPECT_GT(p.gemm_flops_16, p.gemm_flops_fp32) << name;
+    const std::string copy = (std::filesystem::temp_directory_path() / "strata-test-profile.json").string();
+    planner::save_profile(p, copy);
+    const MachineProfile q = planner::load_profile(copy);
+    EXPECT_EQ(planner::profile_json(q), planner::profile_json(p)) << name;
+    std::filesystem::remove(copy);
+  }
+}
+
+TEST(PlannerProfile, AMissingOrBadFieldIsNamed) {
+  const std::string text = planner::profile_json(cpu_profile());
+  const std::string file = (std::filesystem::temp_directory_path() / "strata-test-bad-profile.json").string();
+  auto error_for = [&](const std::string& body) {
+    std::ofstream(file) << body;
+    try {
+      planner::load_profile(file);
+    } catch (const Error& e) {
+      return std::string(e.message());
+    }
+    return std::string("no error");
+  };
+  auto without = [&](const std::string& field) {
+    std::string t = text;
+    const auto at = t.find("\"" + field + "\"");
+    const auto end = t.find('\n', at);
+    t.erase(at, end - at + 1);
+    return t;
+  };
+  EXPECT_NE(error_for(without("launch")).find("has no 'launch'"), std::string::npos);
+  std::string t = text;
+  t.replace(t.find("\"bandwidth\": 100000000.0"), 24, "\"bandwidth\": -1");
+  EXPECT_NE(error_for(t).find("'inter_node.bandwidth' must be a positive number"), std::string::npos)
+      << error_for(t);
+  EXPECT_NE(error_for("{}").find("not a machine profile"), std::string::npos);
+  EXPECT_NE(error_for("{ nope").find("not a JSON machine profile"), std::string::npos);
+  std::filesystem::remove(file);
+}
+
+PlanRequest request(const test::DpConfig& c, int ranks) {
+  PlanRequest r;
+  r.model = test::model_of(c);
+  r.optimizer = c.optimizer;
+  r.batch = c.batch;
+  r.ranks = ranks;
+  return r;
+}
+
+// The memory the planner predicts is what ModelParallel reserves on every
+// rank (the largest of them), byte for byte: the MLP and the GPT on
+// data-parallel, pipeline (both schedules), tensor-parallel and ZeRO-1 layouts.
+TEST(PlannerMemory, IsWhatTheEngineReserves) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  test::DpConfig mlp;
+  mlp.widths = {12, 32, 32, 16, 3};
+  mlp.batch = 16;
+  mlp.optimizer = {OptimizerKind::adam, 0.001};
+  test::DpConfig gpt = test::gpt_config(true, 2, 12);
+  gpt.batch = 8;
+  std::vector<Layout> layouts(5);
+  layouts[0].mesh = {2, 1, 1};
+  layouts[1].mesh = {1, 2, 1}, layouts[1].micro_batches = 4;
+  layouts[2].mesh = {1, 2, 1}, layouts[2].micro_batches = 4, layouts[2].schedule = Schedule::gpipe;
+  layouts[3].mesh = {1, 1, 2}, layouts[3].recompute = true;
+  layouts[4].mesh = {2, 1, 1}, layouts[4].zero = 1;
+  for (const test::DpConfig& c : {mlp, gpt})
+    for (const Layout& l : layouts) {
+      const CostModel model(request(c, l.mesh.size()), cpu_profile());
+      const Prediction p = model.predict(l);
+      ASSERT_EQ(p.rejected, "") << l.str();
+      std::size_t most = 0;
+      std::mutex mutex;
+      run_ranks(l.mesh.size(), 1, [&](Context& ctx, comm::Communicator& world) {
+        ModelParallelOptions o;
+        o.mesh = l.mesh;
+        o.micro_batches = l.micro_batches;
+        o.schedule = l.schedule;
+        o.zero = l.zero;
+        o.recompute = l.recompute;
+        const std::size_t shard = (c.batch + l.mesh.dp - 1) / l.mesh.dp;
+        ModelParallel<float> mp(ctx, world, test::model_of(c), Init::kaiming_uniform, 1,
+                                LossKind::cross_entropy, c.optimizer, shard, o);
+        std::lock_guard<std::mutex> lock(mutex);
+        most = std::max(most, mp.memory().total());
+      });
+      EXPECT_EQ(p.memory.total(), most) << (c.model.empty() ? "MLP, " : "GPT, ") << l.str();
+    }
+}
+
+// The time of a layout as the formulas of planner/cost_model.hpp give it,
+// computed here by hand for an MLP on one rank and on two data-parallel ranks.
+TEST(PlannerTime, FollowsTheFormulas) {
+  test::DpConfig c;
+  c.widths = {100, 200, 10};
+  c.batch = 64;
+  c.optimizer = {OptimizerKind::sgd, 0.1};  // no state
+  const MachineProfile prof = cpu_profile();
+  // Layers: Linear(100, 200), ReLU, Linear(200, 10); FLOP and values per sample.
+  const double flops[] = {2.0 * 100 * 200, 200, 2.0 * 200 * 10};
+  const double values[] = {300, 400, 210};
+  auto step = [&](int ranks) {
+    const double m = 64.0 / ranks, cores = 4.0 / ranks, rate = 1e10 * cores, bw = 1e10 / ranks;
+    double fwd = 0;
+    for (int i = 0; i < 3; ++i) {
+      const double f = flops[i] * m;
+      fwd += f * (f + 1e6) / (f * rate) + 2 * values[i] * m * 4 / bw + 1e-6;
+    }
+    const double params = 100 * 200 + 200 + 200 * 10 + 10;
+    const double ar = ranks > 1 ? 2.0 * (ranks - 1) * (1e-6 + params * 4 / (ranks * 1e9)) : 0.0;
+    return 3 * fwd + std::max(0.0, ar - 2 * fwd) + params * 3 * 4 / bw;
+  };
+  for (int ranks : {1, 2}) {
+    Layout l;
+    l.mesh = {ranks, 1, 1};
+    const Prediction p = CostModel(request(c, ranks), prof).predict(l);
+    ASSERT_EQ(p.rejected, "");
+    EXPECT_NEAR(p.step, step(ranks), 1e-12 * step(ranks)) << ranks << " ranks";
+    EXPECT_NEAR(p.samples_per_s, 64 / p.step, 1e-9 * p.samples_per_s);
+  }
+  // A pipeline: (M + S - 1) slots of the slowest stage, S - 1 of them the bubble.
+  Layout l;
+  l.mesh = {1, 2, 1};
+  l.micro_batches = 4;
+  const Prediction p = CostModel(request(c, 2), prof).predict(l);
+  ASSERT_EQ(p.rejected, "");
+  const double slot = (p.compute + p.pipeline_comm) / 4;
+  EXPECT_NEAR(p.bubble, slot, 1e-12 * slot);
+  EXPECT_NEAR(p.step, 5 * slot + p.optimizer, 1e-12 * p.step);
+  EXPECT_EQ(CostModel::allreduce_time(8e6, 4, {1e-6, 1e9}), 2.0 * 3 * (1e-6 + 8e6 / 4e9));
+}
+
+// Every layout of the rank count is there, ranked; the rejected ones say why.
+TEST(PlannerSearch, RanksEveryLayoutAndNamesWhyOthersFail) {
+  test::DpConfig gpt = test::gpt_config(true, 2, 12);
+  gpt.batch = 6;
+  const CostModel model(request(gpt, 8), cpu_profile());
+  // ranks_per_node defaults to all 8 on a CPU profile of 4 cores: 1 thread each at least.
+  const auto plans = planner::search(model, 8, 6);
+  ASSERT_FALSE(plans.empty());
+  EXPECT_EQ(plans.front().rejected, "");
+  bool batch_reason = false, tp_reason = false;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_EQ(plans[i].layout.mesh.size(), 8);
+    if (i > 0 && plans[i].rejected.empty()) EXPECT_LE(plans[i].samples_per_s, plans[i - 1].samples_per_s);
+    if (i > 0 && !plans[i - 1].rejected.empty()) EXPECT_NE(plans[i].rejected, "") << "fitting after rejected";
+    batch_reason |= plans[i].rejected.find("gives some of the 8 data-parallel ranks no sample") != std::string::npos;
+    tp_reason |= plans[i].rejected.find("does not divide") != std::string::npos;
+  }
+  EXPECT_TRUE(batch_reason);
+  EXPECT_TRUE(tp_reason);
+  // A budget no layout meets: every layout rejected, naming its memory.
+  PlanRequest tight = request(gpt, 8);
+  tight.memory_budget = 1024;
+  for (const auto& p : planner::search(CostModel(tight, cpu_profile()), 8, 6))
+    EXPECT_NE(p.rejected, "") << p.layout.str();
+}
+
+// 4096 GPUs of the A100 profile for gpt-small: a plan that fits (how long
+// it takes strata-plan prints; no timed test).
+TEST(PlannerSearch, PlansFourThousandRanks) {
+  PlanRequest r;
+  r.model = read_model_file(std::string(STRATA_SOURCE_DIR) + "/models/gpt-small.toml");
+  r.batch = 1024;
+  r.ranks = 4096;
+  r.precision = Precision::bf16;
+  r.optimizer = {OptimizerKind::adam, 1e-4};
+  const CostModel model(r, planner::load_profile(profile_path("dgx-a100.json")));
+  const auto plans = planner::search(model, 4096, 1024);
+  ASSERT_FALSE(plans.empty());
+  EXPECT_EQ(plans.front().rejected, "");
+  EXPECT_EQ(plans.front().layout.mesh.size(), 4096);
+}
+
+}  // namespace
+}  // namespace strata
