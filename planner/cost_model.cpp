@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace strata::planner {
 
@@ -64,16 +65,16 @@ struct CostModel::Split {
 
 CostModel::CostModel(const PlanRequest& request, const MachineProfile& profile)
     : request_(request), profile_(profile) {
-  STRATA_REQUIRE(request.ranks > 0, config, "strata-plan: --ranks must be positive");
-  STRATA_REQUIRE(request.batch > 0, config, "strata-plan: --batch must be positive");
+  STRATA_REQUIRE(request.ranks > 0, config, "planner: the ranks must be positive");
+  STRATA_REQUIRE(request.batch > 0, config, "planner: the batch must be positive");
   per_node_ = request.ranks_per_node > 0 ? request.ranks_per_node
                                          : (profile.gpu ? profile.devices_per_node : request.ranks);
   per_node_ = std::min(per_node_, request.ranks);
-  STRATA_REQUIRE(!profile.gpu || per_node_ <= profile.devices_per_node, config, "strata-plan: ",
+  STRATA_REQUIRE(!profile.gpu || per_node_ <= profile.devices_per_node, config, "planner: ",
                  per_node_, " ranks per node, but a node of ", profile.name, " has ",
                  profile.devices_per_node, " devices (one rank each)");
   const int nodes = (request.ranks + per_node_ - 1) / per_node_;
-  STRATA_REQUIRE(nodes <= profile.nodes, config, "strata-plan: ", request.ranks, " ranks at ",
+  STRATA_REQUIRE(nodes <= profile.nodes, config, "planner: ", request.ranks, " ranks at ",
                  per_node_, " per node need ", nodes, " nodes, but ", profile.name, " has ",
                  profile.nodes);
   budget_ = request.memory_budget > 0
@@ -187,9 +188,12 @@ Prediction CostModel::predict(const Layout& l) const {
     }
   }
   if (pr.memory.total() > budget_) {
-    pr.rejected = "needs " + std::to_string(pr.memory.total() >> 20) + " MiB per rank (stage " +
-                  std::to_string(pr.stage_with_most_memory) + ": " + pr.memory.str() +
-                  "), over the budget of " + std::to_string(budget_ >> 20) + " MiB";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "needs %.2f MiB per rank", pr.memory.total() / 1048576.0);
+    std::string over(buf);
+    std::snprintf(buf, sizeof buf, "), over the budget of %.2f MiB", budget_ / 1048576.0);
+    pr.rejected = over + " (stage " + std::to_string(pr.stage_with_most_memory) + ": " +
+                  pr.memory.str() + buf;
   }
   // Time. A rank's GEMM rate: one device (GPU), or its share of the node's cores.
   const double cores = profile_.gpu ? 1.0 : std::max(1.0, double(profile_.devices_per_node) / per_node_);

@@ -69,7 +69,7 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
   app.add_flag("--no-recompute", c.no_recompute, "leave recomputation out of the search");
   if (!parse_cli(app, args)) return false;
   STRATA_REQUIRE(!c.model_file.empty() || !c.layers.empty(), config,
-                 "strata-plan: give the model: --model FILE or --layers WIDTHS");
+                 "give the model: --model FILE or --layers WIDTHS");
   return true;
 }
 
@@ -142,7 +142,7 @@ int run(const PlanConfig& c) {
       if (p.memory.total() > 0 &&
           (least->memory.total() == 0 || p.memory.total() < least->memory.total()))
         least = &p;
-    STRATA_THROW(config, "strata-plan: no layout of ", c.ranks, " ranks fits",
+    STRATA_THROW(config, "no layout of ", c.ranks, " ranks fits",
                  least ? "; the one that needs the least memory is " + least->layout.str() + ": " +
                              least->rejected
                        : std::string());
