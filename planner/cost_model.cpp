@@ -1,6 +1,7 @@
 #include "planner/cost_model.hpp"
 
 #include "backends/error.hpp"
+#include "layers/attention.hpp"
 #include "layers/block.hpp"
 #include "layers/registry.hpp"
 #include "layers/sequential.hpp"
@@ -47,19 +48,43 @@ void tensor_sums(const Layer<float>& l, bool first, double& fwd, double& bwd, in
 }
 }  // namespace
 
+namespace {
+// What a stage computes and sends per sample.
+struct StageCost {
+  // Per layer (a block's inner layers one by one): forward FLOP and input
+  // + output values per sample, and the GEMMs per sample its FLOP are
+  // cut into (0: one GEMM over the micro-batch's rows; an attention: two
+  // per head and sample), and whether a block recomputes it.
+  std::vector<double> flops, values, gemms;
+  std::vector<bool> in_block;
+  double tp_fwd = 0, tp_bwd = 0;      // values per sample summed over the tp group
+  int tp_fwd_n = 0, tp_bwd_n = 0;     // allreduces per micro-batch
+  double send = 0;                    // values per sample sent to the next stage
+};
+
+// Appends a layer's cost to c: a block's inner layers one by one (their
+// GEMMs are as small as they are), an attention core as two GEMMs per head
+// and sample.
+void add_layer_cost(const Layer<float>& l, bool in_block, StageCost& c) {
+  if (const auto* b = dynamic_cast<const Block<float>*>(&l)) {
+    for (std::size_t j = 0; j < b->num_layers(); ++j) add_layer_cost(b->layer(j), true, c);
+    return;
+  }
+  const Shape& in = l.input_shape();
+  c.flops.push_back(l.flops());
+  c.values.push_back(static_cast<double>(in.numel() + l.output_shape(in).numel()));
+  const auto* core = dynamic_cast<const CausalAttention<float>*>(&l);
+  c.gemms.push_back(core ? 2.0 * static_cast<double>(core->heads()) : 0.0);
+  c.in_block.push_back(in_block);
+}
+}  // namespace
+
 // The layers of one tensor rank cut into pp stages, and what each stage
 // computes and sends per sample.
 struct CostModel::Split {
   std::unique_ptr<PlanningComm> comm;  // the tp group the layers refer to (outlives them)
   std::string error;                   // why (tp, pp) cannot be built: "" when it can
   std::vector<std::unique_ptr<Sequential<float>>> stages;
-  struct StageCost {
-    std::vector<double> flops, values;  // per layer: forward FLOP, input + output values (per sample)
-    double recompute_flops = 0, recompute_values = 0;  // the blocks' (recomputed in backward)
-    double tp_fwd = 0, tp_bwd = 0;      // values per sample summed over the tp group
-    int tp_fwd_n = 0, tp_bwd_n = 0;     // allreduces per micro-batch
-    double send = 0;                    // values per sample sent to the next stage
-  };
   std::vector<StageCost> cost;
 };
 
@@ -112,15 +137,10 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
         stage->add(std::move(all.layers[i]), all.names[i]);
       }
       if (request_.precision != Precision::fp32) stage->set_storage(request_.precision);
-      Split::StageCost c;
+      StageCost c;
       for (std::size_t i = 0; i < stage->num_layers(); ++i) {
         const Layer<float>& l = stage->layer(i);
-        c.flops.push_back(l.flops());
-        c.values.push_back(static_cast<double>(stage->width(i) + stage->width(i + 1)));
-        if (dynamic_cast<const Block<float>*>(&l)) {
-          c.recompute_flops += c.flops.back();
-          c.recompute_values += c.values.back();
-        }
+        add_layer_cost(l, false, c);
         tensor_sums(l, p == 0 && i == 0, c.tp_fwd, c.tp_bwd, c.tp_fwd_n, c.tp_bwd_n);
       }
       c.send = p + 1 < pp ? static_cast<double>(stage->out_features()) : 0.0;
@@ -134,10 +154,12 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
   return s;
 }
 
-double CostModel::layer_time(double flops, double values, double rate) const {
+double CostModel::layer_time(double flops, double gemms, double values, double rate) const {
   const double bandwidth =
       profile_.gpu ? profile_.memory_bandwidth : profile_.memory_bandwidth / per_node_;
-  const double compute = flops > 0 ? flops * (flops + profile_.gemm_half_flops) / (flops * rate) : 0;
+  // `gemms` GEMMs (0: one) of flops / gemms each, each at its size's rate:
+  // (size + f_half) / R apiece.
+  const double compute = flops > 0 ? (flops + std::max(gemms, 1.0) * profile_.gemm_half_flops) / rate : 0;
   return compute + 2.0 * values * sizeof(float) / bandwidth + profile_.launch;
 }
 
@@ -206,11 +228,14 @@ Prediction CostModel::predict(const Layout& l) const {
   double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0, last_backward = 0;
   double grads = 0, updated = 0;
   for (int p = 0; p < pp; ++p) {
-    const Split::StageCost& c = s.cost[static_cast<std::size_t>(p)];
-    double fwd = 0;
-    for (std::size_t i = 0; i < c.flops.size(); ++i) fwd += layer_time(c.flops[i] * m, c.values[i] * m, rate);
-    double bwd = 2 * fwd;
-    if (l.recompute) bwd += layer_time(c.recompute_flops * m, c.recompute_values * m, rate);
+    const StageCost& c = s.cost[static_cast<std::size_t>(p)];
+    double fwd = 0, blocks = 0;
+    for (std::size_t i = 0; i < c.flops.size(); ++i) {
+      const double t = layer_time(c.flops[i] * m, c.gemms[i] * m, c.values[i] * m, rate);
+      fwd += t;
+      if (c.in_block[i]) blocks += t;
+    }
+    const double bwd = 2 * fwd + (l.recompute ? blocks : 0.0);
     const double tpc =
         c.tp_fwd_n * allreduce_time(c.tp_fwd / std::max(1, c.tp_fwd_n) * m * 4, tp, tp_link) +
         c.tp_bwd_n * allreduce_time(c.tp_bwd / std::max(1, c.tp_bwd_n) * m * 4, tp, tp_link);

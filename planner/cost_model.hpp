@@ -7,11 +7,15 @@
 // allocates), on the layers make_tensor_parallel builds for the tensor size
 // and the stages plan_stages cuts, as strata-train would. Time, per step:
 //
-//   per layer and micro-batch of m samples on a rank with GEMM rate R:
-//     forward   t_f = f / (R f / (f + f_half)) + 2 (in + out) m 4 B / bw + launch
-//                     (f = the layer's FLOP for m samples; f_half: the GEMM
-//                     size at half the rate, from the profile)
-//     backward  t_b = 2 t_f (weight and input gradient), recomputation adds t_f
+//   per layer (a block's inner layers one by one) and micro-batch of m
+//   samples on a rank with GEMM rate R:
+//     forward   t_f = (f + g f_half) / R + 2 (in + out) m 4 B / bw + launch
+//                     (f = the layer's FLOP for m samples, in g GEMMs: one
+//                     over the rows, 2 heads m for an attention core; each
+//                     GEMM of size s runs at R s / (s + f_half), f_half from
+//                     the profile)
+//     backward  t_b = 2 t_f (weight and input gradient); recomputation adds
+//               the forward of the blocks' layers
 //   tensor parallelism: an allreduce over the tp group per row-parallel
 //     output and vocabulary-parallel embedding (forward) and per
 //     column-parallel input gradient (backward), ring cost
@@ -97,7 +101,7 @@ class CostModel {
  private:
   struct Split;  // the layers and stages of one (tp, pp)
   const Split& split(int tp, int pp) const;
-  double layer_time(double flops, double values, double rate) const;
+  double layer_time(double flops, double gemms, double values, double rate) const;
 
   PlanRequest request_;
   MachineProfile profile_;

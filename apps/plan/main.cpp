@@ -6,12 +6,16 @@
 //
 //   strata-plan --model models/gpt-mini.toml --batch 32 --ranks 8 --profile P
 //   strata-plan --layers 784,1024,1024,10 --batch 256 --ranks 4 --profile P --top 5
+//   strata-plan --layers 784,1024,1024,10 --batch 256 --ranks 2 --profile P --pp 2 --micro-batches 4
+//                                                    (one layout's prediction)
+//   strata-plan calibrate --output machine.json      (this machine's profile, about a minute)
 //
 // Nothing runs: the layers are built without memory (planner/cost_model.hpp).
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
 #include "backends/runtime.hpp"
 #include "layers/mlp.hpp"
+#include "planner/calibrate.hpp"
 #include "planner/search.hpp"
 
 #include <CLI/CLI.hpp>
@@ -22,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace strata::app {
@@ -33,6 +38,14 @@ struct PlanConfig {
   int ranks = 1, ranks_per_node = 0;
   double budget_mb = 0;
   bool all = false, no_recompute = false;
+  // One layout (any of these given): its prediction alone.
+  int dp = 0, pp = 1, tp = 1, zero = 0;
+  std::size_t micro = 1;
+  std::string schedule = "1f1b";
+  bool recompute = false, one = false;
+  // strata-plan calibrate
+  bool calibrate = false;
+  std::string output = "strata-machine.json";
 };
 
 bool parse(const std::vector<std::string>& args, PlanConfig& c) {
@@ -45,17 +58,18 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
   auto* model = app.add_option("--model", c.model_file, "a model file (TOML)");
   auto* layers = app.add_option("--layers", c.layers, "or an MLP's widths, input first (784,256,10)");
   model->excludes(layers);
-  app.add_option("--batch", c.batch, "the global batch (samples per step)")
-      ->required()->check(whole_number(1));
-  app.add_option("--ranks", c.ranks, "ranks in all (processes x thread ranks, or GPUs)")
-      ->required()->check(CLI::Range(1, 1 << 20));
+  auto* batch = app.add_option("--batch", c.batch, "the global batch (samples per step)")
+      ->check(whole_number(1));
+  auto* ranks = app.add_option("--ranks", c.ranks, "ranks in all (processes x thread ranks, or GPUs)")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--ranks-per-node", c.ranks_per_node,
                  "ranks on one node (default: one per device of a GPU profile; all the ranks "
                  "on one node of a CPU profile)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--profile", c.profile,
-                 "the machine profile (JSON, planner/profile.hpp; planner/profiles/ has clusters)")
-      ->required();
+  auto* profile = app.add_option(
+      "--profile", c.profile,
+      "the machine profile (JSON, planner/profile.hpp; `strata-plan calibrate` writes this "
+      "machine's; planner/profiles/ has clusters)");
   app.add_option("--memory-budget-mb", c.budget_mb,
                  "MiB per rank a layout may use (default: the node's memory / ranks per node)")
       ->check(CLI::PositiveNumber);
@@ -67,9 +81,29 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
   app.add_option("--top", c.top, "layouts to print")->capture_default_str()->check(whole_number(1));
   app.add_flag("--all", c.all, "print every layout, the rejected ones with their reasons");
   app.add_flag("--no-recompute", c.no_recompute, "leave recomputation out of the search");
+  // One layout.
+  std::vector<CLI::Option*> layout{
+      app.add_option("--dp", c.dp, "predict one layout: data-parallel size (default: the rest)")
+          ->check(CLI::Range(1, 1 << 20)),
+      app.add_option("--pp", c.pp, "predict one layout: pipeline stages")->check(CLI::Range(1, 1 << 20)),
+      app.add_option("--tp", c.tp, "predict one layout: tensor-parallel size")->check(CLI::Range(1, 1 << 20)),
+      app.add_option("--micro-batches", c.micro, "predict one layout: micro-batches per step")
+          ->check(whole_number(1)),
+      app.add_option("--schedule", c.schedule, "predict one layout: 1f1b or gpipe"),
+      app.add_option("--zero", c.zero, "predict one layout: 1 for ZeRO-1")->check(CLI::Range(0, 1)),
+      app.add_flag("--recompute", c.recompute, "predict one layout: with recomputation"),
+      app.add_flag("--only", "predict the one layout these options give (dp: the ranks left)")};
+  auto* cal = app.add_subcommand("calibrate", "measure this machine (about a minute) and write "
+                                              "its profile");
+  cal->add_option("--output", c.output, "the profile file to write")->capture_default_str();
   if (!parse_cli(app, args)) return false;
+  c.calibrate = cal->parsed();
+  if (c.calibrate) return true;
+  for (auto* o : layout) c.one = c.one || o->count() > 0;
   STRATA_REQUIRE(!c.model_file.empty() || !c.layers.empty(), config,
                  "give the model: --model FILE or --layers WIDTHS");
+  STRATA_REQUIRE(batch->count() > 0 && ranks->count() > 0 && profile->count() > 0, config,
+                 "give --batch, --ranks and --profile (or run `strata-plan calibrate`)");
   return true;
 }
 
@@ -86,7 +120,17 @@ void print_row(std::size_t rank, const planner::Prediction& p) {
               p.data_comm * 1e3, p.optimizer * 1e3);
 }
 
+int calibrate(const PlanConfig& c) {
+  std::fprintf(stderr, "strata-plan calibrate: measuring this machine (about a minute)\n");
+  const planner::MachineProfile p = planner::calibrate(
+      [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); });
+  planner::save_profile(p, c.output);
+  std::fprintf(stderr, "strata-plan calibrate: wrote %s\n", c.output.c_str());
+  return exit_ok;
+}
+
 int run(const PlanConfig& c) {
+  if (c.calibrate) return calibrate(c);
   const auto t0 = std::chrono::steady_clock::now();
   planner::PlanRequest r;
   r.model = c.model_file.empty() ? mlp_model({parse_widths(c.layers)}) : read_model_file(c.model_file);
@@ -101,6 +145,23 @@ int run(const PlanConfig& c) {
   const planner::CostModel model(r, profile);
   planner::SearchOptions o;
   o.recompute = !c.no_recompute;
+  if (c.one) {
+    planner::Layout l;
+    STRATA_REQUIRE(c.ranks % (c.pp * c.tp) == 0, config, "--pp ", c.pp, " x --tp ", c.tp,
+                   " does not divide --ranks ", c.ranks);
+    l.mesh = {c.dp > 0 ? c.dp : c.ranks / (c.pp * c.tp), c.pp, c.tp};
+    l.micro_batches = c.micro;
+    l.schedule = parse_schedule(c.schedule);
+    l.zero = c.zero;
+    l.recompute = c.recompute;
+    const planner::Prediction p = model.predict(l);
+    STRATA_REQUIRE(p.rejected.empty(), config, l.str(), ": ", p.rejected);
+    std::printf("%4s  %-48s %12s %10s %10s   %8s %8s %8s %8s %8s %8s\n", "", "layout",
+                "samples/s", "step ms", "MiB/rank", "compute", "bubble", "tp comm", "pp comm",
+                "dp comm", "optim");
+    print_row(1, p);
+    return exit_ok;
+  }
   const std::vector<planner::Prediction> plans = planner::search(model, c.ranks, c.batch, o);
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -162,7 +223,8 @@ int main(int argc, char** argv) {
     auto args = split_kokkos_args(argc, argv);
     PlanConfig c;
     if (!parse(args.program, c)) return exit_ok;
-    runtime = start_runtime(args);
+    // Calibration measures with every core.
+    runtime = start_runtime(args, c.calibrate ? static_cast<int>(std::thread::hardware_concurrency()) : 0);
     return run(c);
   });
 }

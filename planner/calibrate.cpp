@@ -1,0 +1,184 @@
+#include "planner/calibrate.hpp"
+
+#include "backends/context.hpp"
+#include "backends/error.hpp"
+#include "backends/launch.hpp"
+#include "backends/ranks.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+namespace strata::planner {
+
+CalibrationFit fit_rate(const std::vector<double>& x, const std::vector<double>& t) {
+  STRATA_REQUIRE(x.size() == t.size() && x.size() >= 2, config,
+                 "calibration: a fit needs two points or more");
+  // Minimise sum (a x + b - t)^2 / t: the relative error of each point
+  // weighted by its time (a step's time is mostly its large GEMMs).
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double w = 1.0 / t[i];
+    sw += w, sx += w * x[i], st += w * t[i], sxx += w * x[i] * x[i], sxt += w * x[i] * t[i];
+  }
+  const double det = sw * sxx - sx * sx;
+  STRATA_REQUIRE(det > 0, config, "calibration: the points of a fit have one x only");
+  const double a = (sw * sxt - sx * st) / det, b = (sxx * st - sx * sxt) / det;
+  STRATA_REQUIRE(a > 0, runtime, "calibration: times do not grow with size (a noisy machine?)");
+  return {1.0 / a, std::max(0.0, b) / a};
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The median over 5 repetitions of the time of f, each repetition calling it
+// often enough for `least` seconds.
+template <class F>
+double time_of(const F& f, double least = 0.02) {
+  f();  // warm
+  int calls = 1;
+  for (;;) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) f();
+    if (seconds_since(t0) >= least || calls >= (1 << 20)) break;
+    calls *= 2;
+  }
+  std::vector<double> reps;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) f();
+    reps.push_back(seconds_since(t0) / calls);
+  }
+  std::sort(reps.begin(), reps.end());
+  return reps[2];
+}
+
+double node_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key) {
+    if (key == "MemTotal:") {
+      in >> kib;
+      break;
+    }
+    std::string rest;
+    std::getline(in, rest);
+  }
+  STRATA_REQUIRE(kib > 0, runtime, "calibration: cannot read MemTotal from /proc/meminfo");
+  return kib * 1024;
+}
+
+// Kernels of the measurements (free functions: nvcc takes no device lambda
+// inside another lambda).
+void scale_copy(const ExecSpace& exec, VectorBuffer<float> x, VectorBuffer<float> y) {
+  Kokkos::parallel_for("strata::calibrate::copy", Range(exec, 0, x.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t i) { y(i) = 2.0f * x(i); });
+  exec.fence();
+}
+
+void empty_kernel(const ExecSpace& exec, VectorBuffer<float> x) {
+  Kokkos::parallel_for("strata::calibrate::launch", Range(exec, 0, x.extent(0)),
+                       KOKKOS_LAMBDA(const std::size_t i) { x(i) = 0.0f; });
+  exec.fence();
+}
+
+std::string g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+}  // namespace
+
+MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
+  MachineProfile p;
+  p.gpu = !host_kernels;
+  STRATA_REQUIRE(host_kernels, config, "strata-plan calibrate measures host (CPU) machines; "
+                 "write a GPU cluster's profile by hand (planner/profiles/)");
+  Context ctx;
+  const int cores = std::max(1, ctx.threads);
+  p.name = "calibrated host (" + std::to_string(cores) + " cores)";
+  p.nodes = 1;
+  p.devices_per_node = cores;
+  p.memory_per_node = node_memory();
+
+  // GEMM rate: x W^T shapes of layers, every thread.
+  std::vector<double> flops, times;
+  for (int rows : {32, 128, 512})
+    for (int width : {128, 512, 2048}) {
+      VectorBuffer<float> a("a", std::size_t(rows) * width), w("w", std::size_t(width) * width),
+          y("y", std::size_t(rows) * width);
+      Kokkos::deep_copy(a, 0.5f);
+      Kokkos::deep_copy(w, 0.25f);
+      const double t = time_of([&] {
+        ctx.blas.gemm(Op::N, Op::T, rows, width, width, 1.0f, a.data(), width, w.data(), width,
+                      0.0f, y.data(), width);
+        ctx.exec.fence();
+      });
+      flops.push_back(2.0 * rows * width * width);
+      times.push_back(t);
+      log("gemm " + std::to_string(rows) + " x " + std::to_string(width) + " x " +
+          std::to_string(width) + ": " + g(flops.back() / t / 1e9) + " GFLOP/s");
+    }
+  const CalibrationFit gemm = fit_rate(flops, times);
+  p.gemm_flops_fp32 = gemm.rate / cores;
+  p.gemm_flops_16 = p.gemm_flops_fp32;  // host GEMMs compute 16-bit storage in float
+  p.gemm_half_flops = std::max(gemm.offset, 1.0);
+  log("gemm fit: " + g(gemm.rate / 1e9) + " GFLOP/s on " + std::to_string(cores) +
+      " cores, half of it at " + g(gemm.offset / 1e6) + " MFLOP");
+
+  // Memory bandwidth: y = 2 x over 256 MiB arrays (read one, write one).
+  {
+    const std::size_t n = std::size_t(64) << 20;
+    VectorBuffer<float> x("x", n), y("y", n);
+    Kokkos::deep_copy(x, 1.0f);
+    const double t = time_of([&] { scale_copy(ctx.exec, x, y); }, 0.1);
+    p.memory_bandwidth = 2.0 * n * sizeof(float) / t;
+    log("memory bandwidth: " + g(p.memory_bandwidth / 1e9) + " GB/s");
+  }
+  // Launch: an empty kernel over the pool.
+  {
+    VectorBuffer<float> x("x", std::size_t(cores));
+    p.launch = time_of([&] { empty_kernel(ctx.exec, x); });
+    log("kernel launch: " + g(p.launch * 1e6) + " us");
+  }
+  // The link between two thread ranks: allreduce of 4 KiB to 4 MiB.
+  std::vector<double> bytes, t_ar;
+  if (thread_ranks_unavailable().empty() && cores >= 2) {
+    for (std::size_t kib = 4; kib <= 4096; kib *= 4) {
+      double t = 0;
+      run_ranks(2, std::max(1, cores / 2), [&](Context&, comm::Communicator& comm) {
+        std::vector<float> buf(kib * 256, 1.0f);
+        comm.barrier();
+        const double mine = time_of([&] { comm.allreduce(buf.data(), buf.data(), buf.size(),
+                                                         comm::DataType::f32, comm::ReduceOp::sum); });
+        if (comm.rank() == 0) t = mine;
+      });
+      bytes.push_back(static_cast<double>(kib) * 1024);
+      t_ar.push_back(t);
+      log("allreduce " + std::to_string(kib) + " KiB, 2 thread ranks: " + g(t * 1e6) + " us");
+    }
+    const CalibrationFit link = fit_rate(bytes, t_ar);
+    // t = 2 latency + bytes / bandwidth for a ring of two.
+    p.intra_node = {link.offset / link.rate / 2, link.rate};
+    log("link fit: latency " + g(p.intra_node.latency * 1e6) + " us, bandwidth " +
+        g(p.intra_node.bandwidth / 1e9) + " GB/s");
+  } else {
+    p.intra_node = {5e-6, 5e9};
+    log("link: no thread ranks here (" + thread_ranks_unavailable() +
+        "); a placeholder of 5 us and 5 GB/s");
+  }
+  p.inter_node = p.intra_node;
+  p.source = "strata-plan calibrate (one node; inter_node copies the thread ranks' link)";
+  return p;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Validates strata-plan on this machine: calibrates it (strata-plan
+# calibrate), then for each layout below measures strata-train's samples/s
+# (median of --reps runs) and asks strata-plan for its prediction of the same
+# layout, and writes the table (markdown), the errors and a plot of
+# predicted against measured samples/s into the output folder. Layouts: the
+# MLP of W2 (784-1024-1024-10, batch 256, SGD), the CNN of
+# models/cnn-fashion.toml (batch 64, SGD) and gpt-mini (batch 8 of 128
+# tokens, AdamW), each on 1 rank x all cores, data-parallel, pipeline and
+# tensor-parallel thread ranks, and two MPI runs (2 processes).
+#
+# Usage: scripts/plan-validate.sh [--out DIR] [--reps N] [--no-build]
+# Run it on a quiet machine (nothing else running): it measures.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+top="$(dirname "$here")"
+build="${BUILD_DIR:-$top/build}"
+out="$build/plan-validate"
+reps=3
+do_build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --reps) reps="$2"; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "plan-validate: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+# shellcheck source=scripts/common.sh
+source "$here/common.sh"
+[ "$do_build" = 1 ] && "$here/build.sh" >/dev/null
+[ "${STRATA_NO_APT:-0}" = 1 ] || strata_apt_install python3-matplotlib  # the plot
+bin="$build/bin"
+mkdir -p "$out"
+profile="$out/machine.json"
+echo "plan-validate: calibrating this machine"
+"$bin/strata-plan" calibrate --output "$profile" 2>&1 | sed 's/^/  /'
+
+mlp=(--layers 784,1024,1024,10 --dataset synthetic --batch-size 256 --steps 60 --optimizer sgd --lr 0.01)
+cnn=(--model "$top/models/cnn-fashion.toml" --dataset synthetic --batch-size 64 --steps 60 --optimizer sgd --lr 0.01)
+gpt=(--model "$top/models/gpt-mini.toml" --dataset fortunes --test-fraction 0.01 --batch-size 8 --steps 25 --optimizer adamw --lr 1e-3)
+# name | launcher (thread ranks: "", MPI: "mpi") | model | ranks | layout options
+layouts=(
+  "mlp 1 rank||mlp|1|"
+  "mlp dp2||mlp|2|"
+  "mlp dp2 ZeRO-1||mlp|2|--zero 1"
+  "mlp pp2 4 micro||mlp|2|--pp 2 --micro-batches 4"
+  "mlp pp2 8 micro gpipe||mlp|2|--pp 2 --micro-batches 8 --schedule gpipe"
+  "mlp tp2||mlp|2|--tp 2"
+  "mlp dp2 (MPI)|mpi|mlp|2|"
+  "cnn 1 rank||cnn|1|"
+  "cnn dp2||cnn|2|"
+  "cnn pp2 4 micro||cnn|2|--pp 2 --micro-batches 4"
+  "gpt 1 rank||gpt|1|"
+  "gpt dp2||gpt|2|"
+  "gpt tp2||gpt|2|--tp 2"
+  "gpt pp2 4 micro||gpt|2|--pp 2 --micro-batches 4"
+  "gpt tp2 (MPI)|mpi|gpt|2|--tp 2"
+)
+table="$out/validation.tsv"
+printf 'layout\tmeasured\tpredicted\n' >"$table"
+for entry in "${layouts[@]}"; do
+  IFS='|' read -r name launcher model ranks opts <<<"$entry"
+  declare -n args="$model"
+  read -r -a layout <<<"$opts"
+  rates=()
+  for ((r = 0; r < reps; r++)); do
+    if [ "$launcher" = mpi ]; then
+      log="$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$ranks" --bind-to none \
+        "$bin/strata-train" "${args[@]}" --threads 1 "${layout[@]}" 2>&1)"
+    else
+      log="$("$bin/strata-train" "${args[@]}" --ranks "$ranks" "${layout[@]}" 2>&1)"
+    fi
+    rate="$(grep '^done' <<<"$log" | grep -oE '[0-9]+ samples/s' | cut -d' ' -f1 | tail -1)"
+    [ -n "$rate" ] || { echo "plan-validate: $name: no samples/s in strata-train's output:" >&2; tail -5 <<<"$log" >&2; exit 1; }
+    rates+=("$rate")
+  done
+  measured="$(printf '%s\n' "${rates[@]}" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')"
+  case "$model" in
+    mlp) plan=(--layers 784,1024,1024,10 --batch 256 --optimizer sgd) ;;
+    cnn) plan=(--model "$top/models/cnn-fashion.toml" --batch 64 --optimizer sgd) ;;
+    gpt) plan=(--model "$top/models/gpt-mini.toml" --batch 8 --optimizer adamw) ;;
+  esac
+  predicted="$("$bin/strata-plan" "${plan[@]}" --ranks "$ranks" --profile "$profile" --only \
+    "${layout[@]}" | tail -1 | awk '{ print $(NF - 8) }')"
+  printf '%s\t%s\t%s\n' "$name" "$measured" "$predicted" >>"$table"
+  printf '  %-24s measured %8s  predicted %10s samples/s\n' "$name" "$measured" "$predicted"
+done
+/usr/bin/python3 - "$table" "$out" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter='\t'))
+errs = []
+lines = ['| layout | measured samples/s | predicted | error |', '|---|---|---|---|']
+for r in rows:
+    m, p = float(r['measured']), float(r['predicted'])
+    e = (p - m) / m
+    errs.append(abs(e))
+    lines.append(f"| {r['layout']} | {m:,.0f} | {p:,.0f} | {e:+.0%} |")
+lines.append('')
+lines.append(f"median absolute error {statistics.median(errs):.0%} over {len(rows)} layouts; "
+             f"largest {max(errs):.0%}")
+# Per model: the layout the planner ranks first among these, against the best measured.
+for model in dict.fromkeys(r['layout'].split()[0] for r in rows):
+    mine = [r for r in rows if r['layout'].split()[0] == model]
+    top = max(mine, key=lambda r: float(r['predicted']))
+    best = max(mine, key=lambda r: float(r['measured']))
+    lines.append(f"{model}: ranked first '{top['layout']}' measures {float(top['measured']):,.0f}, "
+                 f"{float(top['measured']) / float(best['measured']):.0%} of the best measured "
+                 f"('{best['layout']}', {float(best['measured']):,.0f})")
+open(sys.argv[2] + '/validation.md', 'w').write('\n'.join(lines) + '\n')
+print('\n'.join(lines))
+try:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ms = [float(r['measured']) for r in rows]
+    ps = [float(r['predicted']) for r in rows]
+    ax.loglog(ms, ps, 'o')
+    lo, hi = min(ms + ps) / 1.3, max(ms + ps) * 1.3
+    ax.plot([lo, hi], [lo, hi], 'k--', lw=0.8, label='predicted = measured')
+    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], alpha=0.15,
+                    label='within 15%')
+    for r, m, p in zip(rows, ms, ps):
+        ax.annotate(r['layout'], (m, p), fontsize=6, xytext=(3, 3), textcoords='offset points')
+    ax.set_xlabel('measured samples/s (strata-train)')
+    ax.set_ylabel('predicted samples/s (strata-plan)')
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(sys.argv[2] + '/validation.png', dpi=130)
+except ImportError:
+    print('plan-validate: no matplotlib; no plot')
+PY
+echo "plan-validate: wrote $out/validation.md, validation.tsv and validation.png"
