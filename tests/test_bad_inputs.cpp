@@ -326,6 +326,21 @@ const std::vector<Entry>& catalogue() {
        }},
       {"--tp-chunk without --reproducible", 2, {"--tp-chunk applies to --reproducible runs"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --tp-chunk 8"; }},
+      {"--strategy plan without --plan-profile", 2, {"--strategy plan needs --plan-profile FILE"},
+       [](Workspace&) { return "--dataset synthetic --steps 1 --strategy plan"; }},
+      {"--strategy plan with a layout option", 2,
+       {"--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches and --recompute itself"},
+       [](Workspace&) { return "--dataset synthetic --steps 1 --strategy plan --plan-profile p.json --pp 2"; }},
+      {"--strategy plan with a profile missing a field", 2, {"the profile has no 'launch'"},
+       [](Workspace& w) {
+         return "--dataset synthetic --steps 1 --ranks 2 --strategy plan --plan-profile " +
+                w.write("p.json", R"({"format": "strata-machine-profile", "version": 1, "kind": "cpu",
+                  "nodes": 1, "devices_per_node": 2, "memory_per_node": 8e9,
+                  "gemm_flops": {"fp32": 5e10, "bf16": 5e10}, "gemm_half_flops": 1e6,
+                  "memory_bandwidth": 2e10,
+                  "intra_node": {"latency": 1e-6, "bandwidth": 1e10},
+                  "inter_node": {"latency": 1e-6, "bandwidth": 1e10}})");
+       }},
       {"--threads with --kokkos-threads", 2, {"--threads and --kokkos-threads", "give one"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --threads 2 --kokkos-threads=1"; }},
       {"--loss-scale-growth-interval without loss scaling", 2,

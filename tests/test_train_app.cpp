@@ -57,6 +57,30 @@ class TrainApp : public ::testing::Test {
 #define EXPECT_OUTPUT_HAS(result, text) \
   EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
 
+// --strategy plan trains with the layout strata-plan ranks first for the
+// same model, batch, ranks and profile (the oracle: strata-plan itself), and
+// says so.
+TEST_F(TrainApp, StrategyPlanTrainsWithTheLayoutStrataPlanRanksFirst) {
+  const std::string profile = write("machine.json", R"({
+    "format": "strata-machine-profile", "version": 1, "name": "test", "kind": "cpu",
+    "nodes": 1, "devices_per_node": 2, "memory_per_node": 8e9,
+    "gemm_flops": {"fp32": 5e10, "bf16": 5e10}, "gemm_half_flops": 1e6,
+    "memory_bandwidth": 2e10, "launch": 3e-6,
+    "intra_node": {"latency": 1e-6, "bandwidth": 1e10},
+    "inter_node": {"latency": 1e-6, "bandwidth": 1e10}})");
+  auto plan = test::run_command(bin("strata-plan") + " --layers 784,256,10 --batch 64 --ranks 2 "
+                                "--optimizer sgd --profile " + profile + " --top 1");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  const auto at = plan.output.find("# best: ");
+  ASSERT_NE(at, std::string::npos) << plan.output;
+  const std::string best = plan.output.substr(at + 8, plan.output.find(',', plan.output.find(" x tp", at)) - at - 8);
+  auto r = train("--layers 784,256,10 --dataset synthetic --batch-size 64 --steps 3 --ranks 2 "
+                 "--optimizer sgd --strategy plan --plan-profile " + profile);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_OUTPUT_HAS(r, "plan: " + best);
+  EXPECT_OUTPUT_HAS(r, "strategy: mesh " + best);
+}
+
 // A resumed run that has nothing left to train says so, evaluates what it
 // restored and leaves the checkpoint alone; a run whose steps were all
 // warm-up reports no rate rather than 0 samples/s.

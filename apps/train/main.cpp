@@ -275,6 +275,16 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
 }
 
 int train(const TrainConfig& c, comm::Communicator& world) {
+  if (c.strategy == "plan") {  // the planner's layout, as explicit options
+    STRATA_REQUIRE(c.ranks == 1 || world.size() == 1, config,
+                   "--strategy plan runs on thread ranks of one process or on MPI processes "
+                   "with one rank each; not on --ranks ", c.ranks, " x ", world.size(),
+                   " processes");
+    std::string summary;
+    const TrainConfig planned = planned_config(c, model_spec(c), c.ranks * world.size(), &summary);
+    if (world.rank() == 0) std::cout << summary << std::endl;
+    return train(planned, world);
+  }
   wait_policy_hint(c, world);
   // --comm: the name asked for must fit the ranks started (auto always does).
   const std::string chosen = comm::resolve_communicator(c.comm, c.ranks, world.size());

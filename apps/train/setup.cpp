@@ -6,6 +6,7 @@
 #include "data/loader.hpp"
 #include "data/text.hpp"
 #include "layers/embedding.hpp"
+#include "planner/search.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -295,6 +296,46 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
     set_mixed_precision(c, m);
   }
   return o;
+}
+
+TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int world,
+                           std::string* summary) {
+  planner::PlanRequest r;
+  r.model = model;
+  r.loss = c.loss;
+  r.optimizer = c.optimizer;
+  r.precision = c.precision;
+  r.batch = c.batch_size;
+  r.ranks = world;
+  r.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
+  const planner::MachineProfile profile = planner::load_profile(c.plan_profile);
+  const planner::CostModel cost(r, profile);
+  const std::vector<planner::Prediction> plans = planner::search(cost, world, c.batch_size);
+  STRATA_REQUIRE(!plans.empty() && plans.front().rejected.empty(), config,
+                 "--strategy plan: no layout of ", world, " rank(s) fits",
+                 plans.empty() ? std::string()
+                               : " (e.g. " + plans.front().layout.str() + ": " +
+                                     plans.front().rejected + ")");
+  const planner::Layout& l = plans.front().layout;
+  TrainConfig t = c;
+  t.strategy = "hybrid";
+  t.plan_profile.clear();
+  t.dp = l.mesh.dp, t.pp = l.mesh.pp, t.tp = l.mesh.tp;
+  t.micro_batches = l.micro_batches;
+  t.schedule = to_string(l.schedule);
+  t.zero = l.zero;
+  t.recompute = l.recompute;
+  if (summary) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%.0f samples/s, %.1f MiB per rank", plans.front().samples_per_s,
+                  plans.front().memory.total() / 1048576.0);
+    *summary = "plan: " + l.str() + " (predicted on " + profile.name + ": " + rate +
+               "; the same as --strategy hybrid --dp " + std::to_string(t.dp) + " --pp " +
+               std::to_string(t.pp) + " --tp " + std::to_string(t.tp) + " --micro-batches " +
+               std::to_string(t.micro_batches) + " --schedule " + t.schedule + " --zero " +
+               std::to_string(t.zero) + (t.recompute ? " --recompute" : "") + ")";
+  }
+  return t;
 }
 
 // --trace PATH, or PATH with -rankN before .json for each MPI process.

@@ -208,9 +208,13 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(whole_number());
   app.add_option("--gemm", c.gemm, "auto | vendor | portable")->capture_default_str();
   app.add_option("--strategy", c.strategy,
-                 "auto | local | dp | pipeline | tensor | hybrid (auto: dp when there is more "
-                 "than one rank, hybrid when --pp, --tp or --zero is given)")
+                 "auto | local | dp | pipeline | tensor | hybrid | plan (auto: dp when there is "
+                 "more than one rank, hybrid when --pp, --tp or --zero is given; plan: the layout "
+                 "strata-plan ranks first on --plan-profile, printed)")
       ->capture_default_str();
+  app.add_option("--plan-profile", c.plan_profile,
+                 "--strategy plan: the machine profile to plan on (`strata-plan calibrate "
+                 "--output FILE` writes this machine's; docs/planner.md)");
   app.add_option("--comm", c.comm,
                  "communicator: auto | self | threads | mpi | hierarchical | nccl (auto: nccl "
                  "between processes on GPUs, mpi between processes, threads inside one; "
@@ -368,10 +372,20 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   parse_weight_dtype(c.export_dtype, "--export-dtype");
   STRATA_REQUIRE(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), config,
                  "--checkpoint-every needs --checkpoint-dir");
-  const std::vector<std::string> strategies{"auto", "local", "dp", "pipeline", "tensor", "hybrid"};
+  const std::vector<std::string> strategies{"auto",   "local",  "dp",  "pipeline",
+                                            "tensor", "hybrid", "plan"};
   STRATA_REQUIRE(std::find(strategies.begin(), strategies.end(), c.strategy) != strategies.end(),
                  config, "--strategy: unknown strategy '", c.strategy,
-                 "' (expected auto, local, dp, pipeline, tensor or hybrid)");
+                 "' (expected auto, local, dp, pipeline, tensor, hybrid or plan)");
+  STRATA_REQUIRE(c.strategy != "plan" || !c.plan_profile.empty(), config,
+                 "--strategy plan needs --plan-profile FILE (`strata-plan calibrate --output FILE` "
+                 "writes this machine's)");
+  STRATA_REQUIRE(c.plan_profile.empty() || c.strategy == "plan", config,
+                 "--plan-profile applies to --strategy plan");
+  STRATA_REQUIRE(c.strategy != "plan" || (c.dp == 0 && c.pp == 0 && c.tp == 0 && c.zero == 0 &&
+                                          c.micro_batches == 0 && !c.recompute && cuts.empty()),
+                 config, "--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches and "
+                 "--recompute itself: leave them out (or give them all with --strategy hybrid)");
   STRATA_REQUIRE(c.schedule == "gpipe" || c.schedule == "1f1b", config,
                  "--schedule: unknown pipeline schedule '", c.schedule, "' (expected gpipe or 1f1b)");
   STRATA_REQUIRE(c.balance == "params" || c.balance == "flops", config,

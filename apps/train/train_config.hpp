@@ -57,7 +57,8 @@ struct TrainConfig {
   bool quiet = false;
   std::string gemm = "auto";  // auto | vendor | portable
   // Parallelism.
-  std::string strategy = "auto";  // auto | local | dp | pipeline | tensor | hybrid
+  std::string strategy = "auto";  // auto | local | dp | pipeline | tensor | hybrid | plan
+  std::string plan_profile;       // --strategy plan: the machine profile (strata-plan calibrate)
   std::string comm = "auto";      // auto | self | threads | mpi | hierarchical | nccl
   int ranks = 1;                  // thread ranks per process
   int threads = 0;                // Kokkos threads per rank (0: cores / ranks on this node)
