@@ -19,6 +19,8 @@ std::string Layout::str() const {
   std::string s = mesh.str();
   if (mesh.pp > 1)
     s += ", " + std::to_string(micro_batches) + " micro-batches " + to_string(schedule);
+  else if (micro_batches > 1)
+    s += ", " + std::to_string(micro_batches) + " micro-batches";
   if (zero) s += ", ZeRO-1";
   if (recompute) s += ", recompute";
   return s;

@@ -6,7 +6,8 @@
 namespace strata::planner {
 
 std::vector<std::size_t> micro_batch_counts(int pp, std::size_t shard, std::size_t most) {
-  if (pp == 1) return {1};
+  // Without a pipeline, micro-batches only save activation memory (the step
+  // accumulates them): tried too, for layouts that need it to fit.
   const std::size_t top = std::min(shard, most);
   std::set<std::size_t> counts;
   for (std::size_t m = 1; m <= top; m *= 2) counts.insert(m);

@@ -18,8 +18,9 @@ struct SearchOptions {
   std::size_t max_micro_batches = 256;
 };
 
-// Micro-batch counts tried for a pipeline of pp stages over shards of
-// `shard` samples: 1, powers of two and multiples of pp up to the shard.
+// Micro-batch counts tried for a pipeline of pp stages (pp 1: gradient
+// accumulation, for memory) over shards of `shard` samples: powers of two
+// and multiples of pp up to the shard.
 std::vector<std::size_t> micro_batch_counts(int pp, std::size_t shard, std::size_t most);
 
 std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
