@@ -59,7 +59,7 @@ layouts=(
   "gpt tp2 (MPI)|mpi|gpt|2|--tp 2"
 )
 table="$out/validation.tsv"
-printf 'layout\tmeasured\tpredicted\n' >"$table"
+printf 'layout\tranks\tmeasured\tpredicted\n' >"$table"
 for entry in "${layouts[@]}"; do
   IFS='|' read -r name launcher model ranks opts <<<"$entry"
   declare -n args="$model"
@@ -84,7 +84,7 @@ for entry in "${layouts[@]}"; do
   esac
   predicted="$("$bin/strata-plan" "${plan[@]}" --ranks "$ranks" --profile "$profile" --only \
     "${layout[@]}" | tail -1 | awk '{ print $(NF - 8) }')"
-  printf '%s\t%s\t%s\n' "$name" "$measured" "$predicted" >>"$table"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$ranks" "$measured" "$predicted" >>"$table"
   printf '  %-24s measured %8s  predicted %10s samples/s\n' "$name" "$measured" "$predicted"
 done
 /usr/bin/python3 - "$table" "$out" <<'PY'
@@ -100,12 +100,15 @@ for r in rows:
 lines.append('')
 lines.append(f"median absolute error {statistics.median(errs):.0%} over {len(rows)} layouts; "
              f"largest {max(errs):.0%}")
-# Per model: the layout the planner ranks first among these, against the best measured.
-for model in dict.fromkeys(r['layout'].split()[0] for r in rows):
-    mine = [r for r in rows if r['layout'].split()[0] == model]
+# Per model and rank count: the layout the planner ranks first among these,
+# against the best measured.
+for model in dict.fromkeys((r['layout'].split()[0], r['ranks']) for r in rows):
+    mine = [r for r in rows if (r['layout'].split()[0], r['ranks']) == model]
+    if len(mine) < 2:
+        continue
     top = max(mine, key=lambda r: float(r['predicted']))
     best = max(mine, key=lambda r: float(r['measured']))
-    lines.append(f"{model}: ranked first '{top['layout']}' measures {float(top['measured']):,.0f}, "
+    lines.append(f"{model[0]} on {model[1]} ranks: ranked first '{top['layout']}' measures {float(top['measured']):,.0f}, "
                  f"{float(top['measured']) / float(best['measured']):.0%} of the best measured "
                  f"('{best['layout']}', {float(best['measured']):,.0f})")
 open(sys.argv[2] + '/validation.md', 'w').write('\n'.join(lines) + '\n')
