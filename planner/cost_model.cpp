@@ -111,6 +111,11 @@ CostModel::CostModel(const PlanRequest& request, const MachineProfile& profile)
 
 CostModel::~CostModel() = default;
 
+double CostModel::rank_bandwidth() const {
+  // A GPU's own memory; a CPU node's shared by its ranks.
+  return profile_.gpu ? profile_.memory_bandwidth : profile_.memory_bandwidth / per_node_;
+}
+
 double CostModel::allreduce_time(double bytes, int n, const Link& link) {
   if (n <= 1) return 0;
   return 2.0 * (n - 1) * (link.latency + bytes / (n * link.bandwidth));
@@ -157,8 +162,7 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
 }
 
 double CostModel::layer_time(double flops, double gemms, double values, double rate) const {
-  const double bandwidth =
-      profile_.gpu ? profile_.memory_bandwidth : profile_.memory_bandwidth / per_node_;
+  const double bandwidth = rank_bandwidth();
   // `gemms` GEMMs (0: one) of flops / gemms each, each at its size's rate:
   // (size + f_half) / R apiece.
   const double compute = flops > 0 ? (flops + std::max(gemms, 1.0) * profile_.gemm_half_flops) / rate : 0;
@@ -228,7 +232,7 @@ Prediction CostModel::predict(const Layout& l) const {
   const Link& dp_link = request_.ranks <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const double value = request_.precision == Precision::fp32 ? 4.0 : 2.0;  // activation bytes
   double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0, last_backward = 0;
-  double grads = 0, updated = 0;
+  double grads = 0;
   for (int p = 0; p < pp; ++p) {
     const StageCost& c = s.cost[static_cast<std::size_t>(p)];
     double fwd = 0, blocks = 0;
@@ -252,7 +256,7 @@ Prediction CostModel::predict(const Layout& l) const {
       grads = static_cast<double>(s.stages[static_cast<std::size_t>(p)]->num_params());
     }
   }
-  updated = l.zero ? grads / dp : grads;
+  const double updated = l.zero ? grads / dp : grads;
   pr.compute = slowest_compute * M;
   pr.tensor_comm = slowest_tp * M;
   pr.pipeline_comm = slowest_send * M;
@@ -269,8 +273,7 @@ Prediction CostModel::predict(const Layout& l) const {
   }
   // The optimizer reads and writes its values: the weight, gradient and state.
   const double state = static_cast<double>(state_elements(request_.optimizer, 1));
-  const double bandwidth =
-      profile_.gpu ? profile_.memory_bandwidth : profile_.memory_bandwidth / per_node_;
+  const double bandwidth = rank_bandwidth();
   pr.optimizer = updated * (3 + 2 * state) * 4 / bandwidth;
   pr.step = slowest * (M + pp - 1) + pr.data_comm + pr.optimizer;
   pr.samples_per_s = static_cast<double>(B) / pr.step;

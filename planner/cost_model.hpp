@@ -102,6 +102,7 @@ class CostModel {
   struct Split;  // the layers and stages of one (tp, pp)
   const Split& split(int tp, int pp) const;
   double layer_time(double flops, double gemms, double values, double rate) const;
+  double rank_bandwidth() const;  // memory bandwidth one rank has
 
   PlanRequest request_;
   MachineProfile profile_;

@@ -293,6 +293,18 @@ test::Bits one_rank_reference(const test::DpConfig& c, const EngineOptions& o,
   return ref;
 }
 
+// c trained with o over every process (rank 0's view; the checkpoint
+// folder removed afterwards).
+test::Bits train_on_world(const test::DpConfig& c, const EngineOptions& o,
+                          comm::Communicator& world, const std::string& tag) {
+  Context ctx;
+  const std::string dir = test::repro_dir(world, tag);
+  const test::Bits got = test::train_engine(ctx, world, c, o, dir);
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  return got;
+}
+
 test::DpConfig reproducible_mlp() {
   test::DpConfig c;
   c.dropout = 0.2;
@@ -311,11 +323,7 @@ TEST(ReproducibleMpi, DataParallelIsBitwiseOneRank) {
   for (const test::DpConfig& c : {reproducible_mlp(), cnn}) {
     const EngineOptions o = reproducible_options(2);
     const test::Bits ref = one_rank_reference(c, o, world);
-    Context ctx;
-    const std::string dir = test::repro_dir(world, "dp");
-    const test::Bits got = test::train_engine(ctx, world, c, o, dir);
-    world.barrier();
-    if (world.rank() == 0) std::filesystem::remove_all(dir);
+    const test::Bits got = train_on_world(c, o, world, "dp");
     if (world.rank() == 0)
       EXPECT_EQ(test::compare_bits(got, ref), "")
           << world.size() << " processes, " << (c.model.empty() ? "MLP" : "SyncBatchNorm CNN");
@@ -352,11 +360,7 @@ TEST(ReproducibleMpi, TensorParallelIsBitwiseOneRank) {
   const test::Bits ref = one_rank_reference(c, o, world);
   o.model_parallel = true;
   o.mesh.mesh = {world.size() / 2, 1, 2};
-  Context ctx;
-  const std::string dir = test::repro_dir(world, "tp");
-  const test::Bits got = test::train_engine(ctx, world, c, o, dir);
-  world.barrier();
-  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  const test::Bits got = train_on_world(c, o, world, "tp");
   if (world.rank() == 0)
     EXPECT_EQ(test::compare_bits(got, ref), "") << "tp 2 x dp " << world.size() / 2;
 }

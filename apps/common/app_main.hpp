@@ -60,4 +60,20 @@ SplitArgs split_kokkos_args(int argc, char** argv);
 // threads when > 0 (a program's --threads).
 std::unique_ptr<Runtime> start_runtime(SplitArgs& args, int threads = 0);
 
+// main() of a program: parse(options, config) fills a Config from the
+// command line (false: --help was printed), Kokkos starts with
+// threads(config) host threads (0: its default), then run(config); errors
+// become messages and exit codes (guarded). Needs backends/runtime.hpp.
+template <class Config, class Parse, class Threads, class Run>
+int program_main(const char* program, int argc, char** argv, Parse parse, Threads threads, Run run) {
+  std::unique_ptr<Runtime> runtime;
+  return guarded(program, [&] {
+    auto args = split_kokkos_args(argc, argv);
+    Config c;
+    if (!parse(args.program, c)) return exit_ok;
+    runtime = start_runtime(args, threads(c));
+    return run(c);
+  });
+}
+
 }  // namespace strata::app

@@ -73,12 +73,7 @@ int run(const ExportConfig& c) {
 
 int main(int argc, char** argv) {
   using namespace strata::app;
-  std::unique_ptr<strata::Runtime> runtime;
-  return guarded("strata-export", [&] {
-    auto args = split_kokkos_args(argc, argv);
-    ExportConfig c;
-    if (!parse(args.program, c)) return exit_ok;
-    runtime = start_runtime(args);
-    return run(c);
-  });
+  return program_main<ExportConfig>(
+      "strata-export", argc, argv, [](const std::vector<std::string>& a, ExportConfig& c) { return parse(a, c); },
+      [](const ExportConfig&) { return 0; }, [](const ExportConfig& c) { return run(c); });
 }

@@ -157,12 +157,7 @@ int generate(const GenerateConfig& c) {
 
 int main(int argc, char** argv) {
   using namespace strata::app;
-  std::unique_ptr<strata::Runtime> runtime;
-  return guarded("strata-generate", [&] {
-    auto args = split_kokkos_args(argc, argv);
-    GenerateConfig c;
-    if (!parse(args.program, c)) return exit_ok;
-    runtime = start_runtime(args, c.threads);
-    return generate(c);
-  });
+  return program_main<GenerateConfig>(
+      "strata-generate", argc, argv, [](const std::vector<std::string>& a, GenerateConfig& c) { return parse(a, c); },
+      [](const GenerateConfig& c) { return c.threads; }, [](const GenerateConfig& c) { return generate(c); });
 }

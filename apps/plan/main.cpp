@@ -218,13 +218,11 @@ int run(const PlanConfig& c) {
 
 int main(int argc, char** argv) {
   using namespace strata::app;
-  std::unique_ptr<strata::Runtime> runtime;
-  return guarded("strata-plan", [&] {
-    auto args = split_kokkos_args(argc, argv);
-    PlanConfig c;
-    if (!parse(args.program, c)) return exit_ok;
-    // Calibration measures with every core.
-    runtime = start_runtime(args, c.calibrate ? static_cast<int>(std::thread::hardware_concurrency()) : 0);
-    return run(c);
-  });
+  return program_main<PlanConfig>(
+      "strata-plan", argc, argv,
+      [](const std::vector<std::string>& a, PlanConfig& c) { return parse(a, c); },
+      [](const PlanConfig& c) {  // calibration measures with every core
+        return c.calibrate ? static_cast<int>(std::thread::hardware_concurrency()) : 0;
+      },
+      [](const PlanConfig& c) { return run(c); });
 }

@@ -265,12 +265,7 @@ int run(PredictConfig& c) {
 
 int main(int argc, char** argv) {
   using namespace strata::app;
-  std::unique_ptr<strata::Runtime> runtime;
-  return guarded("strata-predict", [&] {
-    auto args = split_kokkos_args(argc, argv);
-    PredictConfig c;
-    if (!parse(args.program, c)) return exit_ok;
-    runtime = start_runtime(args, c.threads);
-    return run(c);
-  });
+  return program_main<PredictConfig>(
+      "strata-predict", argc, argv, [](const std::vector<std::string>& a, PredictConfig& c) { return parse(a, c); },
+      [](const PredictConfig& c) { return c.threads; }, [](PredictConfig& c) { return run(c); });
 }
