@@ -150,10 +150,11 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
     p.launch = time_of([&] { empty_kernel(ctx.exec, x); });
     log("kernel launch: " + g(p.launch * 1e6) + " us");
   }
-  // The link between two thread ranks: allreduce of 4 KiB to 4 MiB.
+  // The link between two thread ranks: allreduce of 4 KiB to 64 MiB. The
+  // large sizes do not fit in a cache, as a model's gradients do not.
   std::vector<double> bytes, t_ar;
   if (thread_ranks_unavailable().empty() && cores >= 2) {
-    for (std::size_t kib = 4; kib <= 4096; kib *= 4) {
+    for (std::size_t kib = 4; kib <= 65536; kib *= 4) {
       double t = 0;
       run_ranks(2, std::max(1, cores / 2), [&](Context&, comm::Communicator& comm) {
         std::vector<float> buf(kib * 256, 1.0f);

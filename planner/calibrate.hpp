@@ -6,7 +6,7 @@
 //     time) gives R per core and f_half (FLOP);
 //   - memory bandwidth: a scaled copy of 256 MiB with every thread;
 //   - the launch cost: an empty kernel, many times;
-//   - the link: allreduces of 4 KiB to 4 MiB between two thread ranks, a
+//   - the link: allreduces of 4 KiB to 64 MiB between two thread ranks, a
 //     fit of t = 2 latency + bytes / bandwidth (the ring of two). Both links
 //     of the profile get it (ranks of one node); a multi-node CPU cluster's
 //     inter-node link is written by hand;

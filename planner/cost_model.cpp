@@ -59,6 +59,8 @@ struct StageCost {
   // per head and sample), and whether a block recomputes it.
   std::vector<double> flops, values, gemms;
   std::vector<bool> in_block;
+  std::vector<std::size_t> top;  // per entry: the stage's top-level layer it belongs to
+  std::vector<double> params;    // per top-level layer
   double tp_fwd = 0, tp_bwd = 0;      // values per sample summed over the tp group
   int tp_fwd_n = 0, tp_bwd_n = 0;     // allreduces per micro-batch
   double send = 0;                    // values per sample sent to the next stage
@@ -67,11 +69,12 @@ struct StageCost {
 // Appends a layer's cost to c: a block's inner layers one by one (their
 // GEMMs are as small as they are), an attention core as two GEMMs per head
 // and sample.
-void add_layer_cost(const Layer<float>& l, bool in_block, StageCost& c) {
+void add_layer_cost(const Layer<float>& l, std::size_t top, bool in_block, StageCost& c) {
   if (const auto* b = dynamic_cast<const Block<float>*>(&l)) {
-    for (std::size_t j = 0; j < b->num_layers(); ++j) add_layer_cost(b->layer(j), true, c);
+    for (std::size_t j = 0; j < b->num_layers(); ++j) add_layer_cost(b->layer(j), top, true, c);
     return;
   }
+  c.top.push_back(top);
   const Shape& in = l.input_shape();
   c.flops.push_back(l.flops());
   c.values.push_back(static_cast<double>(in.numel() + l.output_shape(in).numel()));
@@ -147,7 +150,8 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
       StageCost c;
       for (std::size_t i = 0; i < stage->num_layers(); ++i) {
         const Layer<float>& l = stage->layer(i);
-        add_layer_cost(l, false, c);
+        add_layer_cost(l, i, false, c);
+        c.params.push_back(static_cast<double>(l.num_params()));
         tensor_sums(l, p == 0 && i == 0, c.tp_fwd, c.tp_bwd, c.tp_fwd_n, c.tp_bwd_n);
       }
       c.send = p + 1 < pp ? static_cast<double>(stage->out_features()) : 0.0;
@@ -167,6 +171,29 @@ double CostModel::layer_time(double flops, double gemms, double values, double r
   // (size + f_half) / R apiece.
   const double compute = flops > 0 ? (flops + std::max(gemms, 1.0) * profile_.gemm_half_flops) / rate : 0;
   return compute + 2.0 * values * sizeof(float) / bandwidth + profile_.launch;
+}
+
+double CostModel::exposed_bucket_time(const std::vector<double>& params,
+                                      const std::vector<double>& backward, int dp,
+                                      const Link& link) {
+  // GradientSync's buckets: bucket_bytes of gradients from the end of the
+  // flat buffer, each launched when the layer holding its first value has
+  // finished backward, one allreduce after another.
+  const double cap = static_cast<double>(GradSyncOptions{}.bucket_bytes / sizeof(float));
+  double offset = 0, clock = 0, busy_until = 0;
+  for (double n : params) offset += n;
+  double end = offset;  // of the next bucket
+  for (std::size_t k = params.size(); k-- > 0;) {
+    offset -= params[k];
+    clock += backward[k];  // layer k's gradients are written
+    // Launch every bucket whose values all lie at or above this layer's.
+    for (double begin = std::max(0.0, end - cap); end > 0 && begin >= offset;
+         begin = std::max(0.0, end - cap)) {
+      busy_until = std::max(busy_until, clock) + allreduce_time((end - begin) * 4, dp, link);
+      end = begin;
+    }
+  }
+  return std::max(0.0, busy_until - clock);
 }
 
 Prediction CostModel::predict(const Layout& l) const {
@@ -231,17 +258,20 @@ Prediction CostModel::predict(const Layout& l) const {
   const Link& pp_link = tp * pp <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const Link& dp_link = request_.ranks <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const double value = request_.precision == Precision::fp32 ? 4.0 : 2.0;  // activation bytes
-  double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0, last_backward = 0;
-  double grads = 0;
+  double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0;
+  std::vector<double> backward, last_backward;  // per top-level layer, one micro-batch
+  const StageCost* slowest_cost = nullptr;
   for (int p = 0; p < pp; ++p) {
     const StageCost& c = s.cost[static_cast<std::size_t>(p)];
-    double fwd = 0, blocks = 0;
+    double fwd = 0, bwd = 0;
+    backward.assign(c.params.size(), 0.0);
     for (std::size_t i = 0; i < c.flops.size(); ++i) {
       const double t = layer_time(c.flops[i] * m, c.gemms[i] * m, c.values[i] * m, rate);
       fwd += t;
-      if (c.in_block[i]) blocks += t;
+      const double b = 2 * t + (l.recompute && c.in_block[i] ? t : 0.0);
+      bwd += b;
+      backward[c.top[i]] += b;
     }
-    const double bwd = 2 * fwd + (l.recompute ? blocks : 0.0);
     const double tpc =
         c.tp_fwd_n * allreduce_time(c.tp_fwd / std::max(1, c.tp_fwd_n) * m * 4, tp, tp_link) +
         c.tp_bwd_n * allreduce_time(c.tp_bwd / std::max(1, c.tp_bwd_n) * m * 4, tp, tp_link);
@@ -252,24 +282,22 @@ Prediction CostModel::predict(const Layout& l) const {
       slowest_compute = fwd + bwd;
       slowest_tp = tp > 1 ? tpc : 0.0;
       slowest_send = send;
-      last_backward = bwd;
-      grads = static_cast<double>(s.stages[static_cast<std::size_t>(p)]->num_params());
+      last_backward = backward;
+      slowest_cost = &c;
     }
   }
+  double grads = 0;
+  for (double n : slowest_cost->params) grads += n;
   const double updated = l.zero ? grads / dp : grads;
   pr.compute = slowest_compute * M;
   pr.tensor_comm = slowest_tp * M;
   pr.pipeline_comm = slowest_send * M;
   pr.bubble = slowest * (pp - 1);
-  // Data-parallel sums: behind the last micro-batch's backward, except what exceeds it.
   if (dp > 1) {
-    const double bytes = grads * 4;
-    if (l.zero) {  // a reduce-scatter (half a ring allreduce), then an allgather of the weights
-      const double half = allreduce_time(bytes, dp, dp_link) / 2;
-      pr.data_comm = std::max(0.0, half - last_backward) + half;
-    } else {
-      pr.data_comm = std::max(0.0, allreduce_time(bytes, dp, dp_link) - last_backward);
-    }
+    if (l.zero)  // a reduce-scatter after backward, then an allgather of the weights
+      pr.data_comm = allreduce_time(grads * 4, dp, dp_link);
+    else
+      pr.data_comm = exposed_bucket_time(slowest_cost->params, last_backward, dp, dp_link);
   }
   // The optimizer reads and writes its values: the weight, gradient and state.
   const double state = static_cast<double>(state_elements(request_.optimizer, 1));

@@ -24,9 +24,11 @@
 //   pipeline: (M + S - 1) micro-batch slots of the slowest stage (its
 //     compute, tensor transfers and the activation it sends), of which
 //     S - 1 are the bubble (GPipe and 1F1B alike)
-//   data parallelism: a ring allreduce of the stage's gradients (ZeRO-1: a
-//     reduce-scatter, then an allgather of the updated weights), hidden
-//     behind the last micro-batch's backward except what exceeds it
+//   data parallelism: ring allreduces of the stage's gradient buckets
+//     (GradientSync's 25 MiB from the end), each started when the last
+//     micro-batch's backward has written it and the previous one is done;
+//     what runs past backward counts. ZeRO-1: a reduce-scatter after
+//     backward, then an allgather of the updated weights, neither hidden
 //   optimizer: the rank's updated values read and written at memory bandwidth
 //
 // What it leaves out: kernel fusion and cache effects beyond f_half, the
@@ -46,6 +48,13 @@
 #include <vector>
 
 namespace strata::planner {
+
+// The micro-batch count strata-train and strata-plan take when none is
+// given: two per stage with a pipeline (the bubble is then (pp - 1) /
+// (3 pp - 1) of a step), one without (more would only shrink the GEMMs).
+inline std::size_t default_micro_batches(int pp) {
+  return pp > 1 ? 2 * static_cast<std::size_t>(pp) : 1;
+}
 
 struct Layout {
   MeshShape mesh;
@@ -97,6 +106,13 @@ class CostModel {
   std::size_t memory_budget() const { return budget_; }
   // Seconds of a ring allreduce of `bytes` over n ranks on a link.
   static double allreduce_time(double bytes, int n, const Link& link);
+  // Seconds the data-parallel allreduce of a stage's gradients adds after
+  // its last backward: GradientSync's buckets (GradSyncOptions' default
+  // size, from the last layer's end) each start when backward has written
+  // them and the previous bucket is done. params, backward: per top-level
+  // layer, its parameters and its backward seconds.
+  static double exposed_bucket_time(const std::vector<double>& params,
+                                    const std::vector<double>& backward, int dp, const Link& link);
 
  private:
   struct Split;  // the layers and stages of one (tp, pp)

@@ -3,7 +3,8 @@
 # installed, builds Kokkos 3.4.1 from Debian's trilinos source package into a
 # cache prefix that later runs reuse.
 #
-# Usage: scripts/bootstrap.sh [--print-kokkos-root] [--kokkos-flavour NAME] [--peers]
+# Usage: scripts/bootstrap.sh [--print-kokkos-root] [--kokkos-flavour NAME]
+#   (--peers, for older callers, changes nothing: its packages are always installed)
 #   flavours: openmp (default; Serial + OpenMP), debug (OpenMP with
 #   Kokkos_ENABLE_DEBUG and bounds checking), hip (Serial + HIP for gfx908
 #   with Debian's hipcc, ROCm 5.2; compile checks only), cuda (Serial + CUDA
@@ -14,8 +15,8 @@
 #   sources file); the default flavour never does.
 #   PyTorch (python3-torch, 1.13, for Debian's /usr/bin/python3) is always
 #   installed: the weights tests use it as their oracle, and scripts/compare.sh
-#   runs it as the peer. --peers also installs python3-matplotlib, which
-#   draws compare.sh's charts.
+#   runs it as the peer. python3-matplotlib draws strata-plot's and
+#   compare.sh's charts; help2man makes the man pages from --help.
 #
 # Environment:
 #   Kokkos_ROOT         use this Kokkos as it is (nothing is built)
@@ -31,12 +32,11 @@ source "$here/common.sh"
 
 flavour=openmp
 print_root=0
-peers=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --print-kokkos-root) print_root=1 ;;
     --kokkos-flavour) flavour="$2"; shift ;;
-    --peers) peers=1 ;;
+    --peers) ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "bootstrap.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -52,11 +52,12 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes   # data: images, and the text corpus of the language models
   python3-torch              # PyTorch as the oracle of the weights tests (tests/torch_oracle.py)
+  python3-matplotlib         # strata-plot (and scripts/compare.sh's charts) draw with it
+  help2man                   # the man pages, made from each program's --help
   iproute2 util-linux bc     # the simulated cluster (scripts/cluster-sim.sh; Slurm and
                              # nftables are installed by the scripts that use them)
 )
 strata_apt_install "${packages[@]}"
-if [ "$peers" = 1 ]; then strata_apt_install python3-matplotlib; fi
 case "$flavour" in
   openmp|debug) ;;
   hip)  strata_apt_install $(strata_flavour_packages hip) ;;

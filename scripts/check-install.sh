@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks Strata's installed CMake package: installs the build tree (build/, or
 # BUILD_DIR; brought up to date through scripts/build.sh first) into a
-# temporary prefix, checks that StrataConfig.cmake finds exactly the optional
+# temporary prefix, checks the programs, man pages and bash completion are
+# there, checks that StrataConfig.cmake finds exactly the optional
 # dependencies this build uses, then configures, builds and runs the
 # downstream project in tests/downstream/ against that prefix with
 # find_package(Strata) (no Kokkos_ROOT given: the package must find its own
@@ -41,6 +42,19 @@ for f in StrataConfigVersion.cmake StrataTargets.cmake; do
 done
 [ -f "$prefix/include/strata/strata_config.hpp" ] || fail "include/strata/strata_config.hpp not installed"
 [ -x "$prefix/bin/strata-train" ] || fail "bin/strata-train not installed"
+[ -x "$prefix/bin/strata-plot" ] || fail "bin/strata-plot not installed"
+# Man pages (where this build makes them) and bash completion, one per program.
+if grep -q "^STRATA_MAN_PAGES:BOOL=ON" "$build/CMakeCache.txt"; then
+  for tool in strata-train strata-plan strata-plot; do
+    [ -f "$prefix/share/man/man1/$tool.1" ] || fail "share/man/man1/$tool.1 not installed"
+  done
+  if command -v man >/dev/null; then
+    MANPATH="$prefix/share/man" man -P cat strata-train 2>/dev/null | grep -q -- '--batch-size' \
+      || fail "MANPATH=$prefix/share/man man strata-train does not show the page"
+  fi
+fi
+[ -f "$prefix/share/bash-completion/completions/strata-train" ] \
+  || fail "share/bash-completion/completions/strata-train not installed"
 
 # find_dependency() in StrataConfig.cmake for exactly the dependencies that
 # strata_config.hpp says this build has. The private ones (BLAS, ZLIB)

@@ -163,7 +163,9 @@ TEST(PlannerTime, FollowsTheFormulas) {
     }
     const double params = 100 * 200 + 200 + 200 * 10 + 10;
     const double ar = ranks > 1 ? 2.0 * (ranks - 1) * (1e-6 + params * 4 / (ranks * 1e9)) : 0.0;
-    return 3 * fwd + std::max(0.0, ar - 2 * fwd) + params * 3 * 4 / bw;
+    // One bucket (all 22,210 gradients), launched when layer 0's backward has
+    // written it: the whole allreduce follows backward.
+    return 3 * fwd + ar + params * 3 * 4 / bw;
   };
   for (int ranks : {1, 2}) {
     Layout l;
@@ -183,6 +185,45 @@ TEST(PlannerTime, FollowsTheFormulas) {
   EXPECT_NEAR(p.bubble, slot, 1e-12 * slot);
   EXPECT_NEAR(p.step, 5 * slot + p.optimizer, 1e-12 * p.step);
   EXPECT_EQ(CostModel::allreduce_time(8e6, 4, {1e-6, 1e9}), 2.0 * 3 * (1e-6 + 8e6 / 4e9));
+}
+
+// Buckets of 25 MiB from the end: layer 1 (one bucket's worth) is sent while
+// layer 0's backward runs; layer 0's two buckets follow its backward, one
+// after the other. a: one bucket's allreduce over 2 ranks.
+TEST(PlannerTime, BucketsStartWhenBackwardHasWrittenThem) {
+  const double cap = double(GradSyncOptions{}.bucket_bytes / sizeof(float));
+  const planner::Link link{0.0, 1e10};
+  const double a = CostModel::allreduce_time(cap * 4, 2, link);
+  for (double b : {2 * a, a / 2}) {  // layer 0's backward longer, then shorter, than a bucket
+    // Layer 1's bucket runs from b to b + a; layer 0's start at max(b + a, 2 b)
+    // and take 2 a; backward ends at 2 b.
+    const double expected = std::max(b + a, 2 * b) + 2 * a - 2 * b;
+    EXPECT_NEAR(CostModel::exposed_bucket_time({2 * cap, cap}, {b, b}, 2, link), expected,
+                1e-12 * expected) << "backward " << b << " s per layer";
+  }
+  // One layer's worth less than a bucket: one allreduce, after all of backward.
+  // (computed as (2 s + a) - 2 s: a's rounding at 2 s, 4.4e-16 s, is the tolerance)
+  EXPECT_NEAR(CostModel::exposed_bucket_time({10, 20}, {1, 1}, 2, link),
+              CostModel::allreduce_time(120, 2, link), 4.5e-16);
+  EXPECT_EQ(CostModel::exposed_bucket_time({10, 20}, {1, 1}, 1, link), 0.0);
+}
+
+// ZeRO-1: a reduce-scatter after backward and an allgather, neither hidden.
+TEST(PlannerTime, ZeroSumsAfterBackward) {
+  test::DpConfig c;
+  c.widths = {100, 200, 10};
+  c.batch = 64;
+  c.optimizer = {OptimizerKind::sgd, 0.1};
+  const CostModel model(request(c, 2), cpu_profile());
+  Layout l;
+  l.mesh = {2, 1, 1};
+  l.zero = 1;
+  const Prediction p = model.predict(l);
+  ASSERT_EQ(p.rejected, "");
+  const double params = 100 * 200 + 200 + 200 * 10 + 10;
+  EXPECT_EQ(p.data_comm, CostModel::allreduce_time(params * 4, 2, cpu_profile().intra_node));
+  l.zero = 0;
+  EXPECT_NEAR(model.predict(l).optimizer, 2 * p.optimizer, 1e-12 * p.optimizer);  // half the update
 }
 
 // Every layout of the rank count is there, ranked; the rejected ones say why.

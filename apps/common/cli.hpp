@@ -2,9 +2,11 @@
 #pragma once
 
 #include "backends/error.hpp"
+#include "backends/runtime.hpp"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -68,7 +70,16 @@ inline CLI::Validator number_in(double lo, double hi) {
 
 // Parses args (without argv[0] and Kokkos options). Returns false after
 // printing --help; throws a config error (exit code 2) naming the bad option.
+// Every program answers --version with the build configuration (before
+// its required options are checked), unless it defines its own flag.
 inline bool parse_cli(CLI::App& app, const std::vector<std::string>& args) {
+  if (app.get_option_no_throw("--version") == nullptr) {
+    app.add_flag("--version", "print the version and the build configuration, and exit");
+    if (std::find(args.begin(), args.end(), "--version") != args.end()) {
+      std::cout << build_info();
+      return false;
+    }
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them reversed
   try {
     app.parse(reversed);

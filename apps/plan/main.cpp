@@ -40,7 +40,7 @@ struct PlanConfig {
   bool all = false, no_recompute = false;
   // One layout (any of these given): its prediction alone.
   int dp = 0, pp = 1, tp = 1, zero = 0;
-  std::size_t micro = 1;
+  std::size_t micro = 0;  // 0: planner::default_micro_batches(pp), as strata-train
   std::string schedule = "1f1b";
   bool recompute = false, one = false;
   // strata-plan calibrate
@@ -87,7 +87,8 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
           ->check(CLI::Range(1, 1 << 20)),
       app.add_option("--pp", c.pp, "predict one layout: pipeline stages")->check(CLI::Range(1, 1 << 20)),
       app.add_option("--tp", c.tp, "predict one layout: tensor-parallel size")->check(CLI::Range(1, 1 << 20)),
-      app.add_option("--micro-batches", c.micro, "predict one layout: micro-batches per step")
+      app.add_option("--micro-batches", c.micro, "predict one layout: micro-batches per step (default: 2 x stages with a "
+                     "pipeline, else 1, as strata-train)")
           ->check(whole_number(1)),
       app.add_option("--schedule", c.schedule, "predict one layout: 1f1b or gpipe"),
       app.add_option("--zero", c.zero, "predict one layout: 1 for ZeRO-1")->check(CLI::Range(0, 1)),
@@ -150,7 +151,7 @@ int run(const PlanConfig& c) {
     STRATA_REQUIRE(c.ranks % (c.pp * c.tp) == 0, config, "--pp ", c.pp, " x --tp ", c.tp,
                    " does not divide --ranks ", c.ranks);
     l.mesh = {c.dp > 0 ? c.dp : c.ranks / (c.pp * c.tp), c.pp, c.tp};
-    l.micro_batches = c.micro;
+    l.micro_batches = c.micro > 0 ? c.micro : planner::default_micro_batches(c.pp);
     l.schedule = parse_schedule(c.schedule);
     l.zero = c.zero;
     l.recompute = c.recompute;

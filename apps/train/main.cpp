@@ -141,7 +141,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
     if (!c.evaluate || d.test.size() == 0) return;
     if (comm.rank() == 0 || engine->collective()) eval = engine->evaluate(d.test, batch);
     if (comm.rank() != 0) return;
-    nlohmann::json j{{"step", step}, {"epoch", epoch + 1}};
+    nlohmann::json j{{"step", step}, {"epoch", epoch + 1}, {"wall_s", seconds_since(wall0)}};
     std::string text = when + ": ";
     if (d.test.is_classification()) {
       j["test_accuracy"] = eval.accuracy;
@@ -208,7 +208,12 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
       const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
       if (log) {
         if (rep.writes_metrics)
-          metrics.write({{"step", step}, {"epoch", epoch + 1}, {"loss", last_loss}, {"lr", lr}});
+          metrics.write({{"step", step},
+                         {"epoch", epoch + 1},
+                         {"loss", last_loss},
+                         {"lr", lr},
+                         {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
+                         {"wall_s", seconds_since(wall0)}});
         if (!progress.tty())
           progress.line(rep.prefix + "epoch " + std::to_string(epoch + 1) + " step " +
                         std::to_string(step) + "/" + std::to_string(total) + " loss " +
@@ -272,6 +277,13 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
               " step(s), all of them warm-up: --warmup-steps " + std::to_string(c.warmup_steps) + ")";
   result += ", " + fmt("%.1f", wall) + " s";
   std::cout << result << std::endl;
+  if (rep.writes_metrics && !c.metrics.empty()) {  // run.jsonl -> run.png
+    std::string png = c.metrics;
+    const auto dot = png.rfind('.'), slash = png.rfind('/');
+    if (dot != std::string::npos && (slash == std::string::npos || dot > slash + 1)) png.resize(dot);
+    std::cout << rep.prefix << "plot it: strata-plot " << c.metrics << " -o " << png << ".png"
+              << std::endl;
+  }
 }
 
 int train(const TrainConfig& c, comm::Communicator& world) {

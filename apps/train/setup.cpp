@@ -286,7 +286,7 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   if (o.model_parallel) {
     ModelParallelOptions& m = o.mesh;
     m.mesh = mesh_shape(c, world);
-    m.micro_batches = c.micro_batches > 0 ? c.micro_batches : 2 * static_cast<std::size_t>(m.mesh.pp);
+    m.micro_batches = c.micro_batches > 0 ? c.micro_batches : planner::default_micro_batches(m.mesh.pp);
     m.schedule = parse_schedule(c.schedule);
     m.cuts = c.stage_cuts;
     m.balance = parse_balance(c.balance);

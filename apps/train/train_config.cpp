@@ -71,7 +71,8 @@ ModelSpec model_spec(const TrainConfig& c) {
 std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args) {
   TrainConfig c;
   CLI::App app{
-      "strata-train: train a multi-layer perceptron with Strata.\n"
+      "strata-train: train a neural network (an MLP, or a CNN or transformer from a model file) "
+      "with Strata, on thread ranks, MPI processes or GPUs.\n"
       "Kokkos options (--kokkos-num-threads=N, --kokkos-help, ...) pass through to Kokkos.\n"
       "Exit codes: 0 done, 2 bad options or configuration, 3 bad input data,\n"
       "4 numerical or runtime failure.",
@@ -280,7 +281,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--micro-batches", c.micro_batches,
                  "pipeline: split each batch of --batch-size samples into M micro-batches (a "
-                 "step sees --batch-size samples, not M times more; default: 2 x stages)")
+                 "step sees --batch-size samples, not M times more; default: 2 x stages with a "
+                 "pipeline, else 1)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--schedule", c.schedule, "pipeline: gpipe | 1f1b")->capture_default_str();
   std::string cuts;

@@ -76,7 +76,7 @@ struct TrainConfig {
   bool verbose_ranks = false;     // every rank prints (default: global rank 0 only)
   // Model parallelism (0: derived from the strategy and the world size).
   int dp = 0, pp = 0, tp = 0;
-  std::size_t micro_batches = 0;         // pipeline micro-batches per step (0: 2 x stages)
+  std::size_t micro_batches = 0;         // micro-batches per step (0: planner::default_micro_batches)
   std::string schedule = "1f1b";         // gpipe | 1f1b
   std::vector<std::size_t> stage_cuts;   // first layer of stages 1..pp-1 (empty: balanced)
   std::string balance = "params";        // params | flops

@@ -5,7 +5,7 @@ Trains a language model of a Strata model file (models/gpt-mini.toml) in
 PyTorch on the windows strata-train --dataset text:PATH makes, in the order it
 visits them, with its learning-rate schedule, and writes metrics in
 strata-train's JSON-lines format (--metrics), so that the two runs can be
-compared step by step (benchmarks/plots/lm_curves.py draws both):
+compared step by step (strata-plot draws both):
 
   - text: a file, or a directory's regular files in name order (links and
     files holding a NUL byte skipped), as bytes (data/text.cpp);
