@@ -28,7 +28,7 @@ flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recove
 t0=$SECONDS
 # Benchmarks are not built: their ctest entries only time things.
 BUILD_DIR="$build" "$here/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
-  -DSTRATA_ENABLE_BENCHMARKS=OFF
+  -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_MAN_PAGES=OFF
 echo "check-asan: built in $((SECONDS - t0)) s ($flags)"
 # A build that is not instrumented would pass everything: refuse it.
 # (ldd's whole output first: `ldd | grep -q` fails under pipefail when grep

@@ -16,7 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
 BUILD_DIR="$top/build-tsan" STRATA_TARGETS=test_comm "$here/build.sh" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="-fsanitize=thread" \
-  -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_ENABLE_MPI=OFF -DSTRATA_ENABLE_NCCL=OFF
+  -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_ENABLE_MPI=OFF -DSTRATA_ENABLE_NCCL=OFF -DSTRATA_MAN_PAGES=OFF
 build="$top/build-tsan"
 echo "check-tsan: running thread-rank communicator tests under ThreadSanitizer"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" OMP_NUM_THREADS=1 \

@@ -119,6 +119,9 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("nlohmann-json")  # checkpoint state, metrics
     depends_on("tomlplusplus@3:")  # model files (header-only, compiled into the library)
     depends_on("googletest", type="test")
+    # The man pages are made from the programs' --help, which a GPU build
+    # cannot run where it builds (STRATA_MAN_PAGES).
+    depends_on("help2man", type="build", when="~cuda~rocm")
 
     # Installed CMake files must not name spack's compiler wrappers.
     filter_compiler_wrappers(
@@ -153,6 +156,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
             self.define("STRATA_ENABLE_TESTS", self.run_tests),
             self.define_from_variant("STRATA_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("STRATA_ENABLE_EXAMPLES", "examples"),
+            self.define("STRATA_MAN_PAGES", spec.satisfies("~cuda~rocm")),
         ]
         if spec.satisfies("+cuda"):
             args.append(self.define("CMAKE_CXX_COMPILER", self._kokkos_cxx()))
