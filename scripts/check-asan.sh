@@ -13,6 +13,8 @@
 #           (scripts/lsan-openmpi.supp), which needs full stack unwinding.
 #           The kill-and-resume test under mpirun is left out (listed as not
 #           run; its thread-rank twin runs in pass 1).
+#   The docs test (label docs) and the simulated cluster (label cluster)
+#   are left out and listed as not run: the default build runs them.
 #
 # Usage: scripts/check-asan.sh [CTEST_ARGS...]     (for pass 1, e.g. -R Checkpoint)
 # Environment: STRATA_JOBS (build and ctest parallelism; default: cores),
@@ -46,7 +48,7 @@ skip_mpi='mpi\.np|Mpi'
 cd "$build"
 status=0
 echo "check-asan: pass 1: all tests but MPI ones (ASAN_OPTIONS=$common)"
-ASAN_OPTIONS="$common" ctest --output-on-failure --timeout 600 -j "$jobs" -E "$skip_mpi" -LE cluster "$@" \
+ASAN_OPTIONS="$common" ctest --output-on-failure --timeout 600 -j "$jobs" -E "$skip_mpi" -LE 'cluster|docs' "$@" \
   | tee ctest-asan.log | grep -vE '^ *[0-9]+/[0-9]+ Test +#|^ *Start +[0-9]+' || status=1
 grep -q '100% tests passed' ctest-asan.log || status=1
 
@@ -55,7 +57,7 @@ grep -q '100% tests passed' ctest-asan.log || status=1
 # thread-rank twin runs in pass 1).
 # The cluster tests (label cluster: the same test_mpi across simulated
 # nodes) are left out too.
-not_run=$( (ctest -N -R "mpi\\.np[14]|$kill_mpi"; ctest -N -L cluster) | sed -n 's/^ *Test *#[0-9]*: //p' | tr '\n' ' ')
+not_run=$( (ctest -N -R "mpi\\.np[14]|$kill_mpi"; ctest -N -L cluster; ctest -N -L docs) | sed -n 's/^ *Test *#[0-9]*: //p' | tr '\n' ' ')
 if ! grep -q 'STRATA_ENABLE_MPI:STRING=OFF' CMakeCache.txt && grep -q 'mpi.np2' <(ctest -N); then
   if [ "${STRATA_ASAN_MPI:-1}" = 0 ]; then
     not_run="$(ctest -N -R "$skip_mpi" | sed -n 's/^ *Test *#[0-9]*: //p' | tr '\n' ' ')"

@@ -145,12 +145,13 @@ check_cuda() {
 check_debug() {
   local build="$top/build-debug"
   # Strata's own contracts too: STRATA_EXPECT and assert() stay in (no NDEBUG).
+  # The docs test and the simulated cluster run in the default build only.
   configure_and_build debug "$build" "" -DCMAKE_CXX_FLAGS_RELEASE=-O2 || return 1
   say "debug: ctest (log build-debug/ctest.log)"
   : >"$build/ctest.log"
   # The cluster tests run in the main suite; here they would repeat its
   # launches with a slower test_mpi.
-  (cd "$build" && logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs" -LE cluster) \
+  (cd "$build" && logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs" -LE 'cluster|docs') \
     || { say "debug: tests failed"; return 1; }
   grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
 }

@@ -15,6 +15,7 @@
 // tokens (one re-encoding every T/2 tokens instead of a full forward per token).
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
+#include "apps/common/saved_model.hpp"
 #include "backends/random.hpp"
 #include "backends/runtime.hpp"
 #include "data/bpe.hpp"
@@ -50,7 +51,8 @@ bool parse(const std::vector<std::string>& args, GenerateConfig& c) {
                "Exit codes: 0 done, 2 bad options or configuration, 3 bad input data.",
                "strata-generate"};
   app.add_option("--model", c.model_file, "the model file it was trained with")->required();
-  app.add_option("--checkpoint", c.checkpoint, "a checkpoint strata-train wrote (--checkpoint-dir)")
+  app.add_option("--checkpoint", c.checkpoint, "a checkpoint strata-train wrote: a file, a sharded one's manifest, or a "
+                 "--checkpoint-dir (its latest)")
       ->required();
   app.add_option("--prompt", c.prompt, "text to continue (bytes; default: a newline)");
   app.add_option("--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(whole_number(1));
@@ -109,7 +111,8 @@ int generate(const GenerateConfig& c) {
   model.build(1);
   model.set_training(false);
   const auto [snapshot, position] =
-      read_checkpoint(c.checkpoint, "{}", ModelTable{model.parameters(), model.buffers(), false});
+      read_checkpoint(checkpoint_file(c.checkpoint), "{}",
+                      ModelTable{model.parameters(), model.buffers(), false});
   Kokkos::deep_copy(model.params(),
                     Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>(snapshot.params.data(),
                                                                               snapshot.params.size()));
