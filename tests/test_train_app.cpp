@@ -843,7 +843,7 @@ TEST(ExampleDataParallel, ThreadRanksMatchTheSingleRankExample) {
 }
 
 #ifdef STRATA_MPIEXEC
-// Under mpirun each process is one rank: the README's command as written
+// Under mpirun each process is one rank: the documented command as written
 // (no --ranks) runs and matches the single-rank losses; --ranks is refused.
 TEST(ExampleDataParallel, MpiProcessesMatchTheSingleRankExample) {
   const std::string mpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "

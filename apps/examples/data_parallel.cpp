@@ -1,5 +1,5 @@
 // The tutorial's nn.DataParallel and DistributedDataParallel snippets in one
-// Strata program (see the README's side-by-side table).
+// Strata program (see the side-by-side table in docs/parallelism.md, "From PyTorch").
 //
 //   model = nn.DataParallel(SimpleModel())      run_ranks(N, ...) + DataParallel over
 //                                                thread ranks (one process)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a scripts/compare.sh output folder: one table of Strata against
 its PyTorch peers, printed and written as results.csv, results.json and
-table.md (markdown, ready to paste into the README).
+table.md (markdown, ready to paste into docs/benchmarks.md).
 
 Reads strata-*.jsonl (strata-bench-train --json), peers-*.jsonl
 (torch_mlp.py --json), load.jsonl and machine.json. Repetitions of several
