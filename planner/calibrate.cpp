@@ -172,6 +172,28 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
     p.intra_node = {link.offset / link.rate / 2, link.rate};
     log("link fit: latency " + g(p.intra_node.latency * 1e6) + " us, bandwidth " +
         g(p.intra_node.bandwidth / 1e9) + " GB/s");
+    // ZeRO-1's sums: a reduce-scatter, then an allgather, in place.
+    std::vector<double> t_zero;
+    for (const double b : bytes) {
+      double t = 0;
+      run_ranks(2, std::max(1, cores / 2), [&](Context&, comm::Communicator& comm) {
+        std::vector<float> buf(static_cast<std::size_t>(b) / sizeof(float), 1.0f);
+        const std::size_t half = buf.size() / 2;
+        float* mine = buf.data() + half * static_cast<std::size_t>(comm.rank());
+        comm.barrier();
+        const double both = time_of([&] {
+          comm.reduce_scatter(buf.data(), mine, half, comm::DataType::f32, comm::ReduceOp::sum);
+          comm.allgather(mine, buf.data(), half, comm::DataType::f32);
+        });
+        if (comm.rank() == 0) t = both;
+      });
+      t_zero.push_back(t);
+    }
+    const CalibrationFit zero = fit_rate(bytes, t_zero);
+    p.reduce_scatter_allgather = {zero.offset / zero.rate / 2, zero.rate};
+    log("reduce-scatter + allgather fit (ZeRO-1): latency " +
+        g(p.reduce_scatter_allgather.latency * 1e6) + " us, bandwidth " +
+        g(p.reduce_scatter_allgather.bandwidth / 1e9) + " GB/s");
   } else {
     p.intra_node = {5e-6, 5e9};
     log("link: no thread ranks here (" + thread_ranks_unavailable() +
@@ -180,6 +202,51 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
   p.inter_node = p.intra_node;
   p.source = "strata-plan calibrate (one node; inter_node copies the thread ranks' link)";
   return p;
+}
+
+void measure_gemms(MachineProfile& p, const std::vector<GemmShape>& shapes, int ranks,
+                   const std::function<void(const std::string&)>& log) {
+  STRATA_REQUIRE(ranks >= 1, config, "calibration: ranks must be positive");
+  STRATA_REQUIRE(ranks == 1 || thread_ranks_unavailable().empty(), config,
+                 "calibration: no thread ranks here (", thread_ranks_unavailable(), ")");
+  const int cores = std::max(1, Context().threads);
+  const int threads = std::max(1, cores / ranks);
+  const auto t0 = Clock::now();
+  std::size_t done = 0;
+  for (const GemmShape& shape : shapes) {
+    MeasuredGemm m{shape.rows, shape.n, shape.k, threads, ranks, 0, 0};
+    run_ranks(ranks, threads, [&](Context& ctx, comm::Communicator& comm) {
+      const int r = static_cast<int>(shape.rows), n = static_cast<int>(shape.n),
+                k = static_cast<int>(shape.k);
+      VectorBuffer<float> x("x", shape.rows * shape.k), w("w", shape.n * shape.k),
+          y("y", shape.rows * shape.n), dx("dx", shape.rows * shape.k), dw("dw", shape.n * shape.k);
+      Kokkos::deep_copy(x, 0.5f);
+      Kokkos::deep_copy(w, 0.25f);
+      Kokkos::deep_copy(y, 0.125f);
+      comm.barrier();
+      // Forward y = x W^T; backward dx = dy W, dW = dy^T x (as Linear).
+      const double f = time_of(
+          [&] {
+            ctx.blas.gemm(Op::N, Op::T, r, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n);
+            ctx.exec.fence();
+          },
+          0.01);
+      comm.barrier();
+      const double b = time_of(
+          [&] {
+            ctx.blas.gemm(Op::N, Op::N, r, k, n, 1.0f, y.data(), n, w.data(), k, 0.0f, dx.data(), k);
+            ctx.blas.gemm(Op::T, Op::N, n, k, r, 1.0f, y.data(), n, x.data(), k, 0.0f, dw.data(), k);
+            ctx.exec.fence();
+          },
+          0.01);
+      if (comm.rank() == 0) m.forward = f, m.backward = b;
+    });
+    p.measured_gemms.push_back(m);
+    if (++done % 10 == 0 || done == shapes.size())
+      log("model GEMMs: " + std::to_string(done) + " of " + std::to_string(shapes.size()) +
+          " shapes on " + std::to_string(ranks) + " rank(s) x " + std::to_string(threads) +
+          " thread(s), " + g(seconds_since(t0)) + " s");
+  }
 }
 
 }  // namespace strata::planner

@@ -10,10 +10,12 @@
 //     fit of t = 2 latency + bytes / bandwidth (the ring of two). Both links
 //     of the profile get it (ranks of one node); a multi-node CPU cluster's
 //     inter-node link is written by hand;
-//   - cores (Kokkos host threads) and the node's memory (/proc/meminfo).
+//   - cores (Kokkos host threads) and the node's memory (/proc/meminfo);
+//   - with a model (measure_gemms): its Linear GEMMs, as its layouts run them.
 // Each figure is the median of repetitions; progress goes to `log`.
 #pragma once
 
+#include "planner/cost_model.hpp"
 #include "planner/profile.hpp"
 
 #include <functional>
@@ -29,5 +31,13 @@ struct CalibrationFit {
 CalibrationFit fit_rate(const std::vector<double>& x, const std::vector<double>& t);
 
 MachineProfile calibrate(const std::function<void(const std::string&)>& log);
+
+// Times a model's Linear GEMMs (planner::gemm_shapes of its layouts) on
+// `ranks` thread ranks at once, each with the cores divided among them, as
+// a layout of that many ranks runs them: the forward GEMM and the two of
+// backward (input and weight gradients), each the median of repetitions.
+// Appends them to p.measured_gemms.
+void measure_gemms(MachineProfile& p, const std::vector<GemmShape>& shapes, int ranks,
+                   const std::function<void(const std::string&)>& log);
 
 }  // namespace strata::planner

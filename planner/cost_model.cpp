@@ -60,6 +60,7 @@ struct StageCost {
   std::vector<double> flops, values, gemms;
   std::vector<bool> in_block;
   std::vector<std::size_t> top;  // per entry: the stage's top-level layer it belongs to
+  std::vector<GemmShape> gemm;   // per entry: a Linear's GEMM per sample (rows per sample), else 0s
   std::vector<double> params;    // per top-level layer
   double tp_fwd = 0, tp_bwd = 0;      // values per sample summed over the tp group
   int tp_fwd_n = 0, tp_bwd_n = 0;     // allreduces per micro-batch
@@ -76,6 +77,14 @@ void add_layer_cost(const Layer<float>& l, std::size_t top, bool in_block, Stage
   }
   c.top.push_back(top);
   const Shape& in = l.input_shape();
+  // A Linear (whole or a tensor-parallel shard): features last, the rest rows.
+  GemmShape g;
+  if (dynamic_cast<const Linear<float>*>(&l) || dynamic_cast<const TensorParallelLinear<float>*>(&l)) {
+    g.k = in.back();
+    g.n = l.output_shape(in).back();
+    g.rows = in.numel() / g.k;
+  }
+  c.gemm.push_back(g);
   c.flops.push_back(l.flops());
   c.values.push_back(static_cast<double>(in.numel() + l.output_shape(in).numel()));
   const auto* core = dynamic_cast<const CausalAttention<float>*>(&l);
@@ -163,6 +172,27 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
     s.stages.clear();
   }
   return s;
+}
+
+int CostModel::threads_per_rank() const {
+  return profile_.gpu ? 1 : std::max(1, profile_.devices_per_node / per_node_);
+}
+
+std::vector<GemmShape> CostModel::gemm_shapes(const Layout& l) const {
+  std::vector<GemmShape> out;
+  const Split& s = split(l.mesh.tp, l.mesh.pp);
+  if (!s.error.empty() || l.mesh.dp < 1 || l.micro_batches == 0) return out;
+  const std::size_t m = micro_batch_samples(l);
+  for (const StageCost& c : s.cost)
+    for (const GemmShape& g : c.gemm)
+      if (g.n > 0) out.push_back({g.rows * m, g.n, g.k});
+  return out;
+}
+
+std::size_t CostModel::micro_batch_samples(const Layout& l) const {
+  const std::size_t dp = static_cast<std::size_t>(l.mesh.dp);
+  const std::size_t shard = (request_.batch + dp - 1) / dp;  // the largest (BatchLoader::shard)
+  return (shard + l.micro_batches - 1) / l.micro_batches;
 }
 
 double CostModel::layer_time(double flops, double gemms, double values, double rate) const {
@@ -253,7 +283,9 @@ Prediction CostModel::predict(const Layout& l) const {
   // Time. A rank's GEMM rate: one device (GPU), or its share of the node's cores.
   const double cores = profile_.gpu ? 1.0 : std::max(1.0, double(profile_.devices_per_node) / per_node_);
   const double rate = profile_.gemm_flops(request_.precision) * cores;
-  const double m = static_cast<double>((shard + M - 1) / M);  // samples per micro-batch
+  const std::size_t samples = micro_batch_samples(l);
+  const double m = static_cast<double>(samples);  // samples per micro-batch
+  const int threads = threads_per_rank();
   const Link& tp_link = tp <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const Link& pp_link = tp * pp <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const Link& dp_link = request_.ranks <= per_node_ ? profile_.intra_node : profile_.inter_node;
@@ -266,9 +298,20 @@ Prediction CostModel::predict(const Layout& l) const {
     double fwd = 0, bwd = 0;
     backward.assign(c.params.size(), 0.0);
     for (std::size_t i = 0; i < c.flops.size(); ++i) {
-      const double t = layer_time(c.flops[i] * m, c.gemms[i] * m, c.values[i] * m, rate);
+      const GemmShape& g = c.gemm[i];
+      const MeasuredGemm* measured =
+          g.n > 0 ? profile_.measured(g.rows * samples, g.n, g.k, threads, per_node_) : nullptr;
+      double t, b;
+      if (measured) {  // the measured GEMMs, and the rest of the layer as usual
+        const double rest = layer_time(0, 0, c.values[i] * m, rate);
+        t = measured->forward + rest;
+        b = measured->backward + 2 * rest;
+      } else {
+        t = layer_time(c.flops[i] * m, c.gemms[i] * m, c.values[i] * m, rate);
+        b = 2 * t;
+      }
       fwd += t;
-      const double b = 2 * t + (l.recompute && c.in_block[i] ? t : 0.0);
+      b += l.recompute && c.in_block[i] ? t : 0.0;
       bwd += b;
       backward[c.top[i]] += b;
     }
@@ -295,7 +338,10 @@ Prediction CostModel::predict(const Layout& l) const {
   pr.bubble = slowest * (pp - 1);
   if (dp > 1) {
     if (l.zero)  // a reduce-scatter after backward, then an allgather of the weights
-      pr.data_comm = allreduce_time(grads * 4, dp, dp_link);
+      pr.data_comm = allreduce_time(grads * 4, dp,
+                                    request_.ranks <= per_node_ && profile_.reduce_scatter_allgather.bandwidth > 0
+                                        ? profile_.reduce_scatter_allgather
+                                        : dp_link);
     else
       pr.data_comm = exposed_bucket_time(slowest_cost->params, last_backward, dp, dp_link);
   }

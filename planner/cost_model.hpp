@@ -8,7 +8,8 @@
 // and the stages plan_stages cuts, as strata-train would. Time, per step:
 //
 //   per layer (a block's inner layers one by one) and micro-batch of m
-//   samples on a rank with GEMM rate R:
+//   samples on a rank with GEMM rate R (a Linear whose GEMMs the profile
+//   measured, measured_gemms: those times instead of f / R terms):
 //     forward   t_f = (f + g f_half) / R + 2 (in + out) m 4 B / bw + launch
 //                     (f = the layer's FLOP for m samples, in g GEMMs: one
 //                     over the rows, 2 heads m for an attention core; each
@@ -28,7 +29,9 @@
 //     (GradientSync's 25 MiB from the end), each started when the last
 //     micro-batch's backward has written it and the previous one is done;
 //     what runs past backward counts. ZeRO-1: a reduce-scatter after
-//     backward, then an allgather of the updated weights, neither hidden
+//     backward, then an allgather of the updated weights, neither hidden,
+//     on the profile's reduce_scatter_allgather link inside a node when it
+//     has one
 //   optimizer: the rank's updated values read and written at memory bandwidth
 //
 // What it leaves out: kernel fusion and cache effects beyond f_half, the
@@ -64,6 +67,14 @@ struct Layout {
   bool recompute = false;
   // "dp 2 x pp 2 x tp 1, 4 micro-batches 1f1b, ZeRO-1, recompute"
   std::string str() const;
+};
+
+// A Linear's GEMM as a layout runs it: (rows x k) times (k x n).
+struct GemmShape {
+  std::size_t rows = 0, n = 0, k = 0;
+  bool operator<(const GemmShape& o) const {
+    return rows != o.rows ? rows < o.rows : n != o.n ? n < o.n : k < o.k;
+  }
 };
 
 struct Prediction {
@@ -103,6 +114,12 @@ class CostModel {
   Prediction predict(const Layout& layout) const;
 
   int ranks_per_node() const { return per_node_; }
+  // Threads (cores) of one rank of a CPU profile; 1 on a GPU profile.
+  int threads_per_rank() const;
+  // The Linear GEMMs the layout runs (every stage's, one micro-batch),
+  // which `strata-plan calibrate --model` measures; none for a layout that
+  // cannot be built.
+  std::vector<GemmShape> gemm_shapes(const Layout& layout) const;
   std::size_t memory_budget() const { return budget_; }
   // Seconds of a ring allreduce of `bytes` over n ranks on a link.
   static double allreduce_time(double bytes, int n, const Link& link);
@@ -118,6 +135,7 @@ class CostModel {
   struct Split;  // the layers and stages of one (tp, pp)
   const Split& split(int tp, int pp) const;
   double layer_time(double flops, double gemms, double values, double rate) const;
+  std::size_t micro_batch_samples(const Layout& l) const;  // of the largest shard
   double rank_bandwidth() const;  // memory bandwidth one rank has
 
   PlanRequest request_;

@@ -12,14 +12,21 @@ namespace strata::planner {
 namespace {
 using json = nlohmann::json;
 
-// j[key] (under `where`, for the message) as a positive number.
-double positive(const json& j, const std::string& where, const char* key, const std::string& file) {
+// j[key] (under `where`, for the message) as a number > 0, or >= 0 when
+// zero may be (a fitted latency can be 0).
+double number(const json& j, const std::string& where, const char* key, const std::string& file,
+              bool zero_too) {
   STRATA_REQUIRE(j.is_object() && j.contains(key), config, file, ": the profile has no '", where,
                  key, "' (", "see planner/profile.hpp for the fields)");
   const json& v = j.at(key);
-  STRATA_REQUIRE(v.is_number() && v.get<double>() > 0, config, file, ": '", where, key,
-                 "' must be a positive number, got ", v.dump());
+  STRATA_REQUIRE(v.is_number() && (v.get<double>() > 0 || (zero_too && v.get<double>() == 0)),
+                 config, file, ": '", where, key, "' must be a ",
+                 zero_too ? "number >= 0" : "positive number", ", got ", v.dump());
   return v.get<double>();
+}
+
+double positive(const json& j, const std::string& where, const char* key, const std::string& file) {
+  return number(j, where, key, file, false);
 }
 
 const json& object(const json& j, const char* key, const std::string& file) {
@@ -31,7 +38,7 @@ const json& object(const json& j, const char* key, const std::string& file) {
 Link link(const json& j, const char* key, const std::string& file) {
   const json& o = object(j, key, file);
   const std::string where = std::string(key) + ".";
-  return {positive(o, where, "latency", file), positive(o, where, "bandwidth", file)};
+  return {number(o, where, "latency", file, true), positive(o, where, "bandwidth", file)};
 }
 }  // namespace
 
@@ -66,7 +73,36 @@ MachineProfile load_profile(const std::string& path) {
   p.launch = positive(j, "", "launch", path);
   p.intra_node = link(j, "intra_node", path);
   p.inter_node = link(j, "inter_node", path);
+  if (j.contains("reduce_scatter_allgather"))
+    p.reduce_scatter_allgather = link(j, "reduce_scatter_allgather", path);
+  if (j.contains("measured_gemms")) {
+    const json& list = j.at("measured_gemms");
+    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_gemms' must be a list");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string where = "measured_gemms[" + std::to_string(i) + "].";
+      const json& e = list[i];
+      MeasuredGemm g;
+      g.rows = static_cast<std::size_t>(positive(e, where, "rows", path));
+      g.n = static_cast<std::size_t>(positive(e, where, "n", path));
+      g.k = static_cast<std::size_t>(positive(e, where, "k", path));
+      g.threads = static_cast<int>(positive(e, where, "threads", path));
+      g.ranks = static_cast<int>(positive(e, where, "ranks", path));
+      g.forward = positive(e, where, "forward", path);
+      g.backward = positive(e, where, "backward", path);
+      p.measured_gemms.push_back(g);
+    }
+  }
   return p;
+}
+
+const MeasuredGemm* MachineProfile::measured(std::size_t rows, std::size_t n, std::size_t k,
+                                             int threads, int ranks) const {
+  const MeasuredGemm* best = nullptr;
+  for (const MeasuredGemm& g : measured_gemms)
+    if (g.rows == rows && g.n == n && g.k == k && g.threads == threads && g.ranks <= ranks &&
+        (!best || g.ranks > best->ranks))
+      best = &g;
+  return best;
 }
 
 std::string profile_json(const MachineProfile& p) {
@@ -84,6 +120,16 @@ std::string profile_json(const MachineProfile& p) {
             {"launch", p.launch},
             {"intra_node", {{"latency", p.intra_node.latency}, {"bandwidth", p.intra_node.bandwidth}}},
             {"inter_node", {{"latency", p.inter_node.latency}, {"bandwidth", p.inter_node.bandwidth}}}};
+  if (p.reduce_scatter_allgather.bandwidth > 0)
+    j["reduce_scatter_allgather"] = {{"latency", p.reduce_scatter_allgather.latency},
+                                     {"bandwidth", p.reduce_scatter_allgather.bandwidth}};
+  if (!p.measured_gemms.empty()) {
+    json list = json::array();
+    for (const MeasuredGemm& g : p.measured_gemms)
+      list.push_back({{"rows", g.rows}, {"n", g.n}, {"k", g.k}, {"threads", g.threads},
+                      {"ranks", g.ranks}, {"forward", g.forward}, {"backward", g.backward}});
+    j["measured_gemms"] = list;
+  }
   return j.dump(2) + "\n";
 }
 

@@ -15,9 +15,23 @@
 //     "gemm_half_flops": 2e9,     // a GEMM of this many FLOP reaches half that rate
 //     "memory_bandwidth": 2.0e12, // bytes/s of one device (CPU: of the whole node)
 //     "launch": 5e-6,             // seconds per kernel (a layer's pass)
-//     "intra_node": {"latency": 3e-6, "bandwidth": 2.4e11},  // alpha-beta, per rank
-//     "inter_node": {"latency": 6e-6, "bandwidth": 2.4e10}
+//     "intra_node": {"latency": 3e-6, "bandwidth": 2.4e11},  // alpha-beta, per rank (latency >= 0)
+//     "inter_node": {"latency": 6e-6, "bandwidth": 2.4e10},
+//     "reduce_scatter_allgather": {"latency": 2e-6, "bandwidth": 1.3e10},  // optional
+//     "measured_gemms": [         // optional: `strata-plan calibrate --model`
+//       {"rows": 128, "n": 1024, "k": 784, "threads": 1, "ranks": 2,
+//        "forward": 1.1e-3, "backward": 2.3e-3}, ...]
 //   }
+//
+// reduce_scatter_allgather: a reduce-scatter followed by an allgather (the
+// sums of ZeRO-1) between the ranks of a node, as the alpha-beta fit of an
+// allreduce's time (`strata-plan calibrate` measures it; without it ZeRO-1
+// is charged one allreduce on the node's link).
+// measured_gemms are a model's Linear layers timed on this machine: the
+// forward GEMM (rows x k by k x n) and the backward ones (the input and the
+// weight gradient), with `threads` threads per rank while `ranks` ranks run
+// the same at once, as the ranks of a layout do. The cost model takes them
+// over its GEMM-rate curve where the shape and threads match.
 //
 // A rank of a GPU profile drives one device; ranks of a CPU profile share a
 // node's cores (threads = cores / ranks on the node) and its memory
@@ -26,7 +40,9 @@
 
 #include "backends/precision.hpp"
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 namespace strata::planner {
 
@@ -35,6 +51,12 @@ struct Link {
   double latency = 0;    // seconds
   double bandwidth = 0;  // bytes per second
   double time(double bytes) const { return latency + bytes / bandwidth; }
+};
+
+struct MeasuredGemm {
+  std::size_t rows = 0, n = 0, k = 0;
+  int threads = 1, ranks = 1;
+  double forward = 0, backward = 0;  // seconds
 };
 
 struct MachineProfile {
@@ -49,9 +71,15 @@ struct MachineProfile {
   double memory_bandwidth = 0;  // bytes/s: one device (GPU) or the node (CPU)
   double launch = 0;            // seconds per kernel launch
   Link intra_node, inter_node;
+  Link reduce_scatter_allgather;  // inside a node; bandwidth 0: not measured
+  std::vector<MeasuredGemm> measured_gemms;
 
   // The large-GEMM rate of one device at a precision.
   double gemm_flops(Precision p) const { return p == Precision::fp32 ? gemm_flops_fp32 : gemm_flops_16; }
+  // The measurement of a Linear of this shape on ranks of `threads` threads
+  // (the one with the most ranks running at once, up to `ranks`), or null.
+  const MeasuredGemm* measured(std::size_t rows, std::size_t n, std::size_t k, int threads,
+                               int ranks) const;
 };
 
 // Reads a profile; throws config naming the file and the field that is

@@ -16,9 +16,8 @@ std::vector<std::size_t> micro_batch_counts(int pp, std::size_t shard, std::size
   return {counts.begin(), counts.end()};
 }
 
-std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
-                               const SearchOptions& options) {
-  std::vector<Prediction> all;
+std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& options) {
+  std::vector<Layout> all;
   for (int tp = 1; tp <= ranks; ++tp) {
     if (ranks % tp) continue;
     for (int pp = 1; pp <= ranks / tp; ++pp) {
@@ -37,11 +36,26 @@ std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t ba
               l.schedule = schedule;
               l.zero = zero;
               l.recompute = rc != 0;
-              all.push_back(model.predict(l));
+              all.push_back(l);
             }
         }
     }
   }
+  return all;
+}
+
+std::vector<GemmShape> gemm_shapes(const CostModel& model, int ranks, std::size_t batch,
+                                   const SearchOptions& options) {
+  std::set<GemmShape> shapes;
+  for (const Layout& l : layouts(ranks, batch, options))
+    for (const GemmShape& g : model.gemm_shapes(l)) shapes.insert(g);
+  return {shapes.begin(), shapes.end()};
+}
+
+std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
+                               const SearchOptions& options) {
+  std::vector<Prediction> all;
+  for (const Layout& l : layouts(ranks, batch, options)) all.push_back(model.predict(l));
   std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
     if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
     if (!a.rejected.empty()) return false;

@@ -23,7 +23,15 @@ struct SearchOptions {
 // and multiples of pp up to the shard.
 std::vector<std::size_t> micro_batch_counts(int pp, std::size_t shard, std::size_t most);
 
+// Every layout the search tries, in its order.
+std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& options = {});
+
 std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
                                const SearchOptions& options = {});
+
+// The distinct Linear GEMMs of every layout the search tries (what
+// `strata-plan calibrate --model` measures).
+std::vector<GemmShape> gemm_shapes(const CostModel& model, int ranks, std::size_t batch,
+                                   const SearchOptions& options = {});
 
 }  // namespace strata::planner

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Validates strata-plan on this machine: calibrates it (strata-plan
-# calibrate), then for each layout below measures strata-train's samples/s
+# Validates strata-plan on this machine: calibrates it for each model
+# (strata-plan calibrate --model ... --ranks 2: the machine and the model's
+# GEMMs), then for each layout below measures strata-train's samples/s
 # (median of --reps runs) and asks strata-plan for its prediction of the same
 # layout, and writes the table (markdown), the errors and a plot of
 # predicted against measured samples/s into the output folder. Layouts: the
@@ -33,9 +34,18 @@ source "$here/common.sh"
 [ "${STRATA_NO_APT:-0}" = 1 ] || strata_apt_install python3-matplotlib  # the plot
 bin="$build/bin"
 mkdir -p "$out"
-profile="$out/machine.json"
-echo "plan-validate: calibrating this machine"
-"$bin/strata-plan" calibrate --output "$profile" 2>&1 | sed 's/^/  /'
+# The plan of each model: its options for strata-plan.
+plan_mlp=(--layers 784,1024,1024,10 --batch 256 --optimizer sgd)
+plan_cnn=(--model "$top/models/cnn-fashion.toml" --batch 64 --optimizer sgd)
+plan_gpt=(--model "$top/models/gpt-mini.toml" --batch 8 --optimizer adamw)
+# One profile per model: the machine, and its Linear GEMMs as its 2-rank
+# layouts run them (1-rank layouts take the GEMM-rate curve).
+for model in mlp cnn gpt; do
+  declare -n plan="plan_$model"
+  echo "plan-validate: calibrating this machine for the $model"
+  "$bin/strata-plan" calibrate --output "$out/machine-$model.json" "${plan[@]}" --ranks 2 2>&1 |
+    sed 's/^/  /'
+done
 
 mlp=(--layers 784,1024,1024,10 --dataset synthetic --batch-size 256 --steps 60 --optimizer sgd --lr 0.01)
 cnn=(--model "$top/models/cnn-fashion.toml" --dataset synthetic --batch-size 64 --steps 60 --optimizer sgd --lr 0.01)
@@ -77,12 +87,8 @@ for entry in "${layouts[@]}"; do
     rates+=("$rate")
   done
   measured="$(printf '%s\n' "${rates[@]}" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')"
-  case "$model" in
-    mlp) plan=(--layers 784,1024,1024,10 --batch 256 --optimizer sgd) ;;
-    cnn) plan=(--model "$top/models/cnn-fashion.toml" --batch 64 --optimizer sgd) ;;
-    gpt) plan=(--model "$top/models/gpt-mini.toml" --batch 8 --optimizer adamw) ;;
-  esac
-  predicted="$("$bin/strata-plan" "${plan[@]}" --ranks "$ranks" --profile "$profile" --only \
+  declare -n plan="plan_$model"
+  predicted="$("$bin/strata-plan" "${plan[@]}" --ranks "$ranks" --profile "$out/machine-$model.json" --only \
     "${layout[@]}" | tail -1 | awk '{ print $(NF - 8) }')"
   printf '%s\t%s\t%s\t%s\n' "$name" "$ranks" "$measured" "$predicted" >>"$table"
   printf '  %-24s measured %8s  predicted %10s samples/s\n' "$name" "$measured" "$predicted"

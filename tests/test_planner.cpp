@@ -25,6 +25,7 @@ namespace strata {
 namespace {
 
 using planner::CostModel;
+using planner::GemmShape;
 using planner::Layout;
 using planner::MachineProfile;
 using planner::PlanRequest;
@@ -222,8 +223,59 @@ TEST(PlannerTime, ZeroSumsAfterBackward) {
   ASSERT_EQ(p.rejected, "");
   const double params = 100 * 200 + 200 + 200 * 10 + 10;
   EXPECT_EQ(p.data_comm, CostModel::allreduce_time(params * 4, 2, cpu_profile().intra_node));
+  // A calibrated reduce-scatter + allgather replaces the allreduce's link.
+  MachineProfile calibrated = cpu_profile();
+  calibrated.reduce_scatter_allgather = {3e-6, 2e8};
+  EXPECT_EQ(CostModel(request(c, 2), calibrated).predict(l).data_comm,
+            CostModel::allreduce_time(params * 4, 2, calibrated.reduce_scatter_allgather));
   l.zero = 0;
   EXPECT_NEAR(model.predict(l).optimizer, 2 * p.optimizer, 1e-12 * p.optimizer);  // half the update
+}
+
+// A Linear whose GEMMs the profile measured costs those times instead of
+// the rate curve's (the rest of the layer unchanged); the shapes a layout
+// runs are its Linears' at the micro-batch's rows, tensor shards included.
+TEST(PlannerTime, MeasuredGemmsReplaceTheRateCurve) {
+  test::DpConfig c;
+  c.widths = {100, 200, 10};
+  c.batch = 64;
+  c.optimizer = {OptimizerKind::sgd, 0.1};
+  MachineProfile prof = cpu_profile();
+  Layout one;
+  one.mesh = {1, 1, 1};
+  const Prediction before = CostModel(request(c, 1), prof).predict(one);
+  // Linear(100, 200) on 64 rows, 4 threads (the whole 4-core node): the curve
+  // gives (f + f_half) / R per GEMM pass, f = 2 64 100 200.
+  const double curve = (2.0 * 64 * 100 * 200 + 1e6) / (1e10 * 4);
+  prof.measured_gemms.push_back({64, 200, 100, 4, 1, 1e-3, 3e-3});
+  prof.measured_gemms.push_back({64, 200, 100, 2, 1, 9.0, 9.0});  // other threads: not this
+  const Prediction after = CostModel(request(c, 1), prof).predict(one);
+  const double expected = before.compute + (1e-3 - curve) + (3e-3 - 2 * curve);
+  EXPECT_NEAR(after.compute, expected, 1e-12 * expected);
+  // JSON keeps them.
+  EXPECT_EQ(planner::profile_json(prof).find("\"measured_gemms\"") != std::string::npos, true);
+
+  const CostModel two(request(c, 2), prof);
+  auto has = [](const std::vector<GemmShape>& v, GemmShape g) {
+    for (const GemmShape& x : v)
+      if (x.rows == g.rows && x.n == g.n && x.k == g.k) return true;
+    return false;
+  };
+  Layout dp;
+  dp.mesh = {2, 1, 1};
+  dp.micro_batches = 2;  // 32 samples a shard, 16 a micro-batch
+  const auto dp_shapes = two.gemm_shapes(dp);
+  ASSERT_EQ(dp_shapes.size(), 2u);
+  EXPECT_TRUE(has(dp_shapes, {16, 200, 100}) && has(dp_shapes, {16, 10, 200}));
+  Layout tp;
+  tp.mesh = {1, 1, 2};
+  const auto tp_shapes = two.gemm_shapes(tp);  // column shard 100 of 200, then row shard 100 -> 10
+  ASSERT_EQ(tp_shapes.size(), 2u);
+  EXPECT_TRUE(has(tp_shapes, {64, 100, 100}) && has(tp_shapes, {64, 10, 100}));
+  // The search's shapes hold every layout's.
+  const auto all = planner::gemm_shapes(two, 2, 64);
+  for (const GemmShape& g : dp_shapes) EXPECT_TRUE(has(all, g));
+  for (const GemmShape& g : tp_shapes) EXPECT_TRUE(has(all, g));
 }
 
 // Every layout of the rank count is there, ranked; the rejected ones say why.

@@ -94,12 +94,22 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
       app.add_option("--zero", c.zero, "predict one layout: 1 for ZeRO-1")->check(CLI::Range(0, 1)),
       app.add_flag("--recompute", c.recompute, "predict one layout: with recomputation"),
       app.add_flag("--only", "predict the one layout these options give (dp: the ranks left)")};
-  auto* cal = app.add_subcommand("calibrate", "measure this machine (about a minute) and write "
-                                              "its profile");
+  auto* cal = app.add_subcommand(
+      "calibrate", "measure this machine (a few seconds) and write its profile; with a model "
+                   "(--model or --layers, --batch, --ranks, given after `calibrate` too) also "
+                   "time the GEMMs of its Linear layers as its layouts on that many ranks run "
+                   "them, which the plans then use");
   cal->add_option("--output", c.output, "the profile file to write")->capture_default_str();
+  cal->fallthrough();  // the model's options after `calibrate`
   if (!parse_cli(app, args)) return false;
   c.calibrate = cal->parsed();
-  if (c.calibrate) return true;
+  if (c.calibrate) {
+    STRATA_REQUIRE((c.model_file.empty() && c.layers.empty()) ||
+                       (batch->count() > 0 && ranks->count() > 0),
+                   config, "strata-plan calibrate with a model needs --batch and --ranks (the "
+                   "layouts whose GEMMs it times)");
+    return true;
+  }
   for (auto* o : layout) c.one = c.one || o->count() > 0;
   STRATA_REQUIRE(!c.model_file.empty() || !c.layers.empty(), config,
                  "give the model: --model FILE or --layers WIDTHS");
@@ -121,18 +131,7 @@ void print_row(std::size_t rank, const planner::Prediction& p) {
               p.data_comm * 1e3, p.optimizer * 1e3);
 }
 
-int calibrate(const PlanConfig& c) {
-  std::fprintf(stderr, "strata-plan calibrate: measuring this machine (about a minute)\n");
-  const planner::MachineProfile p = planner::calibrate(
-      [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); });
-  planner::save_profile(p, c.output);
-  std::fprintf(stderr, "strata-plan calibrate: wrote %s\n", c.output.c_str());
-  return exit_ok;
-}
-
-int run(const PlanConfig& c) {
-  if (c.calibrate) return calibrate(c);
-  const auto t0 = std::chrono::steady_clock::now();
+planner::PlanRequest request(const PlanConfig& c) {
   planner::PlanRequest r;
   r.model = c.model_file.empty() ? mlp_model({parse_widths(c.layers)}) : read_model_file(c.model_file);
   r.loss = parse_loss(c.loss);
@@ -142,6 +141,29 @@ int run(const PlanConfig& c) {
   r.ranks = c.ranks;
   r.ranks_per_node = c.ranks_per_node;
   r.memory_budget = static_cast<std::size_t>(c.budget_mb * 1024 * 1024);
+  return r;
+}
+
+int calibrate(const PlanConfig& c) {
+  std::fprintf(stderr, "strata-plan calibrate: measuring this machine\n");
+  const auto log = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+  planner::MachineProfile p = planner::calibrate(log);
+  if (!c.model_file.empty() || !c.layers.empty()) {
+    const planner::CostModel model(request(c), p);
+    const auto shapes = planner::gemm_shapes(model, c.ranks, c.batch);
+    log("the model's Linear GEMMs: " + std::to_string(shapes.size()) + " shapes over its layouts on " +
+        std::to_string(c.ranks) + " ranks");
+    planner::measure_gemms(p, shapes, model.ranks_per_node(), log);
+  }
+  planner::save_profile(p, c.output);
+  std::fprintf(stderr, "strata-plan calibrate: wrote %s\n", c.output.c_str());
+  return exit_ok;
+}
+
+int run(const PlanConfig& c) {
+  if (c.calibrate) return calibrate(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  const planner::PlanRequest r = request(c);
   const planner::MachineProfile profile = planner::load_profile(c.profile);
   const planner::CostModel model(r, profile);
   planner::SearchOptions o;
