@@ -53,7 +53,7 @@ packages=(
   dataset-fashion-mnist fortunes   # data: images, and the text corpus of the language models
   python3-torch              # PyTorch as the oracle of the weights tests (tests/torch_oracle.py)
   python3-matplotlib         # strata-plot (and scripts/compare.sh's charts) draw with it
-  help2man                   # the man pages, made from each program's --help
+  help2man man-db            # the man pages, made from each program's --help, and man to read them
   iproute2 util-linux bc     # the simulated cluster (scripts/cluster-sim.sh; Slurm and
                              # nftables are installed by the scripts that use them)
 )
