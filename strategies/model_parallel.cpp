@@ -45,7 +45,8 @@ std::string mib(std::size_t bytes) {
 std::string MemoryReport::str() const {
   return "params " + mib(params) + ", grads " + mib(grads) + ", optimizer " + mib(optimizer) +
          (master > 0 ? ", master weights " + mib(master) : std::string()) + ", activations " +
-         mib(activations) + " (" + std::to_string(slots) + " micro-batches), total " + mib(total());
+         mib(activations) + " (" + std::to_string(slots) +
+         (slots == 1 ? " micro-batch), total " : " micro-batches), total ") + mib(total());
 }
 
 std::vector<std::size_t> plan_stages(const std::vector<double>& cost,

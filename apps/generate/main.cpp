@@ -51,8 +51,8 @@ bool parse(const std::vector<std::string>& args, GenerateConfig& c) {
                "Exit codes: 0 done, 2 bad options or configuration, 3 bad input data.",
                "strata-generate"};
   app.add_option("--model", c.model_file, "the model file it was trained with")->required();
-  app.add_option("--checkpoint", c.checkpoint, "a checkpoint strata-train wrote: a file, a sharded one's manifest, or a "
-                 "--checkpoint-dir (its latest)")
+  app.add_option("--checkpoint", c.checkpoint, "a checkpoint strata-train wrote: a file, a sharded one's manifest, a "
+                 "--checkpoint-dir or its 'latest' (the newest)")
       ->required();
   app.add_option("--prompt", c.prompt, "text to continue (bytes; default: a newline)");
   app.add_option("--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(whole_number(1));
