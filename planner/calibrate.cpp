@@ -98,6 +98,33 @@ std::string g(double v) {
 }
 }  // namespace
 
+namespace {
+// Times `collective(comm, buffer)` on two thread ranks for each size (bytes)
+// and fits t = 2 latency + bytes / bandwidth (a ring of two).
+template <class F>
+Link fit_link(const std::string& what, const std::vector<double>& bytes, int threads,
+              const std::function<void(const std::string&)>& log, const F& collective) {
+  std::vector<double> times;
+  for (const double b : bytes) {
+    double t = 0;
+    run_ranks(2, threads, [&](Context&, comm::Communicator& comm) {
+      std::vector<float> buf(static_cast<std::size_t>(b) / sizeof(float), 1.0f);
+      comm.barrier();
+      const double mine = time_of([&] { collective(comm, buf); });
+      if (comm.rank() == 0) t = mine;
+    });
+    times.push_back(t);
+    log(what + " " + std::to_string(static_cast<std::size_t>(b) / 1024) + " KiB, 2 thread ranks: " +
+        g(t * 1e6) + " us");
+  }
+  const CalibrationFit fit = fit_rate(bytes, times);
+  const Link link{fit.offset / fit.rate / 2, fit.rate};
+  log(what + " fit: latency " + g(link.latency * 1e6) + " us, bandwidth " +
+      g(link.bandwidth / 1e9) + " GB/s");
+  return link;
+}
+}  // namespace
+
 MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
   MachineProfile p;
   p.gpu = !host_kernels;
@@ -151,49 +178,25 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
     log("kernel launch: " + g(p.launch * 1e6) + " us");
   }
   // The link between two thread ranks: allreduce of 4 KiB to 64 MiB. The
-  // large sizes do not fit in a cache, as a model's gradients do not.
-  std::vector<double> bytes, t_ar;
+  // large sizes do not fit in a cache, as a model's gradients do not. Then
+  // ZeRO-1's sums at the same sizes: a reduce-scatter and an allgather, in place.
   if (thread_ranks_unavailable().empty() && cores >= 2) {
-    for (std::size_t kib = 4; kib <= 65536; kib *= 4) {
-      double t = 0;
-      run_ranks(2, std::max(1, cores / 2), [&](Context&, comm::Communicator& comm) {
-        std::vector<float> buf(kib * 256, 1.0f);
-        comm.barrier();
-        const double mine = time_of([&] { comm.allreduce(buf.data(), buf.data(), buf.size(),
-                                                         comm::DataType::f32, comm::ReduceOp::sum); });
-        if (comm.rank() == 0) t = mine;
-      });
-      bytes.push_back(static_cast<double>(kib) * 1024);
-      t_ar.push_back(t);
-      log("allreduce " + std::to_string(kib) + " KiB, 2 thread ranks: " + g(t * 1e6) + " us");
-    }
-    const CalibrationFit link = fit_rate(bytes, t_ar);
-    // t = 2 latency + bytes / bandwidth for a ring of two.
-    p.intra_node = {link.offset / link.rate / 2, link.rate};
-    log("link fit: latency " + g(p.intra_node.latency * 1e6) + " us, bandwidth " +
-        g(p.intra_node.bandwidth / 1e9) + " GB/s");
-    // ZeRO-1's sums: a reduce-scatter, then an allgather, in place.
-    std::vector<double> t_zero;
-    for (const double b : bytes) {
-      double t = 0;
-      run_ranks(2, std::max(1, cores / 2), [&](Context&, comm::Communicator& comm) {
-        std::vector<float> buf(static_cast<std::size_t>(b) / sizeof(float), 1.0f);
-        const std::size_t half = buf.size() / 2;
-        float* mine = buf.data() + half * static_cast<std::size_t>(comm.rank());
-        comm.barrier();
-        const double both = time_of([&] {
+    std::vector<double> bytes;
+    for (std::size_t kib = 4; kib <= 65536; kib *= 4) bytes.push_back(static_cast<double>(kib) * 1024);
+    const int threads = std::max(1, cores / 2);
+    p.intra_node = fit_link("allreduce", bytes, threads, log,
+                            [](comm::Communicator& comm, std::vector<float>& buf) {
+                              comm.allreduce(buf.data(), buf.data(), buf.size(),
+                                             comm::DataType::f32, comm::ReduceOp::sum);
+                            });
+    p.reduce_scatter_allgather = fit_link(
+        "reduce-scatter + allgather (ZeRO-1)", bytes, threads, log,
+        [](comm::Communicator& comm, std::vector<float>& buf) {
+          const std::size_t half = buf.size() / 2;
+          float* mine = buf.data() + half * static_cast<std::size_t>(comm.rank());
           comm.reduce_scatter(buf.data(), mine, half, comm::DataType::f32, comm::ReduceOp::sum);
           comm.allgather(mine, buf.data(), half, comm::DataType::f32);
         });
-        if (comm.rank() == 0) t = both;
-      });
-      t_zero.push_back(t);
-    }
-    const CalibrationFit zero = fit_rate(bytes, t_zero);
-    p.reduce_scatter_allgather = {zero.offset / zero.rate / 2, zero.rate};
-    log("reduce-scatter + allgather fit (ZeRO-1): latency " +
-        g(p.reduce_scatter_allgather.latency * 1e6) + " us, bandwidth " +
-        g(p.reduce_scatter_allgather.bandwidth / 1e9) + " GB/s");
   } else {
     p.intra_node = {5e-6, 5e9};
     log("link: no thread ranks here (" + thread_ranks_unavailable() +
