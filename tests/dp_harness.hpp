@@ -39,7 +39,30 @@ struct DpConfig {
   // Token windows (data::make_synthetic_tokens: `features` ids below
   // `classes` per sample and one label per position) instead of N(0, 1) rows.
   bool tokens = false;
+  // The GEMM of every run: the portable kernel, where every element of C is
+  // the dot product in the order of k whatever the GEMM's shape (on the host
+  // and on a GPU). The runs compared here split a batch into other shapes
+  // (micro-batches, data-parallel shards, tensor shards); a vendor BLAS picks
+  // its kernel by shape, so the same sample's activations would differ by
+  // a few ulps, which 16-bit rounding (one ulp of bf16 or fp16 where a value
+  // crosses a rounding boundary) and Adam (whose step divides out a
+  // gradient's size) amplify beyond any bound a test can state. Measured
+  // with OpenBLAS, without inline GEMMs: fp16 losses 2.4e-4 apart after 5 of
+  // 20 steps, an fp32 parameter 1.1e-5. The vendor GEMMs are tested against
+  // the portable one in test_blas; here only the strategies' arithmetic
+  // (the order of the gradient sums) differs between the runs compared.
+  GemmBackend gemm = GemmBackend::portable;
 };
+
+// A run of the harness trains on a Context(c.gemm, ctx.exec) with the rest of
+// ctx's settings, copied here.
+inline void copy_settings(const Context& ctx, Context& run) {
+  run.threads = ctx.threads;
+  run.inline_ok = ctx.inline_ok;
+  run.reproducible = ctx.reproducible;
+  run.exact = ctx.exact;
+  run.blas.set_reproducible(ctx.blas.reproducible());
+}
 
 // A GPT as the equivalence tests train it (DpConfig with tokens: 6 token ids
 // below `vocab` (11) per sample): embeddings, two pre-norm blocks of causal
@@ -220,7 +243,7 @@ out = 5
 // Single rank, global batches of c.batch * c.micro samples.
 inline RunResult train_single(const DpConfig& c) {
   auto d = dp_data(c);
-  Context ctx;
+  Context ctx(c.gemm);
   auto model = build_model<float>(model_of(c), c.seed);
   model.set_recompute(c.recompute);
   const std::size_t global = c.batch * c.micro;
@@ -247,8 +270,10 @@ inline RunResult train_single(const DpConfig& c) {
 // DataParallel on `comm`; each rank starts from different parameters (seed +
 // rank) so that the initial broadcast is tested too. Micro-batch m of a step
 // is global batch (step * micro + m) of the epoch order.
-inline RunResult train_dp(Context& ctx, comm::Communicator& comm, const DpConfig& c,
+inline RunResult train_dp(Context& outer, comm::Communicator& comm, const DpConfig& c,
                           const DataParallelOptions& options = {}) {
+  Context ctx(c.gemm, outer.exec);
+  copy_settings(outer, ctx);
   auto d = dp_data(c);
   auto model = build_model<float>(model_of(c), c.seed);
   model.set_recompute(c.recompute);
@@ -298,13 +323,15 @@ struct FullState {
 // train_single; the parameters returned are the whole model's, gathered.
 // resume: start from this state (steps before it are skipped); end: the
 // state after the last step.
-inline RunResult train_model_parallel(Context& ctx, comm::Communicator& comm, const DpConfig& c,
+inline RunResult train_model_parallel(Context& outer, comm::Communicator& comm, const DpConfig& c,
                                       const ModelParallelOptions& options,
                                       MemoryReport* memory = nullptr,
                                       std::size_t* peak_in_flight = nullptr,
                                       const FullState* resume = nullptr,
                                       FullState* end = nullptr,
                                       ModelParallel<float>::CheckpointShard* shard = nullptr) {
+  Context ctx(c.gemm, outer.exec);
+  copy_settings(outer, ctx);
   auto d = dp_data(c);
   const int dp = options.mesh.dp;
   const int dp_rank = comm.rank() / (options.mesh.pp * options.mesh.tp);
