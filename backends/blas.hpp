@@ -3,9 +3,10 @@
 // Two implementations are always reachable through Blas:
 //   - portable: a Kokkos kernel that runs on any execution space; it is the
 //     reference the others are tested against, and the fallback where no
-//     vendor BLAS is compiled in (HIP on Debian 12, for example);
+//     vendor BLAS is compiled in (HIP without hipBLAS, as on Debian 12);
 //   - vendor:   the BLAS chosen at configure time for the memory space the
-//     kernels use: CBLAS (OpenBLAS, BLIS, MKL) on the host, cuBLAS on CUDA.
+//     kernels use: CBLAS (OpenBLAS, BLIS, MKL) on the host, cuBLAS on CUDA,
+//     hipBLAS on HIP.
 // Matrices are row-major with leading dimensions, in MemSpace (device memory).
 #pragma once
 
@@ -20,7 +21,7 @@ enum class Op { N, T };
 
 enum class GemmBackend {
   portable,  // Kokkos kernel
-  vendor,    // CBLAS / cuBLAS, as configured
+  vendor,    // CBLAS / cuBLAS / hipBLAS, as configured
 };
 
 const char* to_string(GemmBackend backend);
@@ -49,8 +50,8 @@ class Blas {
   // keeps them), so that a vendor BLAS with a 16-bit-input GEMM may use it:
   // cuBLAS runs cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_16BF/_16F (tensor
   // cores, fp32 accumulation; the conversion of such operands is exact, so
-  // the result is the fp32 GEMM's up to summation order). CBLAS and the
-  // portable kernel compute in float as before. fp32 (the default): none.
+  // the result is the fp32 GEMM's up to summation order). CBLAS, hipBLAS and
+  // the portable kernel compute in float as before. fp32 (the default): none.
   void set_float_inputs(Precision p) { float_inputs_ = p; }
   Precision float_inputs() const { return float_inputs_; }
 
@@ -83,7 +84,7 @@ class Blas {
  private:
   GemmBackend backend_;
   ExecSpace exec_;
-  void* handle_ = nullptr;  // vendor handle (cuBLAS), owned
+  void* handle_ = nullptr;  // vendor handle (cuBLAS, hipBLAS), owned
   bool inline_small_ = true;
   bool reproducible_ = false;
   Precision float_inputs_ = Precision::fp32;
@@ -124,7 +125,8 @@ void gemm_portable_fused(const ExecSpace& exec, Op ta, Op tb, int m, int n, int 
                          const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc);
 
 namespace detail {
-// Implemented by exactly one of blas_cblas.cpp, blas_cublas.cpp, blas_none.cpp.
+// Implemented by exactly one of blas_cblas.cpp, blas_cublas.cpp, blas_hipblas.cpp,
+// blas_none.cpp.
 bool vendor_available();
 // Whether a vendor GEMM called inside an OpenMP parallel region runs on the
 // calling thread alone (see Blas::sequential_in_kernels).

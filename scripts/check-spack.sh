@@ -151,7 +151,8 @@ spec_ok cuda-gcc "strata+cuda cuda_arch=90 +nccl %gcc" \
   '\^kokkos-nvcc-wrapper@'
 spec_ok rocm "strata+rocm amdgpu_target=gfx90a" \
   'strata@develop[^ ]*\+rocm[^ ]* .*amdgpu_target=gfx90a' \
-  '\^kokkos@[^ ]*\+rocm[^ ]* .*amdgpu_target:?=gfx90a' '\^hip@'
+  '\^kokkos@[^ ]*\+rocm[^ ]* .*amdgpu_target:?=gfx90a' '\^hip@' \
+  '\^hipblas@[^ ]* .*amdgpu_target:?=gfx90a'
 
 spec_fails cuda-rocm "strata+cuda cuda_arch=90 +rocm amdgpu_target=gfx90a" "+cuda or +rocm, not both"
 spec_fails cuda-noarch "strata+cuda" "+cuda needs a GPU architecture"

@@ -47,7 +47,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
 
     # Kokkos compiles for exactly one GPU architecture, so Strata's cuda_arch
     # and amdgpu_target take one value each (as in the kokkos package), and
-    # Kokkos is required with the same one.
+    # Kokkos (NCCL, hipBLAS) is required with the same one.
     variant(
         "cuda_arch",
         description="CUDA architecture (one; Kokkos is built for the same)",
@@ -82,6 +82,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("kokkos~rocm", when="~rocm")
     depends_on("kokkos+cuda+cuda_lambda", when="+cuda")
     depends_on("kokkos+rocm", when="+rocm")
+    depends_on("hipblas", when="+rocm")  # GEMM (rocBLAS underneath)
     # GCC cannot compile CUDA: Kokkos then builds (and hands its dependents)
     # nvcc_wrapper as the C++ compiler.
     depends_on("kokkos+wrapper", when="+cuda %gcc")
@@ -100,6 +101,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
         depends_on(f"nccl+cuda cuda_arch={_arch}", when=f"+nccl cuda_arch={_arch}")
     for _target in ROCmPackage.amdgpu_targets:
         depends_on(f"kokkos+rocm amdgpu_target={_target}", when=f"+rocm amdgpu_target={_target}")
+        depends_on(f"hipblas amdgpu_target={_target}", when=f"+rocm amdgpu_target={_target}")
 
     # ----------------------------------------------------- other parts
     variant(
@@ -151,6 +153,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("STRATA_ENABLE_MPI", "mpi"),
             self.define_from_variant("STRATA_ENABLE_NCCL", "nccl"),
             self.define_from_variant("STRATA_ENABLE_CUBLAS", "cuda"),
+            self.define_from_variant("STRATA_ENABLE_HIPBLAS", "rocm"),
             self.define("STRATA_ENABLE_BLAS", spec.satisfies("+blas")),
             self.define("STRATA_ENABLE_ZLIB", True),
             self.define("STRATA_ENABLE_TESTS", self.run_tests),
