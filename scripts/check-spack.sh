@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks Strata's spack package (spack/) against a spack checkout, offline:
 # `spack audit packages strata`, then `spack spec` of the default, MPI, CUDA
-# (+nccl) and ROCm variants (checking that Kokkos, and NCCL, get the same GPU
-# architecture), and that impossible combinations fail with Strata's messages.
+# (+nccl) and ROCm (with and without +nccl) variants (checking that Kokkos,
+# and NCCL, hipBLAS or RCCL, get the same GPU architecture), and that
+# impossible combinations fail with Strata's messages.
 # Nothing is downloaded or installed: the package repositories are local
 # folders, spack's bootstrapping is disabled (clingo must be importable), and
 # when `unshare` can make one, spack runs in a network namespace of its own
@@ -153,10 +154,13 @@ spec_ok rocm "strata+rocm amdgpu_target=gfx90a" \
   'strata@develop[^ ]*\+rocm[^ ]* .*amdgpu_target=gfx90a' \
   '\^kokkos@[^ ]*\+rocm[^ ]* .*amdgpu_target:?=gfx90a' '\^hip@' \
   '\^hipblas@[^ ]* .*amdgpu_target:?=gfx90a'
+spec_ok rocm-nccl "strata+rocm amdgpu_target=gfx90a +nccl" \
+  'strata@develop[^ ]*\+nccl[^ ]*\+rocm[^ ]* .*amdgpu_target=gfx90a' \
+  '\^rccl@[^ ]* .*amdgpu_target:?=gfx90a'
 
 spec_fails cuda-rocm "strata+cuda cuda_arch=90 +rocm amdgpu_target=gfx90a" "+cuda or +rocm, not both"
 spec_fails cuda-noarch "strata+cuda" "+cuda needs a GPU architecture"
-spec_fails nccl-nocuda "strata+nccl" "+nccl requires +cuda"
+spec_fails nccl-nogpu "strata+nccl" "+nccl requires +cuda (NCCL) or +rocm (RCCL)"
 spec_fails two-hosts "strata+openmp+threads" "one parallel host backend"
 
 # ------------------------------------------------ dev-build with --test=root

@@ -1,13 +1,13 @@
-// The NCCL communicator and CUDA glue. Without a GPU, creating one must fail
-// with a clear "no CUDA device" error (that path is tested everywhere); with
-// a GPU, collectives on device buffers are checked against the reference.
+// The NCCL communicator (RCCL on HIP builds) and its GPU runtime glue. Without
+// a GPU, creating one must fail with a clear "no CUDA device" ("no HIP
+// device") error (that path is tested everywhere); with a GPU, collectives on
+// device buffers are checked against the reference.
 #include "backends/comm/nccl.hpp"
 #include "backends/comm/registry.hpp"
 #include "backends/comm/self.hpp"
 #include "backends/comm/threads.hpp"
 #include "comm_checks.hpp"
 
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,21 +18,28 @@ namespace strata {
 namespace {
 
 bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  try {
+    return comm::gpu::device_count() > 0;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
+// "CUDA device" or "HIP device", as the runtime's messages say.
+std::string device_word() { return std::string(comm::gpu::name()) + " device"; }
+
 TEST(Nccl, NoDeviceIsAClearError) {
-  if (have_gpu()) GTEST_SKIP() << "a CUDA device is present";
+  if (have_gpu()) GTEST_SKIP() << "a " << device_word() << " is present";
   comm::SelfComm bootstrap;
   try {
     comm::NcclComm::create(bootstrap);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::runtime);
-    EXPECT_NE(e.message().find("no CUDA device"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("no " + device_word()), std::string::npos) << e.message();
   }
-  EXPECT_THROW(comm::cuda::device_count(), Error);
+  EXPECT_THROW(comm::gpu::device_count(), Error);
+  EXPECT_THROW(comm::cuda::device_count(), Error);  // the name before HIP builds had it
 }
 
 TEST(Nccl, IsTheDeviceBackendOfTheRegistry) {
@@ -47,13 +54,15 @@ struct DeviceVector {
   float* p = nullptr;
   std::size_t n = 0;
   explicit DeviceVector(const std::vector<float>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(float)), cudaSuccess);
-    cudaMemcpy(p, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    p = static_cast<float*>(comm::gpu::allocate(std::max<std::size_t>(n, 1) * sizeof(float)));
+    comm::gpu::copy(p, host.data(), n * sizeof(float));
   }
-  ~DeviceVector() { cudaFree(p); }
+  ~DeviceVector() { comm::gpu::release(p); }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
   std::vector<float> host() const {
     std::vector<float> out(n);
-    cudaMemcpy(out.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost);
+    comm::gpu::copy(out.data(), p, n * sizeof(float));
     return out;
   }
 };
@@ -112,10 +121,11 @@ std::string check_device_collectives(comm::Communicator& c, std::size_t count) {
 // the machine has one GPU (NCCL refuses two ranks of one communicator on the
 // same device).
 TEST(Nccl, CollectivesOnDeviceBuffers) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const int devices = comm::cuda::device_count();
+  if (!have_gpu()) GTEST_SKIP() << "no " << device_word();
+  const int devices = comm::gpu::device_count();
   const int ranks = devices >= 4 ? 4 : devices >= 2 ? 2 : 1;
-  if (ranks < 2) std::printf("one CUDA device: NCCL runs one rank (collectives out of place)\n");
+  if (ranks < 2)
+    std::printf("one %s: NCCL runs one rank (collectives out of place)\n", device_word().c_str());
   comm::run_thread_ranks(ranks, [&](comm::Communicator& bootstrap) {
     auto nccl = comm::NcclComm::create(bootstrap, bootstrap.rank());
     for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000003)})
@@ -127,10 +137,11 @@ TEST(Nccl, CollectivesOnDeviceBuffers) {
 // ring that waits forever when each send waits for its receiver; then a
 // pipeline's exchange whose last send is flushed. Needs one GPU per rank.
 TEST(Nccl, RingOfSendsBeforeReceivesProgresses) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const int devices = comm::cuda::device_count();
+  if (!have_gpu()) GTEST_SKIP() << "no " << device_word();
+  const int devices = comm::gpu::device_count();
   if (devices < 2)
-    GTEST_SKIP() << "one CUDA device: NCCL puts no two ranks of a communicator on one GPU";
+    GTEST_SKIP() << "one " << device_word()
+                 << ": NCCL puts no two ranks of a communicator on one GPU";
   const int ranks = devices >= 4 ? 4 : 2;
   comm::run_thread_ranks(ranks, [&](comm::Communicator& bootstrap) {
     auto nccl = comm::NcclComm::create(bootstrap, bootstrap.rank());

@@ -1,7 +1,16 @@
 #include "backends/comm/nccl.hpp"
 
-#include <cuda_runtime.h>
+// RCCL installs rccl/rccl.h (ROCm 5.2 on; plain rccl.h before). Its stream
+// parameters are hipStream_t where NCCL's are cudaStream_t.
+#if STRATA_NCCL_RCCL
+#if __has_include(<rccl/rccl.h>)
+#include <rccl/rccl.h>
+#else
+#include <rccl.h>
+#endif
+#else
 #include <nccl.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -10,26 +19,6 @@
 #include <vector>
 
 namespace strata::comm {
-
-namespace cuda {
-namespace {
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    STRATA_THROW(runtime, "CUDA: ", what, " failed: ", cudaGetErrorString(e));
-}
-}  // namespace
-
-int device_count() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0)
-    STRATA_THROW(runtime, "no CUDA device: ",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices",
-                 " (NCCL and cuBLAS need a GPU; use the threads or mpi communicator on CPUs)");
-  return n;
-}
-
-}  // namespace cuda
 
 namespace detail {
 // A device buffer for a held-back send.
@@ -46,7 +35,7 @@ struct PendingSend {
 
 struct NcclState {
   ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
+  gpu::Stream stream = nullptr;
   bool own_stream = false;  // created here (and destroyed with the state)
   bool foreign_stream = false;  // a stream of the caller's: kernels order on it
   int device = 0;
@@ -68,18 +57,25 @@ struct NcclState {
       }
     SendBuffer b;
     b.bytes = std::max<std::size_t>(bytes, 256);
-    cuda::check(cudaMalloc(&b.p, b.bytes), "cudaMalloc (send buffer)");
+    b.p = gpu::allocate(b.bytes);
     return b;
   }
   ~NcclState() {
-    for (auto& p : pending) cudaFree(p.buffer.p);
-    for (auto& b : in_flight) cudaFree(b.p);
-    for (auto& b : pool) cudaFree(b.p);
+    for (auto& p : pending) gpu::release(p.buffer.p);
+    for (auto& b : in_flight) gpu::release(b.p);
+    for (auto& b : pool) gpu::release(b.p);
   }
 };
 }  // namespace detail
 
 namespace {
+
+// The stream as NCCL's functions take it.
+#if STRATA_NCCL_RCCL
+hipStream_t on(gpu::Stream s) { return static_cast<hipStream_t>(s); }
+#else
+cudaStream_t on(gpu::Stream s) { return static_cast<cudaStream_t>(s); }
+#endif
 
 void check_nccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) STRATA_THROW(runtime, "NCCL: ", what, " failed: ", ncclGetErrorString(r));
@@ -131,17 +127,17 @@ std::unique_ptr<NcclComm> NcclComm::create(Communicator& bootstrap, int device, 
   int ok = 1, device_id = 0;
   std::string error;
   try {
-    cuda::device_count();
-    if (device >= 0) cuda::check(cudaSetDevice(device), "cudaSetDevice");
-    cuda::check(cudaGetDevice(&device_id), "cudaGetDevice");
+    gpu::device_count();
+    if (device >= 0) gpu::set_device(device);
+    device_id = gpu::current_device();
   } catch (const Error& e) {
     ok = 0;
     error = e.message();
   }
   bootstrap.allreduce(&ok, &ok, 1, DataType::i32, ReduceOp::min);
-  if (!ok)
-    STRATA_THROW(runtime, "NCCL communicator on rank ", bootstrap.rank(), ": ",
-                 error.empty() ? "another rank has no usable CUDA device" : error);
+  if (!ok && error.empty())
+    error = std::string("another rank has no usable ") + gpu::name() + " device";
+  STRATA_REQUIRE(ok, runtime, "NCCL communicator on rank ", bootstrap.rank(), ": ", error);
   ncclUniqueId id;
   if (bootstrap.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   static_assert(sizeof(id) % 8 == 0, "NCCL unique id size");
@@ -150,13 +146,13 @@ std::unique_ptr<NcclComm> NcclComm::create(Communicator& bootstrap, int device, 
   state->device = device_id;
   state->bootstrap = &bootstrap;
   if (stream != nullptr) {
-    state->stream = static_cast<cudaStream_t>(stream);
+    state->stream = stream;
     state->foreign_stream = true;
   } else {
-    cuda::check(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    state->stream = gpu::create_stream();
     state->own_stream = true;
   }
-  cuda::check(cudaMalloc(reinterpret_cast<void**>(&state->scratch), sizeof(int)), "cudaMalloc");
+  state->scratch = static_cast<int*>(gpu::allocate(sizeof(int)));
   check_nccl(ncclCommInitRank(&state->comm, bootstrap.size(), id, bootstrap.rank()),
              "ncclCommInitRank");
   return std::unique_ptr<NcclComm>(
@@ -179,8 +175,8 @@ NcclComm::~NcclComm() {
   // Sends still held back are dropped (their receivers time out): a rank
   // flushes before it ends, and an error on the way out must not wait.
   if (state_->comm) ncclCommDestroy(state_->comm);
-  if (state_->scratch) cudaFree(state_->scratch);
-  if (state_->own_stream) cudaStreamDestroy(state_->stream);
+  if (state_->scratch) gpu::release(state_->scratch);
+  if (state_->own_stream) gpu::destroy_stream(state_->stream);
 }
 
 int NcclComm::device() const { return state_->device; }
@@ -192,13 +188,11 @@ void NcclComm::wait(const char* what, std::uint64_t seq) {
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(options_.timeout_s));
   for (;;) {
-    const cudaError_t e = cudaStreamQuery(state_->stream);
-    if (e == cudaSuccess) {
+    if (gpu::finished(state_->stream, what)) {
       for (auto& b : state_->in_flight) state_->pool.push_back(b);
       state_->in_flight.clear();
       return;
     }
-    if (e != cudaErrorNotReady) cuda::check(e, what);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(state_->comm, &async);
     if (async != ncclSuccess) {
@@ -224,7 +218,7 @@ void NcclComm::do_allreduce(const void* send, void* recv, std::size_t count, Dat
   order_after_producers();
   enqueue_sends();
   check_nccl(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm,
-                           state_->stream),
+                           on(state_->stream)),
              "ncclAllReduce");
   wait("allreduce", seq_++);
 }
@@ -234,7 +228,7 @@ void NcclComm::do_reduce_scatter(const void* send, void* recv, std::size_t count
   order_after_producers();
   enqueue_sends();
   check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm,
-                               state_->stream),
+                               on(state_->stream)),
              "ncclReduceScatter");
   wait("reduce_scatter", seq_++);
 }
@@ -242,7 +236,7 @@ void NcclComm::do_reduce_scatter(const void* send, void* recv, std::size_t count
 void NcclComm::do_allgather(const void* send, void* recv, std::size_t count, DataType type) {
   order_after_producers();
   enqueue_sends();
-  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, state_->stream),
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, on(state_->stream)),
              "ncclAllGather");
   wait("allgather", seq_++);
 }
@@ -250,20 +244,21 @@ void NcclComm::do_allgather(const void* send, void* recv, std::size_t count, Dat
 void NcclComm::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
   order_after_producers();
   enqueue_sends();
-  check_nccl(ncclBroadcast(buf, buf, count, nccl_type(type), root, state_->comm, state_->stream),
-             "ncclBroadcast");
+  check_nccl(
+      ncclBroadcast(buf, buf, count, nccl_type(type), root, state_->comm, on(state_->stream)),
+      "ncclBroadcast");
   wait("broadcast", seq_++);
 }
 
 void NcclComm::order_after_producers() {
   // A stream of the caller's orders after its kernels by itself.
-  if (!state_->foreign_stream) cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (!state_->foreign_stream) gpu::synchronize_device();
 }
 
 void NcclComm::enqueue_sends() {
   for (auto& p : state_->pending) {
     check_nccl(ncclSend(p.buffer.p, p.count, nccl_type(p.type), p.dest, state_->comm,
-                        state_->stream),
+                        on(state_->stream)),
                "ncclSend");
     state_->in_flight.push_back(p.buffer);
   }
@@ -279,10 +274,9 @@ void NcclComm::do_send(const void* buf, std::size_t count, DataType type, int de
   const std::size_t bytes = count * size_of(type);
   detail::PendingSend p{state_->acquire(bytes), count, type, dest};
   if (bytes > 0)
-    cuda::check(cudaMemcpyAsync(p.buffer.p, buf, bytes, cudaMemcpyDeviceToDevice, state_->stream),
-                "cudaMemcpyAsync (send buffer)");
+    gpu::copy_on(state_->stream, p.buffer.p, buf, bytes);
   state_->pending.push_back(p);
-  if (!state_->foreign_stream) cuda::check(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize");
+  if (!state_->foreign_stream) gpu::synchronize(state_->stream);
   ++seq_;
 }
 
@@ -291,7 +285,7 @@ void NcclComm::do_recv(void* buf, std::size_t count, DataType type, int source, 
   check_nccl(ncclGroupStart(), "ncclGroupStart");
   try {
     enqueue_sends();
-    check_nccl(ncclRecv(buf, count, nccl_type(type), source, state_->comm, state_->stream),
+    check_nccl(ncclRecv(buf, count, nccl_type(type), source, state_->comm, on(state_->stream)),
                "ncclRecv");
   } catch (...) {
     ncclGroupEnd();
@@ -318,7 +312,7 @@ void NcclComm::do_barrier() {
   order_after_producers();
   enqueue_sends();
   check_nccl(ncclAllReduce(state_->scratch, state_->scratch, 1, ncclInt32, ncclSum, state_->comm,
-                           state_->stream),
+                           on(state_->stream)),
              "ncclAllReduce (barrier)");
   wait("barrier", seq_++);
 }
@@ -337,10 +331,10 @@ std::unique_ptr<Communicator> NcclComm::do_split(int color, int key) {
   state->stream = state_->stream;
   state->foreign_stream = state_->foreign_stream;
   if (!state->foreign_stream) {
-    cuda::check(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    state->stream = gpu::create_stream();
     state->own_stream = true;
   }
-  cuda::check(cudaMalloc(reinterpret_cast<void**>(&state->scratch), sizeof(int)), "cudaMalloc");
+  state->scratch = static_cast<int*>(gpu::allocate(sizeof(int)));
   int rank = 0, size = 0;
   ncclCommUserRank(out, &rank);
   ncclCommCount(out, &size);

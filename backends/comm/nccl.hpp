@@ -1,10 +1,10 @@
-// NCCL communicator (RCCL shares the API): GPU buffers, stream-ordered on the
-// rank's CUDA stream (the execution-space instance's stream in a Kokkos CUDA
-// build), unique id bootstrapped through any other communicator (MPI ranks or
-// thread ranks).
+// NCCL communicator (RCCL on HIP builds: same API): GPU buffers,
+// stream-ordered on the rank's stream (the execution-space instance's
+// cudaStream_t or hipStream_t in a Kokkos GPU build), unique id bootstrapped
+// through any other communicator (MPI ranks or thread ranks).
 //
 // Collectives are enqueued on the stream and then waited for with a deadline
-// (cudaStreamQuery polling); on timeout the NCCL communicator is aborted and an
+// (polling the stream); on timeout the NCCL communicator is aborted and an
 // error names the operation. Pointers must be device memory.
 //
 // Sends are copied into device buffers of the communicator and held until
@@ -14,13 +14,15 @@
 // other. Without a stream of the caller's, every operation first waits for
 // the device (the data's producer may be on any stream).
 //
-// This glue is plain C++ against the CUDA runtime and NCCL, so it compiles and
-// links in any build that has a CUDA toolkit with NCCL, even a host-only
-// Kokkos build; where there is no CUDA device, create() throws a clear
-// "no CUDA device" error.
+// This glue is plain C++ against NCCL and the GPU runtime
+// (backends/comm/nccl_runtime.hpp: CUDA's, or HIP's with RCCL), so the CUDA
+// flavour compiles and links in any build that has a CUDA toolkit with NCCL,
+// even a host-only Kokkos build; where there is no device, create() throws a
+// clear "no CUDA device" ("no HIP device") error.
 #pragma once
 
 #include "backends/comm/communicator.hpp"
+#include "backends/comm/nccl_runtime.hpp"
 #include "backends/comm/registry.hpp"
 
 #include <memory>
@@ -35,10 +37,10 @@ class NcclComm final : public Communicator {
  public:
   // Collective over `bootstrap` (every rank calls it): rank 0 makes the NCCL
   // unique id and broadcasts it. device < 0: the calling thread's current
-  // device (the one Kokkos runs on in a CUDA build; Runtime chose it from
+  // device (the one Kokkos runs on in a GPU build; Runtime chose it from
   // --device or the node-local rank); device >= 0: that device (thread ranks
-  // of a test, one GPU each). stream: the CUDA stream to order on (a
-  // cudaStream_t); null: a stream of its own.
+  // of a test, one GPU each). stream: the stream to order on (a cudaStream_t
+  // or hipStream_t); null: a stream of its own.
   static std::unique_ptr<NcclComm> create(Communicator& bootstrap, int device = -1,
                                           void* stream = nullptr);
   ~NcclComm() override;
@@ -48,7 +50,7 @@ class NcclComm final : public Communicator {
   std::string name() const override { return "nccl"; }
   Memory memory(Op, DataType, ReduceOp) const override { return Memory::device; }
   int device() const;
-  void* stream() const;  // cudaStream_t
+  void* stream() const;  // cudaStream_t or hipStream_t
 
  protected:
   STRATA_COMM_TRANSPORT_OVERRIDES
@@ -75,11 +77,8 @@ class NcclComm final : public Communicator {
 // communicator on the current device.
 const DeviceBackend& nccl_backend();
 
-// CUDA glue shared by Strata's GPU parts.
-namespace cuda {
-// Number of CUDA devices; throws "no CUDA device" (runtime) when there is none
-// or the driver cannot be used, with the CUDA runtime's own message.
-int device_count();
-}  // namespace cuda
+// The GPU runtime's glue (gpu::device_count() and the rest) under the name
+// it had before HIP builds had it.
+namespace cuda = gpu;
 
 }  // namespace strata::comm

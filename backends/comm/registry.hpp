@@ -41,7 +41,7 @@ struct DeviceBackend {
   const char* name;  // the communicator's name ("nccl")
   // Collective over `bootstrap` (every rank calls it): a communicator over
   // the same ranks on this process's current device, ordered on `stream`
-  // (cudaStream_t; nullptr: a stream of its own).
+  // (cudaStream_t or hipStream_t; nullptr: a stream of its own).
   std::unique_ptr<Communicator> (*create)(Communicator& bootstrap, void* stream);
 };
 // Makes `backend` available to resolve_communicator (a program linked with

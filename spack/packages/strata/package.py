@@ -11,7 +11,7 @@ from spack.package import *
 class Strata(CMakePackage, CudaPackage, ROCmPackage):
     """Parallel neural-network training in C++: layers written once as Kokkos
     kernels (host threads, CUDA, HIP), data parallelism over thread ranks, MPI
-    and NCCL, and the strata-train program."""
+    and NCCL (RCCL on AMD GPUs), and the strata-train program."""
 
     # Where the project is to be published; nothing is there yet, so
     # `spack install strata` cannot fetch the source. Build from a clone:
@@ -47,7 +47,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
 
     # Kokkos compiles for exactly one GPU architecture, so Strata's cuda_arch
     # and amdgpu_target take one value each (as in the kokkos package), and
-    # Kokkos (NCCL, hipBLAS) is required with the same one.
+    # Kokkos (NCCL, hipBLAS, RCCL) is required with the same one.
     variant(
         "cuda_arch",
         description="CUDA architecture (one; Kokkos is built for the same)",
@@ -89,12 +89,21 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
 
     # --------------------------------------------------- communicators
     variant("mpi", default=False, description="MPI communicator (processes and nodes)")
-    variant("nccl", default=False, description="NCCL communicator (library Strata::nccl)")
-    # No rccl variant: Strata has no RCCL communicator yet (on HIP the
-    # NCCL/RCCL communicator is compiled out; +mpi joins processes).
-    conflicts("+nccl", when="~cuda", msg="+nccl requires +cuda (NCCL runs on NVIDIA GPUs)")
+    # One variant for both GPU backends: the communicator (--comm nccl) runs
+    # on NCCL with +cuda and on RCCL (NCCL's API for AMD GPUs) with +rocm.
+    variant(
+        "nccl",
+        default=False,
+        description="NCCL communicator (library Strata::nccl); RCCL with +rocm",
+    )
+    conflicts(
+        "+nccl",
+        when="~cuda~rocm",
+        msg="+nccl requires +cuda (NCCL) or +rocm (RCCL): the communicator runs on GPUs",
+    )
     depends_on("mpi", when="+mpi")
-    depends_on("nccl", when="+nccl")
+    depends_on("nccl", when="+nccl+cuda")
+    depends_on("rccl", when="+nccl+rocm")
 
     for _arch in CudaPackage.cuda_arch_values:
         depends_on(f"kokkos+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
@@ -102,6 +111,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     for _target in ROCmPackage.amdgpu_targets:
         depends_on(f"kokkos+rocm amdgpu_target={_target}", when=f"+rocm amdgpu_target={_target}")
         depends_on(f"hipblas amdgpu_target={_target}", when=f"+rocm amdgpu_target={_target}")
+        depends_on(f"rccl amdgpu_target={_target}", when=f"+nccl+rocm amdgpu_target={_target}")
 
     # ----------------------------------------------------- other parts
     variant(
