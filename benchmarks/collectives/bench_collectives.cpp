@@ -1,22 +1,29 @@
-// strata-bench-collectives: allreduce (in place, float32 sum) over message
-// sizes for each communicator, nccl-tests style, with the machine's copy
-// bandwidth and the raw MPI_Allreduce measured in the same run.
+// strata-bench-collectives: allreduce, reduce-scatter or allgather (--op; in
+// place, float32 sum) over message sizes for each communicator, nccl-tests
+// style, with the machine's copy bandwidth and the raw MPI call measured in
+// the same run.
 //
 //   strata-bench-collectives                  thread ranks (default 2) only
 //   mpirun -np 2 strata-bench-collectives     + Strata's MPI communicator and raw MPI
 //
-// busbw = algbw x 2 (n - 1) / n. "of read bound" = (n S / R) / time, where R
-// is the read bandwidth of n threads summing an array of the allreduce's
-// working set (n S bytes, read repeatedly: warm in whatever cache holds it,
-// as the repeated allreduce finds its buffers), measured right before and
-// right after that size's allreduce timing (R is their mean; both are in the
-// JSON rows). An allreduce of S bytes on n ranks sharing memory reads each
-// input once (n S) besides what it writes, so it cannot beat n S / R; a
-// figure above 100% means the reference was measured under other
-// conditions. Sizes below 64 KiB get no bound (a read of n S bytes takes
-// less than the threads' synchronisation). The STREAM copy bandwidth is
-// printed for reference; its traffic is ambiguous (read + write, with or
-// without the write-allocate read).
+// The size S is the whole buffer of a rank, as in nccl-tests: reduce-scatter
+// reduces S into S / n per rank (as ZeRO-1 its gradients), allgather gathers
+// S / n per rank into S (ZeRO-1's parameters), reduce_scatter_allgather
+// both in turn (ZeRO-1's step, against one allreduce). busbw = algbw x
+// 2 (n - 1) / n for allreduce and the pair, algbw x (n - 1) / n for the two
+// alone.
+// "of read bound" = (V / R) / time, where V is what the operation must read
+// on n ranks sharing memory (allreduce and reduce-scatter each input once,
+// n S; allgather the n - 1 other ranks' parts, (n - 1) S; the pair both,
+// (2 n - 1) S) and R the read
+// bandwidth of n threads summing an array of V bytes (read repeatedly: warm
+// in whatever cache holds it, as the repeated operation finds its buffers),
+// measured right before and right after that size's timing (R is their
+// mean; both are in the JSON rows). A figure above 100% means the reference
+// was measured under other conditions. Sizes below 64 KiB get no bound (the
+// read takes less than the threads' synchronisation). The STREAM copy
+// bandwidth is printed for reference; its traffic is ambiguous (read +
+// write, with or without the write-allocate read).
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
 #include "backends/comm/threads.hpp"
@@ -45,6 +52,34 @@ struct Options {
   int reps = 5;
   double seconds_per_rep = 0.02;
   std::string json_path;  // also write every row as a JSON line (rank 0)
+  std::string op = "allreduce";
+};
+
+// What --op runs: the collective on a rank's buffer of `count` floats (a
+// multiple of the ranks; in place), its busbw factor and the bytes it must
+// read on n ranks sharing memory, for a buffer of S bytes.
+struct Collective {
+  std::string name;
+  double bus_factor(int n) const {
+    const bool twice = name == "allreduce" || name == "reduce_scatter_allgather";
+    return (twice ? 2.0 : 1.0) * (n - 1) / n;
+  }
+  std::size_t must_read(int n, std::size_t bytes) const {
+    const std::size_t k = static_cast<std::size_t>(n);
+    if (name == "allgather") return (k - 1) * bytes;
+    if (name == "reduce_scatter_allgather") return (2 * k - 1) * bytes;
+    return k * bytes;
+  }
+  void run(comm::Communicator& c, float* buf, std::size_t count) const {
+    const std::size_t part = count / static_cast<std::size_t>(c.size());
+    float* mine = buf + part * static_cast<std::size_t>(c.rank());
+    if (name == "allreduce")
+      c.allreduce(buf, buf, count, comm::DataType::f32, comm::ReduceOp::sum);
+    if (name == "reduce_scatter" || name == "reduce_scatter_allgather")
+      c.reduce_scatter(buf, mine, part, comm::DataType::f32, comm::ReduceOp::sum);
+    if (name == "allgather" || name == "reduce_scatter_allgather")
+      c.allgather(mine, buf, part, comm::DataType::f32);
+  }
 };
 
 std::ofstream json_out;
@@ -81,10 +116,11 @@ void print_header() {
               "time us: median [min-max]", "algbw GB/s", "busbw GB/s", "ratio");
 }
 
-void print_row(const char* backend, int n, std::size_t bytes, const Stats& t,
-               const std::string& ratio, double read_before = 0, double read_after = 0) {
+void print_row(const Collective& op, const char* backend, int n, std::size_t bytes,
+               const Stats& t, const std::string& ratio, double read_before = 0,
+               double read_after = 0) {
   const double algbw = bytes / t.median / 1e9;
-  const double busbw = algbw * 2.0 * (n - 1) / n;
+  const double busbw = algbw * op.bus_factor(n);
   char time[64];
   std::snprintf(time, sizeof time, "%.2f [%.2f-%.2f]%s", t.median * 1e6, t.min * 1e6, t.max * 1e6,
                 t.noisy() ? " *" : "");
@@ -92,33 +128,55 @@ void print_row(const char* backend, int n, std::size_t bytes, const Stats& t,
               time, algbw, busbw, ratio.c_str());
   std::fflush(stdout);
   if (json_out.is_open())
-    json_out << nlohmann::json{{"backend", backend}, {"ranks", n}, {"bytes", bytes},
+    json_out << nlohmann::json{{"op", op.name}, {"backend", backend}, {"ranks", n}, {"bytes", bytes},
                                {"time_s", t.median}, {"time_min_s", t.min}, {"time_max_s", t.max},
                                {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
-                               {"busbw_min_gbps", bytes / t.max / 1e9 * 2.0 * (n - 1) / n},
-                               {"busbw_max_gbps", bytes / t.min / 1e9 * 2.0 * (n - 1) / n},
+                               {"busbw_min_gbps", bytes / t.max / 1e9 * op.bus_factor(n)},
+                               {"busbw_max_gbps", bytes / t.min / 1e9 * op.bus_factor(n)},
                                {"ratio", ratio}, {"read_before_gbps", read_before / 1e9},
                                {"read_after_gbps", read_after / 1e9}}.dump()
              << std::endl;
 }
 
-std::vector<std::size_t> sizes(const Options& o) {
+// Message sizes growing x4; for reduce-scatter and allgather each a whole
+// number of floats per rank (sizes that are not are rounded down; none below
+// one float per rank).
+std::vector<std::size_t> sizes(const Options& o, int ranks) {
   std::vector<std::size_t> s;
-  for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4) s.push_back(b);
+  const std::size_t unit =
+      sizeof(float) * (o.op == "allreduce" ? 1 : static_cast<std::size_t>(ranks));
+  for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= 4)
+    if (b >= unit && (s.empty() || b / unit * unit != s.back())) s.push_back(b / unit * unit);
   return s;
 }
 
+// The raw MPI call of `op` on the world communicator, in place.
+#if STRATA_HAS_MPI
+void raw_mpi_call(const Collective& op, MPI_Comm comm, float* buf, std::size_t count, int n) {
+  const int part = static_cast<int>(count / static_cast<std::size_t>(n));
+  if (op.name == "allreduce")
+    MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
+  if (op.name == "reduce_scatter" || op.name == "reduce_scatter_allgather")
+    // In place: the result lands in the first part of buf (MPI's rule), not
+    // in the rank's own part as Strata's in-place reduce-scatter leaves it.
+    MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, part, MPI_FLOAT, MPI_SUM, comm);
+  if (op.name == "allgather" || op.name == "reduce_scatter_allgather")
+    MPI_Allgather(MPI_IN_PLACE, part, MPI_FLOAT, buf, part, MPI_FLOAT, comm);
+}
+#endif
+
 int run(const Options& o, comm::Communicator& world) {
   const bool root = world.rank() == 0;
+  const Collective op{o.op};
   std::map<std::size_t, double> raw_mpi;  // bytes -> median seconds
   if (root && !o.json_path.empty()) {
     json_out.open(o.json_path);
     STRATA_REQUIRE(json_out.is_open(), config, "--json: cannot write '", o.json_path, "'");
   }
   if (root) {
-    std::printf("# strata-bench-collectives: allreduce in place, float32 sum, %d repetitions; "
+    std::printf("# strata-bench-collectives: %s in place, float32 sum, %d repetitions; "
                 "median [min-max]; * = max/min > 1.2 (noisy, re-run)\n# %s\n",
-                o.reps, configuration().c_str());
+                op.name.c_str(), o.reps, configuration().c_str());
     const double b1 = copy_bandwidth(copy_bytes(o), 1);
     const double bn = copy_bandwidth(copy_bytes(o), o.ranks);
     std::printf("# STREAM copy bandwidth (read + write, no write-allocate counted): 1 thread %.1f "
@@ -130,31 +188,30 @@ int run(const Options& o, comm::Communicator& world) {
   if (world.size() > 1) {
     auto& mpi = dynamic_cast<comm::MpiComm&>(world);
     const int n = world.size();
-    for (std::size_t bytes : sizes(o)) {
+    for (std::size_t bytes : sizes(o, n)) {
       const std::size_t count = bytes / sizeof(float);
       std::vector<float> buf(count, 1.0f);
       const int iters = iterations(bytes, o);
       auto raw = time_op(world, iters, o.reps, [&] {
-        MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, mpi.native());
+        raw_mpi_call(op, mpi.native(), buf.data(), count, n);
       }, [&] { MPI_Barrier(mpi.native()); });
-      auto ours = time_op(world, iters, o.reps, [&] {
-        world.allreduce(buf.data(), buf.data(), count, comm::DataType::f32, comm::ReduceOp::sum);
-      }, [&] { MPI_Barrier(mpi.native()); });
+      auto ours = time_op(world, iters, o.reps, [&] { op.run(world, buf.data(), count); },
+                          [&] { MPI_Barrier(mpi.native()); });
       raw_mpi[bytes] = raw.median;
       if (root) {
-        print_row("raw-mpi", n, bytes, raw, "1.00");
+        print_row(op, "raw-mpi", n, bytes, raw, "1.00");
         char r[32];
         std::snprintf(r, sizeof r, "%.2f x raw", raw.median / ours.median);
-        print_row("mpi", n, bytes, ours, r);
+        print_row(op, "mpi", n, bytes, ours, r);
       }
     }
   }
 #endif
   if (root) {
     const int n = o.ranks;
-    for (std::size_t bytes : sizes(o)) {
-      const std::size_t working_set = n * bytes;
-      const bool bounded = bytes >= (std::size_t(64) << 10);
+    for (std::size_t bytes : sizes(o, n)) {
+      const std::size_t working_set = op.must_read(n, bytes);
+      const bool bounded = bytes >= (std::size_t(64) << 10) && working_set > 0;
       // Enough passes for about 256 MiB of reading per repetition.
       const int passes = static_cast<int>(std::max<std::size_t>(1, (std::size_t(256) << 20) / std::max<std::size_t>(working_set, 1)));
       const double read_before = bounded ? read_bandwidth(working_set, n, 5, passes) : 0;
@@ -163,9 +220,8 @@ int run(const Options& o, comm::Communicator& world) {
       Stats t;
       comm::run_thread_ranks(n, [&](comm::Communicator& c) {
         std::vector<float> buf(count, 1.0f);  // first touch by the rank's own thread
-        auto s = time_op(c, iters, o.reps, [&] {
-          c.allreduce(buf.data(), buf.data(), count, comm::DataType::f32, comm::ReduceOp::sum);
-        }, [&] { c.barrier(); });
+        auto s = time_op(c, iters, o.reps, [&] { op.run(c, buf.data(), count); },
+                         [&] { c.barrier(); });
         if (c.rank() == 0) t = s;
       });
       const double read_after = bounded ? read_bandwidth(working_set, n, 5, passes) : 0;
@@ -181,7 +237,7 @@ int run(const Options& o, comm::Communicator& world) {
                       100 * bound / t.median);
         r += buf;
       }
-      print_row("threads", n, bytes, t, r, read_before, read_after);
+      print_row(op, "threads", n, bytes, t, r, read_before, read_after);
     }
   }
 #if STRATA_HAS_MPI
@@ -207,8 +263,9 @@ int main(int argc, char** argv) {
   return app::guarded("strata-bench-collectives", [&] {
     auto args = app::split_kokkos_args(argc, argv);
     bench::Options o;
-    CLI::App cli{"Allreduce bandwidth and latency of Strata's communicators (nccl-tests style), "
-                 "with raw MPI_Allreduce and the copy bandwidth in the same run. Run under mpirun "
+    CLI::App cli{"Allreduce, reduce-scatter or allgather bandwidth and latency of Strata's "
+                 "communicators (nccl-tests style), with the raw MPI call and the copy bandwidth "
+                 "in the same run. Run under mpirun "
                  "for the MPI rows.",
                  "strata-bench-collectives"};
     cli.add_option("--ranks", o.ranks, "thread ranks")->capture_default_str()->check(CLI::Range(1, 64));
@@ -216,6 +273,12 @@ int main(int argc, char** argv) {
     cli.add_option("--max-bytes", o.max_bytes, "largest message (sizes grow x4)")->capture_default_str();
     cli.add_option("--reps", o.reps, "repetitions per size")->capture_default_str()->check(CLI::Range(1, 1000));
     cli.add_option("--seconds-per-rep", o.seconds_per_rep, "target time per repetition")->capture_default_str();
+    cli.add_option("--op", o.op,
+                   "collective: allreduce, reduce_scatter (S to S / ranks, as ZeRO-1's gradients) "
+                   "allgather (S / ranks to S, ZeRO-1's parameters) or reduce_scatter_allgather "
+                   "(both, ZeRO-1's step); S is a rank's whole buffer")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"allreduce", "reduce_scatter", "allgather", "reduce_scatter_allgather"}));
     cli.add_option("--json", o.json_path, "also write every row as a JSON line to this file");
     if (!app::parse_cli(cli, args.program)) return app::exit_ok;
     STRATA_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes, config,
