@@ -72,10 +72,16 @@ want() { has "$1" && echo 1 || echo 0; }
 expect Kokkos 1
 expect Threads 1
 expect MPI "$(want MPI)"
-if has CUBLAS || has NCCL; then expect CUDAToolkit 1; else expect CUDAToolkit 0; fi
+# On HIP builds NCCL means RCCL (hip and rccl, found for static consumers).
+kokkos_dir="$(sed -n 's/^Kokkos_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")"
+hip=0
+grep -qsE '^ *(SET|set)\(Kokkos_DEVICES[^)]*HIP' "$kokkos_dir/KokkosConfigCommon.cmake" && hip=1
+if has CUBLAS || { has NCCL && [ "$hip" = 0 ]; }; then expect CUDAToolkit 1; else expect CUDAToolkit 0; fi
 if [ "$static" = 1 ]; then
   expect BLAS "$(want CBLAS)"
   expect ZLIB "$(want ZLIB)"
+  expect hipblas "$(want HIPBLAS)"
+  if has NCCL && [ "$hip" = 1 ]; then expect rccl 1; else expect rccl 0; fi
 else
   expect BLAS 0; expect ZLIB 0
 fi

@@ -224,7 +224,8 @@ configure=(cmake -S "$top" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Rele
 # The suite without the simulated cluster (network namespaces, minutes, a
 # host-side feature CI runs) and the docs' commands (every documented
 # command; CI runs them): the GPU's minutes go to kernels and NCCL.
-ctest_cmd=(ctest --output-on-failure --timeout 120 -j 8 -LE "cluster|docs")
+ctest_jobs=$(( jobs < 8 ? jobs : 8 ))
+ctest_cmd=(ctest --output-on-failure --timeout 120 -j "$ctest_jobs" -LE "cluster|docs")
 w2=(--dataset synthetic --layers 784,1024,1024,10 --batch-size 256 --samples 25600 --epochs 2
   --log-every 0 --metrics "$build/w2-metrics.jsonl")
 # W2 on the training split: 25,600 samples less the 10% test split, 90 steps
@@ -243,7 +244,7 @@ if [ "$dry_run" = 1 ]; then
   say "dry run: the steps (nothing is built or run)"
   printf '  %q' "${configure[@]}"; echo
   echo "  cmake --build $build --parallel $jobs"
-  [ "$skip_tests" = 1 ] || echo "  (cd $build && ${ctest_cmd[*]})"
+  [ "$skip_tests" = 1 ] || { printf '  (cd %q &&' "$build"; printf ' %q' "${ctest_cmd[@]}"; echo ")"; }
   echo "  $build/bin/strata-train ${w2[*]}"
   echo "  $build/bin/strata-train ${w3[*]}"
   if [ "$have_torch" = 1 ]; then

@@ -1,5 +1,5 @@
 // strata-bench-collectives: allreduce, reduce-scatter or allgather (--op; in
-// place, float32 sum) over message sizes for each communicator, nccl-tests
+// place, float32, summing where it reduces) over message sizes for each communicator, nccl-tests
 // style, with the machine's copy bandwidth and the raw MPI call measured in
 // the same run.
 //
@@ -174,9 +174,10 @@ int run(const Options& o, comm::Communicator& world) {
     STRATA_REQUIRE(json_out.is_open(), config, "--json: cannot write '", o.json_path, "'");
   }
   if (root) {
-    std::printf("# strata-bench-collectives: %s in place, float32 sum, %d repetitions; "
+    std::printf("# strata-bench-collectives: %s in place, float32%s, %d repetitions; "
                 "median [min-max]; * = max/min > 1.2 (noisy, re-run)\n# %s\n",
-                op.name.c_str(), o.reps, configuration().c_str());
+                op.name.c_str(), op.name == "allgather" ? "" : " sum", o.reps,
+                configuration().c_str());
     const double b1 = copy_bandwidth(copy_bytes(o), 1);
     const double bn = copy_bandwidth(copy_bytes(o), o.ranks);
     std::printf("# STREAM copy bandwidth (read + write, no write-allocate counted): 1 thread %.1f "
@@ -274,7 +275,7 @@ int main(int argc, char** argv) {
     cli.add_option("--reps", o.reps, "repetitions per size")->capture_default_str()->check(CLI::Range(1, 1000));
     cli.add_option("--seconds-per-rep", o.seconds_per_rep, "target time per repetition")->capture_default_str();
     cli.add_option("--op", o.op,
-                   "collective: allreduce, reduce_scatter (S to S / ranks, as ZeRO-1's gradients) "
+                   "collective: allreduce, reduce_scatter (S to S / ranks, as ZeRO-1's gradients), "
                    "allgather (S / ranks to S, ZeRO-1's parameters) or reduce_scatter_allgather "
                    "(both, ZeRO-1's step); S is a rank's whole buffer")
         ->capture_default_str()
