@@ -103,13 +103,21 @@ std::string check_collectives(comm::Communicator& c, std::size_t count) {
                  " wrong at " + std::to_string(i);
     }
   }
-  // reduce_scatter: block b of rank r's input holds comm_input(r, b*count + i).
+  // reduce_scatter: block b of rank r's input holds comm_input(r, b*count + i);
+  // in place, the result is the rank's own block of the input (as ZeRO-1
+  // calls it).
   Buffer<T> big(count * n), block(count);
-  fill(big, me, 0);
-  c.reduce_scatter(big.data(), block.data(), count, type, ReduceOp::sum);
-  for (std::size_t i = 0; i < count; ++i)
-    if (block[i] != reduce_ref<T>(ReduceOp::sum, n, me * count + i))
-      return where + "reduce_scatter wrong at " + std::to_string(i);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+    for (bool in_place : {false, true}) {
+      fill(big, me, 0);
+      T* dst = in_place ? big.data() + me * count : block.data();
+      c.reduce_scatter(big.data(), dst, count, type, op);
+      for (std::size_t i = 0; i < count; ++i)
+        if (dst[i] != reduce_ref<T>(op, n, me * count + i))
+          return where + "reduce_scatter " + comm::to_string(op) + (in_place ? " in place" : "") +
+                 " wrong at " + std::to_string(i);
+    }
+  }
   // allgather: block r of the result is rank r's input.
   fill(in, me, 0);
   c.allgather(in.data(), big.data(), count, type);

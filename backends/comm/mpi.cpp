@@ -433,12 +433,16 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
   const bool in_place =
       static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);
   {
+    // MPI_Reduce_scatter with equal counts, not MPI_Reduce_scatter_block:
+    // the same sum, but Open MPI 4.1's _block ran 20-30x slower than an
+    // allreduce from 256 KiB between processes of one node (docs/benchmarks.md,
+    // 2026-12-03) while this call ran at the allreduce's speed or better.
+    counts_.assign(static_cast<std::size_t>(size_), mpi_count(count, "reduce_scatter"));
     mpi::Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
-    STRATA_CHECK_MPI(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send,
-                                       in_place ? const_cast<void*>(send) : recv,
-                                       mpi_count(count, "reduce_scatter"), mpi_type(type),
-                                       mpi_op(op), comm_),
-              "MPI_Reduce_scatter_block");
+    STRATA_CHECK_MPI(MPI_Reduce_scatter(in_place ? MPI_IN_PLACE : send,
+                                        in_place ? const_cast<void*>(send) : recv, counts_.data(),
+                                        mpi_type(type), mpi_op(op), comm_),
+                     "MPI_Reduce_scatter");
   }
   if (in_place && count > 0)  // MPI leaves the result at the start of the buffer
     std::memmove(recv, send, count * size_of(type));

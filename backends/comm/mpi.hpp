@@ -83,6 +83,7 @@ class MpiComm final : public Communicator {
   void reduce_16bit(const void* blocks, void* mine, std::size_t block, DataType type, ReduceOp op,
                     std::uint64_t seq);
   std::vector<std::uint16_t> work16_, pad16_, mine16_;
+  std::vector<int> counts_;  // MPI_Reduce_scatter's receive counts (all equal)
 
   MPI_Comm comm_;
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // private channel for descriptor exchange
