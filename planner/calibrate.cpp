@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -99,29 +101,69 @@ std::string g(double v) {
 }  // namespace
 
 namespace {
-// Times `collective(comm, buffer)` on two thread ranks for each size (bytes)
-// and fits t = 2 latency + bytes / bandwidth (a ring of two).
-template <class F>
-Link fit_link(const std::string& what, const std::vector<double>& bytes, int threads,
-              const std::function<void(const std::string&)>& log, const F& collective) {
-  std::vector<double> times;
+// A collective the link calibration times: its name in the log, and the call
+// on a rank's buffer.
+struct TimedCollective {
+  std::string what;
+  std::function<void(comm::Communicator&, std::vector<float>&)> run;
+};
+
+// Times each collective on two thread ranks for each size (bytes), the
+// collectives interleaved within each repetition so that a slow phase of the
+// machine falls on all of them alike (their ratio is what the cost model
+// uses), and fits t = 2 latency + bytes / bandwidth (a ring of two) to each.
+// Both ranks run the same number of calls: rank 0's count, agreed through
+// the communicator (two ranks that chose their counts apart would leave one
+// waiting for a partner).
+std::vector<Link> fit_links(const std::vector<double>& bytes, int threads,
+                            const std::function<void(const std::string&)>& log,
+                            const std::vector<TimedCollective>& collectives) {
+  const std::size_t n = collectives.size();
+  std::vector<std::vector<double>> times(n);
   for (const double b : bytes) {
-    double t = 0;
+    std::vector<double> median(n, 0);
     run_ranks(2, threads, [&](Context&, comm::Communicator& comm) {
       std::vector<float> buf(static_cast<std::size_t>(b) / sizeof(float), 1.0f);
-      comm.barrier();
-      const double mine = time_of([&] { collective(comm, buf); });
-      if (comm.rank() == 0) t = mine;
+      for (const auto& c : collectives) c.run(comm, buf);  // warm
+      // Calls per repetition: enough for 20 ms of the slowest collective.
+      std::int32_t calls = 1;
+      for (;;) {
+        const auto t0 = Clock::now();
+        for (std::int32_t i = 0; i < calls; ++i)
+          for (const auto& c : collectives) c.run(comm, buf);
+        std::int32_t more = seconds_since(t0) < 0.02 * static_cast<double>(n) && calls < (1 << 20);
+        comm.broadcast(&more, 1, comm::DataType::i32, 0);
+        if (!more) break;
+        calls *= 2;
+      }
+      std::vector<std::vector<double>> reps(n);
+      for (int r = 0; r < 5; ++r)
+        for (std::size_t k = 0; k < n; ++k) {
+          comm.barrier();
+          const auto t0 = Clock::now();
+          for (std::int32_t i = 0; i < calls; ++i) collectives[k].run(comm, buf);
+          reps[k].push_back(seconds_since(t0) / calls);
+        }
+      if (comm.rank() == 0)
+        for (std::size_t k = 0; k < n; ++k) {
+          std::sort(reps[k].begin(), reps[k].end());
+          median[k] = reps[k][2];
+        }
     });
-    times.push_back(t);
-    log(what + " " + std::to_string(static_cast<std::size_t>(b) / 1024) + " KiB, 2 thread ranks: " +
-        g(t * 1e6) + " us");
+    for (std::size_t k = 0; k < n; ++k) {
+      times[k].push_back(median[k]);
+      log(collectives[k].what + " " + std::to_string(static_cast<std::size_t>(b) / 1024) +
+          " KiB, 2 thread ranks: " + g(median[k] * 1e6) + " us");
+    }
   }
-  const CalibrationFit fit = fit_rate(bytes, times);
-  const Link link{fit.offset / fit.rate / 2, fit.rate};
-  log(what + " fit: latency " + g(link.latency * 1e6) + " us, bandwidth " +
-      g(link.bandwidth / 1e9) + " GB/s");
-  return link;
+  std::vector<Link> links;
+  for (std::size_t k = 0; k < n; ++k) {
+    const CalibrationFit fit = fit_rate(bytes, times[k]);
+    links.push_back({fit.offset / fit.rate / 2, fit.rate});
+    log(collectives[k].what + " fit: latency " + g(links.back().latency * 1e6) + " us, bandwidth " +
+        g(links.back().bandwidth / 1e9) + " GB/s");
+  }
+  return links;
 }
 }  // namespace
 
@@ -184,19 +226,22 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
     std::vector<double> bytes;
     for (std::size_t kib = 4; kib <= 65536; kib *= 4) bytes.push_back(static_cast<double>(kib) * 1024);
     const int threads = std::max(1, cores / 2);
-    p.intra_node = fit_link("allreduce", bytes, threads, log,
-                            [](comm::Communicator& comm, std::vector<float>& buf) {
-                              comm.allreduce(buf.data(), buf.data(), buf.size(),
-                                             comm::DataType::f32, comm::ReduceOp::sum);
-                            });
-    p.reduce_scatter_allgather = fit_link(
-        "reduce-scatter + allgather (ZeRO-1)", bytes, threads, log,
-        [](comm::Communicator& comm, std::vector<float>& buf) {
-          const std::size_t half = buf.size() / 2;
-          float* mine = buf.data() + half * static_cast<std::size_t>(comm.rank());
-          comm.reduce_scatter(buf.data(), mine, half, comm::DataType::f32, comm::ReduceOp::sum);
-          comm.allgather(mine, buf.data(), half, comm::DataType::f32);
-        });
+    const std::vector<Link> links = fit_links(
+        bytes, threads, log,
+        {{"allreduce",
+          [](comm::Communicator& comm, std::vector<float>& buf) {
+            comm.allreduce(buf.data(), buf.data(), buf.size(), comm::DataType::f32,
+                           comm::ReduceOp::sum);
+          }},
+         {"reduce-scatter + allgather (ZeRO-1)",
+          [](comm::Communicator& comm, std::vector<float>& buf) {
+            const std::size_t half = buf.size() / 2;
+            float* mine = buf.data() + half * static_cast<std::size_t>(comm.rank());
+            comm.reduce_scatter(buf.data(), mine, half, comm::DataType::f32, comm::ReduceOp::sum);
+            comm.allgather(mine, buf.data(), half, comm::DataType::f32);
+          }}});
+    p.intra_node = links[0];
+    p.reduce_scatter_allgather = links[1];
   } else {
     p.intra_node = {5e-6, 5e9};
     log("link: no thread ranks here (" + thread_ranks_unavailable() +

@@ -325,10 +325,14 @@ void ThreadsComm::do_allgather(const void* send, void* recv, std::size_t count, 
   const std::size_t bytes = count * size_of(type);
   auto& slots = group_->slots;
   slots[rank_].send = send;
+  slots[rank_].recv = recv;
   group_->sync(rank_, d);
+  // Each rank pushes its block into every output: the source is in this
+  // core's cache (it was just written here, by a reduce-scatter or an
+  // optimizer step), the destinations are not dirty in another core's.
   for (int k = 0; k < n; ++k) {
-    unsigned char* dst = detail::at(recv, k * bytes);
-    if (bytes > 0 && dst != slots[k].send) std::memcpy(dst, slots[k].send, bytes);
+    unsigned char* dst = detail::at(slots[k].recv, rank_ * bytes);
+    if (bytes > 0 && dst != send) std::memcpy(dst, send, bytes);
   }
   group_->wait(rank_, d);
 }

@@ -53,6 +53,7 @@ struct Options {
   double seconds_per_rep = 0.02;
   std::string json_path;  // also write every row as a JSON line (rank 0)
   std::string op = "allreduce";
+  bool touch = false;  // each rank writes its whole buffer before every call
 };
 
 // What --op runs: the collective on a rank's buffer of `count` floats (a
@@ -237,13 +238,21 @@ int run(const Options& o, comm::Communicator& world) {
       const double read_before = bounded ? read_bandwidth(working_set, n, 5, passes) : 0;
       const std::size_t count = bytes / sizeof(float);
       const int iters = iterations(bytes, o);
-      Stats t;
+      Stats t, touch;
       comm::run_thread_ranks(n, [&](comm::Communicator& c) {
         std::vector<float> buf(count, 1.0f);  // first touch by the rank's own thread
-        auto s = time_op(c, iters, o.reps, [&] { op.run(c, buf.data(), count); },
-                         [&] { c.barrier(); });
+        auto write = [&] { std::fill(buf.begin(), buf.end(), 1.0f); };
+        auto s = time_op(c, iters, o.reps, [&] {
+          if (o.touch) write();
+          op.run(c, buf.data(), count);
+        }, [&] { c.barrier(); });
         if (c.rank() == 0) t = s;
+        if (o.touch) {
+          auto w = time_op(c, iters, o.reps, write, [&] { c.barrier(); });
+          if (c.rank() == 0) touch = w;
+        }
       });
+      if (o.touch) print_row(op, "touch", n, bytes, touch, "writing alone");
       const double read_after = bounded ? read_bandwidth(working_set, n, 5, passes) : 0;
       std::string r;
       char buf[64];
@@ -299,6 +308,10 @@ int main(int argc, char** argv) {
                    "(both, ZeRO-1's step); S is a rank's whole buffer")
         ->capture_default_str()
         ->check(CLI::IsMember({"allreduce", "reduce_scatter", "allgather", "reduce_scatter_allgather"}));
+    cli.add_flag("--touch", o.touch,
+                 "thread ranks: each rank writes its whole buffer before every call, as backward "
+                 "writes the gradients, so the collective meets the caches a training step leaves "
+                 "(the time includes the writing, which the `touch` row times alone)");
     cli.add_option("--json", o.json_path, "also write every row as a JSON line to this file");
     if (!app::parse_cli(cli, args.program)) return app::exit_ok;
     STRATA_REQUIRE(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes, config,
