@@ -118,13 +118,24 @@ std::string check_collectives(comm::Communicator& c, std::size_t count) {
                  " wrong at " + std::to_string(i);
     }
   }
-  // allgather: block r of the result is rank r's input.
-  fill(in, me, 0);
-  c.allgather(in.data(), big.data(), count, type);
-  for (int r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < count; ++i)
-      if (big[r * count + i] != comm_input<T>(r, i))
-        return where + "allgather wrong at block " + std::to_string(r);
+  // allgather: block r of the result is rank r's input; in place, the input
+  // is the rank's own block of the output (as ZeRO-1 calls it), the other
+  // blocks start as a sentinel the result must overwrite.
+  for (bool in_place : {false, true}) {
+    std::fill(big.begin(), big.end(), T(99));
+    fill(in, me, 0);
+    T* src = in.data();
+    if (in_place) {
+      src = big.data() + me * count;
+      for (std::size_t i = 0; i < count; ++i) src[i] = in[i];
+    }
+    c.allgather(src, big.data(), count, type);
+    for (int r = 0; r < n; ++r)
+      for (std::size_t i = 0; i < count; ++i)
+        if (big[r * count + i] != comm_input<T>(r, i))
+          return where + "allgather" + (in_place ? " in place" : "") + " wrong at block " +
+                 std::to_string(r);
+  }
   // broadcast from the last rank.
   fill(in, me, 0);
   c.broadcast(in.data(), count, type, n - 1);

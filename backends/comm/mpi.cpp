@@ -434,9 +434,10 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
       static_cast<const char*>(send) + rank_ * count * size_of(type) == static_cast<char*>(recv);
   {
     // MPI_Reduce_scatter with equal counts, not MPI_Reduce_scatter_block:
-    // the same sum, but Open MPI 4.1's _block ran 20-30x slower than an
-    // allreduce from 256 KiB between processes of one node (docs/benchmarks.md,
-    // 2026-12-03) while this call ran at the allreduce's speed or better.
+    // the same sum, but Open MPI 4.1's _block ran 18-24x slower than an
+    // allreduce from 1 MiB between processes of one node, while this call ran
+    // at 0.5-1.05x the allreduce's time (docs/benchmarks.md, "the MPI
+    // reduce-scatter: MPI_Reduce_scatter, not _block").
     counts_.assign(static_cast<std::size_t>(size_), mpi_count(count, "reduce_scatter"));
     mpi::Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
     STRATA_CHECK_MPI(MPI_Reduce_scatter(in_place ? MPI_IN_PLACE : send,

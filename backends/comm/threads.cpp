@@ -329,7 +329,9 @@ void ThreadsComm::do_allgather(const void* send, void* recv, std::size_t count, 
   group_->sync(rank_, d);
   // Each rank pushes its block into every output: the source is in this
   // core's cache (it was just written here, by a reduce-scatter or an
-  // optimizer step), the destinations are not dirty in another core's.
+  // optimizer step). Pulling instead read blocks still dirty in their
+  // owner's cache; ZeRO-1's pair took 3-6x an allreduce so, 0.9-1.5x now
+  // (docs/benchmarks.md, "thread ranks: the allgather pushes").
   for (int k = 0; k < n; ++k) {
     unsigned char* dst = detail::at(slots[k].recv, rank_ * bytes);
     if (bytes > 0 && dst != send) std::memcpy(dst, send, bytes);
