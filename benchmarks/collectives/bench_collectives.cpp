@@ -159,19 +159,18 @@ std::vector<std::size_t> sizes(const Options& o, int ranks) {
 // for the reduce-scatter (the call made for equal blocks, which Strata
 // avoids: on Open MPI 4.1 it ran 18-24x slower than an allreduce from 1 MiB).
 #if STRATA_HAS_MPI
-void raw_mpi_call(const Collective& op, MPI_Comm comm, float* buf, std::size_t count, int n,
-                  bool block = false) {
-  const int part = static_cast<int>(count / static_cast<std::size_t>(n));
+// `counts`: every rank's part (MPI_Reduce_scatter's receive counts).
+void raw_mpi_call(const Collective& op, MPI_Comm comm, float* buf, std::size_t count,
+                  const std::vector<int>& counts, bool block = false) {
+  const int part = counts[0];
   if (op.name == "allreduce")
     MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
   // In place: the result lands in the first part of buf (MPI's rule), not
   // in the rank's own part as Strata's in-place reduce-scatter leaves it.
   if (op.reduces_scatters() && block)
     MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, part, MPI_FLOAT, MPI_SUM, comm);
-  if (op.reduces_scatters() && !block) {
-    std::vector<int> counts(static_cast<std::size_t>(n), part);
+  if (op.reduces_scatters() && !block)
     MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts.data(), MPI_FLOAT, MPI_SUM, comm);
-  }
   if (op.name == "allgather" || op.name == "reduce_scatter_allgather")
     MPI_Allgather(MPI_IN_PLACE, part, MPI_FLOAT, buf, part, MPI_FLOAT, comm);
 }
@@ -204,9 +203,10 @@ int run(const Options& o, comm::Communicator& world) {
     for (std::size_t bytes : sizes(o, n)) {
       const std::size_t count = bytes / sizeof(float);
       std::vector<float> buf(count, 1.0f);
+      const std::vector<int> counts(static_cast<std::size_t>(n), static_cast<int>(count / n));
       const int iters = iterations(bytes, o);
       auto raw = time_op(world, iters, o.reps, [&] {
-        raw_mpi_call(op, mpi.native(), buf.data(), count, n);
+        raw_mpi_call(op, mpi.native(), buf.data(), count, counts);
       }, [&] { MPI_Barrier(mpi.native()); });
       auto ours = time_op(world, iters, o.reps, [&] { op.run(world, buf.data(), count); },
                           [&] { MPI_Barrier(mpi.native()); });
@@ -214,7 +214,7 @@ int run(const Options& o, comm::Communicator& world) {
       if (root) print_row(op, "raw-mpi", n, bytes, raw, "1.00");
       if (op.reduces_scatters()) {
         auto blk = time_op(world, iters, o.reps, [&] {
-          raw_mpi_call(op, mpi.native(), buf.data(), count, n, true);
+          raw_mpi_call(op, mpi.native(), buf.data(), count, counts, true);
         }, [&] { MPI_Barrier(mpi.native()); });
         char r[32];
         std::snprintf(r, sizeof r, "%.2f x raw", raw.median / blk.median);
