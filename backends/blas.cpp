@@ -138,7 +138,8 @@ constexpr int kTm = 64, kTn = 64, kTk = 16, kR = 4;
 
 namespace {
 // Fused: each step of the chain is fma(a, b, acc), rounded once (the
-// reproducible GEMM's arithmetic); else acc + a * b as the compiler contracts it.
+// reproducible GEMM's arithmetic); else acc + a * b, rounded twice on every
+// target (the build turns contraction off: backends/floating_point.hpp).
 template <class T, bool Fused>
 KOKKOS_INLINE_FUNCTION T chain_step(T a, T b, T acc) {
   if constexpr (Fused) return kmath::fma(a, b, acc);

@@ -6,6 +6,8 @@
 // Host-side staging uses Kokkos::DefaultHostExecutionSpace.
 #pragma once
 
+#include "backends/floating_point.hpp"  // refuses the -ffast-math family
+
 #include <Kokkos_Core.hpp>
 
 #include <cmath>

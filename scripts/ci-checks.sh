@@ -14,6 +14,18 @@
 #   debug  Kokkos with Kokkos_ENABLE_DEBUG and bounds checking, Strata with its
 #          contracts (STRATA_EXPECT, assert) on: builds and runs the whole test
 #          suite (ctest).
+#   march  Strata as spack builds it for a target CPU: -march=x86-64-v4 where
+#          the CPU has AVX-512, else x86-64-v3 (AVX2, FMA), -mtune=generic,
+#          -O2 -DNDEBUG (RelWithDebInfo's code; its -g changes no instruction
+#          and doubles the compile time, so it is left out): builds and runs
+#          the whole suite but the simulated cluster, then trains the same
+#          --reproducible runs here and in build/ and requires identical
+#          checkpoints (scripts/check-reproducible-builds.sh). Also compiles
+#          one test file for x86-64-v4 to check, in the object code, that
+#          GCC's AVX-512 constant defect is worked around (on any CPU).
+#   debug-unit  CMAKE_BUILD_TYPE=Debug (-O0 -g, as developers build) against
+#          the debug Kokkos: builds the library and tests, runs the unit tests
+#          (ctest -L unit).
 #
 # Usage: scripts/ci-checks.sh [CHECK...]        (default: hip cuda debug)
 #        scripts/ci-checks.sh --list
@@ -30,13 +42,14 @@ top="$(dirname "$here")"
 # shellcheck source=scripts/common.sh
 source "$here/common.sh"
 
-all_checks=(hip cuda debug)
+all_checks=(hip cuda debug march debug-unit)
+default_checks=(hip cuda debug)
 case "${1:-}" in
   -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
   --list) printf '%s\n' "${all_checks[@]}"; exit 0 ;;
 esac
 if [ $# -gt 0 ]; then checks=("$@")
-else read -r -a checks <<<"${STRATA_CI_CHECKS:-${all_checks[*]}}"; fi
+else read -r -a checks <<<"${STRATA_CI_CHECKS:-${default_checks[*]}}"; fi
 for c in "${checks[@]}"; do
   case " ${all_checks[*]} " in *" $c "*) ;; *) echo "ci-checks: unknown check '$c' (${all_checks[*]})" >&2; exit 2 ;; esac
 done
@@ -154,6 +167,60 @@ check_debug() {
   # launches with a slower test_mpi.
   (cd "$build" && logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs" -LE 'cluster|docs') \
     || { say "debug: tests failed"; return 1; }
+  grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
+}
+
+check_march() {
+  local build="$top/build-march" march=x86-64-v3
+  grep -qw avx512f /proc/cpuinfo && march=x86-64-v4
+  [ -x "$top/build/bin/strata-train" ] \
+    || { say "march: needs the default build in build/ (scripts/build.sh) to compare with"; return 1; }
+  configure_and_build openmp "$build" "-march=$march -mtune=generic" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" || return 1
+  say "march: ctest, -march=$march (log build-march/ctest.log)"
+  : >"$build/ctest.log"
+  (cd "$build" && logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs" -LE cluster) \
+    || { say "march: tests failed"; return 1; }
+  grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
+  say "march: --reproducible checkpoints of build/ and build-march/"
+  logged "$build/reproducible-builds.log" "$here/check-reproducible-builds.sh" "$top/build" "$build" \
+    || { say "march: the two builds' --reproducible checkpoints differ"; return 1; }
+  grep -E 'identical|DIFFERENT|pairs' "$build/reproducible-builds.log" | sed 's/^/    /'
+  # GCC's AVX-512 constant defect (cmake/StrataFloatingPoint.cmake), checked
+  # in the object code of an x86-64-v4 compilation, which needs no AVX-512 CPU.
+  if [ "$(g++ -dumpversion)" -lt 13 ] 2>/dev/null; then
+    local v4="$top/build-march-v4"
+    say "march: x86-64-v4 object code of tests/test_floating_point.cpp (GCC $(g++ -dumpversion))"
+    mkdir -p "$v4"
+    : >"$v4/configure.log"
+    local launcher=()
+    [ "$have_ccache" = 1 ] && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    logged "$v4/configure.log" cmake -S "$top" -B "$v4" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DKokkos_ROOT="$(strata_kokkos_prefix openmp)" "-DCMAKE_CXX_FLAGS=-march=x86-64-v4 -mtune=generic" \
+      "${launcher[@]}" || { say "march: v4 configure failed"; return 1; }
+    grep -q 'AVX-512 constant defect found' "$v4/configure.log" \
+      || { say "march: the configure step did not find GCC's AVX-512 constant defect"; return 1; }
+    logged "$v4/build.log" cmake --build "$v4" --target tests/CMakeFiles/test_floating_point.dir/test_floating_point.cpp.o \
+      || { say "march: v4 compile failed"; return 1; }
+    # The copies of constant arrays that the defect turns into broadcasts.
+    if objdump -d -C "$v4/tests/CMakeFiles/test_floating_point.dir/test_floating_point.cpp.o" \
+        | awk '/^[0-9a-f]+ <.*(copy_floats8|copy_floats16|copy_doubles4|copy_ints8|list_floats8)/ { on = 1; next }
+               /^[0-9a-f]+ </ { on = 0 } on' \
+        | grep -qE 'vpbroadcast[bwdq][[:space:]]+%[re]?[a-z0-9]+,[[:space:]]*%[yz]mm'; then
+      say "march: x86-64-v4 object code still broadcasts a constant from a general register"; return 1
+    fi
+    say "march: x86-64-v4: the work-around is on and no constant is broadcast from a general register"
+  fi
+}
+
+check_debug-unit() {
+  local build="$top/build-debug-unit"
+  configure_and_build debug "$build" "" -DCMAKE_BUILD_TYPE=Debug \
+    -DSTRATA_ENABLE_BENCHMARKS=OFF -DSTRATA_ENABLE_EXAMPLES=OFF || return 1
+  say "debug-unit: ctest -L unit (log build-debug-unit/ctest.log)"
+  : >"$build/ctest.log"
+  (cd "$build" && logged ctest.log ctest --output-on-failure --timeout 600 -j "$jobs" -L unit) \
+    || { say "debug-unit: tests failed"; return 1; }
   grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
 }
 

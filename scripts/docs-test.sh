@@ -74,6 +74,17 @@ for file in "${files[@]}"; do
     fi
     # Small settings.
     sed -i -E 's/--epochs [0-9]+/--epochs 1/g' "$part"
+    # The programs the block runs, in this build folder (whatever its name).
+    missing=""
+    for prog in $(grep -oE 'build/bin/strata-[a-z0-9-]+' "$part" | sort -u); do
+      [ -x "$build/bin/${prog#build/bin/}" ] || missing+=" ${prog#build/bin/}"
+    done
+    if [ -n "$missing" ]; then
+      echo "docs-test: FAILED $name:$line: this build ($build) has no$missing (the examples and" \
+           "benchmarks need STRATA_ENABLE_EXAMPLES=ON and STRATA_ENABLE_BENCHMARKS=ON)"
+      failed=$((failed + 1)) ran=$((ran + 1))
+      continue
+    fi
     start=$SECONDS
     if (cd "$scratch" && timeout "${STRATA_DOCS_TIMEOUT:-600}" bash -euo pipefail "$part") \
         >"$part.log" 2>&1; then

@@ -1,8 +1,8 @@
 #include "strategies/reproducible.hpp"
 
 #include "backends/error.hpp"
+#include "backends/floating_point.hpp"
 #include "data/loader.hpp"
-
 
 namespace strata {
 
@@ -28,6 +28,9 @@ void validate_reproducible(std::size_t chunk, std::size_t batch, int ranks, std:
 }
 
 void enable_reproducible(Context& ctx) {
+  // Same bits on every CPU kind needs the same roundings on each.
+  static const bool checked = (fp::require_no_contraction("--reproducible"), true);
+  (void)checked;
   ctx.reproducible = true;
   ctx.blas.set_reproducible(true);
 }
