@@ -130,8 +130,11 @@ function(strata_floating_point_contract out)
   else()
     list(APPEND notes "compiler ${CMAKE_CXX_COMPILER_ID}: no known flag turns contraction off (test_floating_point checks whether it contracts)")
   endif()
-  # 3a. GCC's AVX-512 constant defect (x86-64 only; the probe says).
-  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+  # 3a. GCC's AVX-512 constant defect (x86-64 only; the probe says). Not
+  # through nvcc_wrapper, which CMake may report as GNU: nvcc hands host
+  # code to its own host compiler, with flags of its own.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64"
+     AND NOT CMAKE_CXX_COMPILER MATCHES "nvcc_wrapper")
     _strata_gcc_broadcast_defect(defect "${flags}")
     if(defect)
       set(workaround "-mtune-ctrl=^inter_unit_moves_to_vec")

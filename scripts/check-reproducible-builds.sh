@@ -12,7 +12,7 @@
 #   BUILD_A, BUILD_B   build folders (with bin/strata-train)
 #   WORK_DIR           where the runs write (default: a temporary folder)
 # Exit 0: every pair identical; 1: a pair differs (named, with the first
-# differing byte); 2: bad usage.
+# differing byte); 2: bad usage; 3: a run failed (its log's tail printed).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
@@ -36,7 +36,7 @@ run() {
         --checkpoint-dir "$work/$name" --checkpoint-every 1000000) >"$work/$name.log" 2>&1; then
     echo "check-reproducible-builds: FAILED to run $name ($build/bin/strata-train $*):" >&2
     tail -20 "$work/$name.log" >&2
-    exit 1
+    exit 3
   fi
 }
 
@@ -68,9 +68,9 @@ echo "check-reproducible-builds: A = $a, B = $b (work folder $work)"
 pair mlp "--threads 1" "--ranks 2 --threads 1" \
   --dataset synthetic --layers 64,48,32,10 --batch-size 64 --steps 12 --optimizer adam --lr 1e-3
 pair gpt "--threads 2" "--ranks 2 --threads 1" \
-  --model models/gpt-mini.toml --dataset fortunes --batch-size 64 --steps 4 --optimizer adamw --lr 1e-3
+  --model models/gpt-mini.toml --dataset fortunes --batch-size 32 --chunk 16 --steps 3 --optimizer adamw --lr 1e-3
 pair gpt-bf16 "--threads 1" "--threads 2" \
-  --model models/gpt-mini.toml --dataset fortunes --batch-size 32 --steps 3 --optimizer adamw \
+  --model models/gpt-mini.toml --dataset fortunes --batch-size 32 --chunk 16 --steps 2 --optimizer adamw \
   --lr 1e-3 --precision bf16
 echo "check-reproducible-builds: $pairs pairs, $failed different"
 [ "$failed" = 0 ]

@@ -184,7 +184,7 @@ check_march() {
   grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
   say "march: --reproducible checkpoints of build/ and build-march/"
   logged "$build/reproducible-builds.log" "$here/check-reproducible-builds.sh" "$top/build" "$build" \
-    || { say "march: the two builds' --reproducible checkpoints differ"; return 1; }
+    || { say "march: check-reproducible-builds.sh failed (a run failed, or checkpoints differ: above)"; return 1; }
   grep -E 'identical|DIFFERENT|pairs' "$build/reproducible-builds.log" | sed 's/^/    /'
   # GCC's AVX-512 constant defect (cmake/StrataFloatingPoint.cmake), checked
   # in the object code of an x86-64-v4 compilation, which needs no AVX-512 CPU.
