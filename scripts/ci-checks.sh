@@ -183,6 +183,7 @@ check_march() {
     || { say "march: tests failed"; return 1; }
   grep -E 'tests passed|Total Test time' "$build/ctest.log" | sed 's/^/    /'
   say "march: --reproducible checkpoints of build/ and build-march/"
+  : >"$build/reproducible-builds.log"
   logged "$build/reproducible-builds.log" "$here/check-reproducible-builds.sh" "$top/build" "$build" \
     || { say "march: check-reproducible-builds.sh failed (a run failed, or checkpoints differ: above)"; return 1; }
   grep -E 'identical|DIFFERENT|pairs' "$build/reproducible-builds.log" | sed 's/^/    /'
