@@ -121,8 +121,10 @@ function(strata_floating_point_contract out)
     list(APPEND options --fmad=false -ffp-contract=off)
     list(APPEND notes "no contraction (--fmad=false, host -ffp-contract=off)")
   elseif(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    # Clang and hipcc: host and device code alike.
-    list(APPEND options -ffp-contract=off)
+    # Clang and hipcc: host and device code alike. (Generator expressions:
+    # the installed target hands these to consumers, whose compiler may
+    # differ.)
+    list(APPEND options "$<$<CXX_COMPILER_ID:GNU,Clang,AppleClang,IntelLLVM>:-ffp-contract=off>")
     list(APPEND notes "no contraction (-ffp-contract=off)")
   elseif(CMAKE_CXX_COMPILER_ID MATCHES "Intel")
     list(APPEND options -ffp-contract=off)
@@ -145,7 +147,7 @@ function(strata_floating_point_contract out)
           "value (an AVX-512 code-generation defect), and ${workaround} does not avoid it: use "
           "another GCC (13 or newer) or Clang, or a -march without AVX-512 (x86-64-v3)")
       endif()
-      list(APPEND options ${workaround})
+      list(APPEND options "$<$<CXX_COMPILER_ID:GNU>:${workaround}>")
       list(APPEND notes "GCC ${CMAKE_CXX_COMPILER_VERSION}'s AVX-512 constant defect found by its probe, worked around with ${workaround}")
     endif()
   endif()
