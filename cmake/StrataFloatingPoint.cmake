@@ -117,17 +117,18 @@ function(strata_floating_point_contract out)
   # 2. No contraction.
   if(CMAKE_CXX_COMPILER MATCHES "nvcc_wrapper" OR CMAKE_CXX_COMPILER_ID STREQUAL "NVIDIA")
     # nvcc_wrapper hands --fmad to nvcc (device code) and -ffp-contract=off
-    # to the host compiler.
+    # to the host compiler. Not generator expressions: a consumer of a CUDA
+    # build of Kokkos compiles through nvcc_wrapper too.
     list(APPEND options --fmad=false -ffp-contract=off)
     list(APPEND notes "no contraction (--fmad=false, host -ffp-contract=off)")
   elseif(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     # Clang and hipcc: host and device code alike. (Generator expressions:
     # the installed target hands these to consumers, whose compiler may
     # differ.)
-    list(APPEND options "$<$<CXX_COMPILER_ID:GNU,Clang,AppleClang,IntelLLVM>:-ffp-contract=off>")
+    list(APPEND options "$<$<CXX_COMPILER_ID:GNU,Clang,AppleClang>:-ffp-contract=off>")
     list(APPEND notes "no contraction (-ffp-contract=off)")
   elseif(CMAKE_CXX_COMPILER_ID MATCHES "Intel")
-    list(APPEND options -ffp-contract=off)
+    list(APPEND options "$<$<CXX_COMPILER_ID:IntelLLVM>:-ffp-contract=off>")
     list(APPEND notes "no contraction (-ffp-contract=off)")
   else()
     list(APPEND notes "compiler ${CMAKE_CXX_COMPILER_ID}: no known flag turns contraction off (test_floating_point checks whether it contracts)")

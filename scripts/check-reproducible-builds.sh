@@ -10,7 +10,8 @@
 #
 # Usage: scripts/check-reproducible-builds.sh BUILD_A BUILD_B [WORK_DIR]
 #   BUILD_A, BUILD_B   build folders (with bin/strata-train)
-#   WORK_DIR           where the runs write (default: a temporary folder)
+#   WORK_DIR           where the runs write (default: a temporary folder,
+#                      removed at the end)
 # Exit 0: every pair identical; 1: a pair differs (named, with the first
 # differing byte); 2: bad usage; 3: a run failed (its log's tail printed).
 set -euo pipefail
@@ -20,12 +21,17 @@ case "${1:-}" in
   -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
 esac
 [ $# -ge 2 ] || { echo "check-reproducible-builds: need two build folders (see --help)" >&2; exit 2; }
-a="$1" b="$2"
-for d in "$a" "$b"; do
+for d in "$1" "$2"; do
   [ -x "$d/bin/strata-train" ] || { echo "check-reproducible-builds: no $d/bin/strata-train" >&2; exit 2; }
 done
-work="${3:-$(mktemp -d -t strata-repro-builds.XXXXXX)}"
-mkdir -p "$work"
+# Absolute paths: the runs start in the source tree.
+a="$(cd "$1" && pwd)" b="$(cd "$2" && pwd)"
+if [ $# -ge 3 ]; then
+  mkdir -p "$3" && work="$(cd "$3" && pwd)"
+else
+  work="$(mktemp -d -t strata-repro-builds.XXXXXX)"
+  trap 'rm -rf "$work"' EXIT
+fi
 export OMP_WAIT_POLICY=PASSIVE
 
 # run NAME BUILD -- ARGS...: one training run into $work/NAME.
@@ -41,7 +47,10 @@ run() {
 }
 
 # The newest checkpoint of a run (the file `latest` names).
-newest() { echo "$work/$1/$(cat "$work/$1/latest")"; }
+newest() {
+  [ -f "$work/$1/latest" ] || { echo "check-reproducible-builds: run $1 wrote no checkpoint" >&2; exit 3; }
+  echo "$work/$1/$(cat "$work/$1/latest")"
+}
 
 failed=0 pairs=0
 # pair NAME "ARGS A" "ARGS B": the same training in both builds, each with
@@ -53,7 +62,8 @@ pair() {
   # shellcheck disable=SC2086
   run "$name-b" "$b" -- "${common[@]}" $args_b
   local fa fb
-  fa="$(newest "$name-a")" fb="$(newest "$name-b")"
+  fa="$(newest "$name-a")" || exit 3
+  fb="$(newest "$name-b")" || exit 3
   pairs=$((pairs + 1))
   # Data-parallel runs and one rank write one file (docs/checkpoints.md).
   if cmp -s "$fa" "$fb"; then

@@ -28,7 +28,8 @@ void validate_reproducible(std::size_t chunk, std::size_t batch, int ranks, std:
 }
 
 void enable_reproducible(Context& ctx) {
-  // Same bits on every CPU kind needs the same roundings on each.
+  // The same bits from builds for any target CPU need every multiply and
+  // add rounded as written.
   static const bool checked = (fp::require_no_contraction("--reproducible"), true);
   (void)checked;
   ctx.reproducible = true;
