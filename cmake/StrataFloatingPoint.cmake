@@ -121,14 +121,11 @@ function(strata_floating_point_contract out)
     # build of Kokkos compiles through nvcc_wrapper too.
     list(APPEND options --fmad=false -ffp-contract=off)
     list(APPEND notes "no contraction (--fmad=false, host -ffp-contract=off)")
-  elseif(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    # Clang and hipcc: host and device code alike. (Generator expressions:
-    # the installed target hands these to consumers, whose compiler may
-    # differ.)
-    list(APPEND options "$<$<CXX_COMPILER_ID:GNU,Clang,AppleClang>:-ffp-contract=off>")
-    list(APPEND notes "no contraction (-ffp-contract=off)")
-  elseif(CMAKE_CXX_COMPILER_ID MATCHES "Intel")
-    list(APPEND options "$<$<CXX_COMPILER_ID:IntelLLVM>:-ffp-contract=off>")
+  elseif(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang|IntelLLVM")
+    # GCC, Clang, hipcc (host and device code alike), icpx. A generator
+    # expression: the installed target hands it to consumers, whose
+    # compiler may differ.
+    list(APPEND options "$<$<CXX_COMPILER_ID:GNU,Clang,AppleClang,IntelLLVM>:-ffp-contract=off>")
     list(APPEND notes "no contraction (-ffp-contract=off)")
   else()
     list(APPEND notes "compiler ${CMAKE_CXX_COMPILER_ID}: no known flag turns contraction off (test_floating_point checks whether it contracts)")
@@ -146,7 +143,7 @@ function(strata_floating_point_contract out)
         message(FATAL_ERROR "Strata: GCC ${CMAKE_CXX_COMPILER_VERSION} with \"${flags}\" compiles "
           "constant arrays such as float{1, 1, 1, 1, 0, 0, 0, 0} into a broadcast of their first "
           "value (an AVX-512 code-generation defect), and ${workaround} does not avoid it: use "
-          "another GCC (13 or newer) or Clang, or a -march without AVX-512 (x86-64-v3)")
+          "another GCC or Clang, or a -march without AVX-512 (x86-64-v3)")
       endif()
       list(APPEND options "$<$<CXX_COMPILER_ID:GNU>:${workaround}>")
       list(APPEND notes "GCC ${CMAKE_CXX_COMPILER_VERSION}'s AVX-512 constant defect found by its probe, worked around with ${workaround}")
