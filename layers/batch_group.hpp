@@ -23,9 +23,10 @@ class BatchGroup {
   // values = the sum of every rank's values (after the kernels of ctx that
   // wrote them have finished).
   virtual void sum(Context& ctx, Vector<T> values) = 0;
-  // The same for exact sums (backends/exact_sum.hpp: hi, lo pairs, which
-  // add exactly in any order): --reproducible's statistics.
-  virtual void sum_exact(Context& ctx, Kokkos::View<double*, MemSpace> values) = 0;
+  // The same for doubles: the statistics, accumulated in double
+  // (backends/segment_sums.hpp), and --reproducible's exact sums
+  // (backends/exact_sum.hpp: hi, lo pairs, which add exactly in any order).
+  virtual void sum_doubles(Context& ctx, Kokkos::View<double*, MemSpace> values) = 0;
 };
 
 }  // namespace strata

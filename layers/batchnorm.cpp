@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/segment_sums.hpp"
 #include "layers/batch_sums.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
@@ -20,8 +21,16 @@ BatchNorm<T>::BatchNorm(std::size_t channels, double eps, double momentum, bool 
 }
 
 template <class T>
-void BatchNorm<T>::reserve(std::size_t, std::size_t) {
+void BatchNorm<T>::reserve(std::size_t batch, std::size_t) {
   allocate();
+  workspace(batch * positions());
+}
+
+template <class T>
+std::size_t BatchNorm<T>::workspace_bytes(std::size_t batch) const {
+  return (2 * channels_ + 1) * sizeof(T) +
+         (4 * channels_ + 2 + segment_sums_workspace(channels_, batch * positions(), 2)) *
+             sizeof(double);
 }
 
 template <class T>
@@ -33,7 +42,7 @@ void BatchNorm<T>::allocate() {
   running_var_ = VectorBuffer<T>("strata::BatchNorm::running_var", channels_);
   Kokkos::deep_copy(running_var_, T(1));
   sums_ = VectorBuffer<T>("strata::BatchNorm::sums", 2 * channels_ + 1);
-  exact_ = Kokkos::View<double*, MemSpace>("strata::BatchNorm::exact", 4 * channels_ + 2);
+  dsums_ = Kokkos::View<double*, MemSpace>("strata::BatchNorm::dsums", 4 * channels_ + 2);
 }
 
 template <class T>
@@ -111,7 +120,6 @@ void BatchNorm<T>::write_buffer(std::size_t k, const std::vector<double>& values
 template <class T>
 void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
   const std::size_t batch = x.extent(0), C = channels_, S = positions();
-  const std::size_t n = batch * S;
   STRATA_REQUIRE(saved.scratch.extent(0) >= 2 * C, runtime, name(), ": ", saved.scratch.extent(0),
                  " saved values, needs ", 2 * C);
   STRATA_REQUIRE(running_mean_.extent(0) == C, runtime, name(), ": forward before reserve()");
@@ -120,85 +128,8 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   auto rm = running_mean_, rv = running_var_;
   if (saved.training && ctx.reproducible) {
     exact_statistics(ctx, x, saved);
-  } else if (saved.training && group_ != nullptr && group_->size() > 1) {
-    // SyncBatchNorm: the statistics of the samples of every rank. sums_
-    // holds each channel's sum and this rank's count (C + 1), then each
-    // channel's squared deviations (C), each summed over the ranks.
-    Vector<T> sums = sums_;
-    const T local_n = static_cast<T>(n);
-    for_range(ctx, "strata::BatchNorm::local_sums", C + 1, KOKKOS_LAMBDA(const std::size_t c) {
-          if (c == C) {
-            sums(C) = local_n;
-            return;
-          }
-          T sum = 0;
-          for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t s = 0; s < S; ++s) sum += x(b, c * S + s);
-          sums(c) = sum;
-        },
-        n);
-    group_->sum(ctx, Vector<T>(sums_.data(), C + 1));
-    T total = 0;
-    Kokkos::deep_copy(total, Kokkos::subview(sums_, C));
-    const std::size_t global = static_cast<std::size_t>(total + T(0.5));
-    STRATA_REQUIRE(global > 1, runtime, name(), ": training needs more than one value per "
-                   "channel over the ranks, got ", global, " (use a larger batch)");
-    const T nt = static_cast<T>(global);
-    for_range(ctx, "strata::BatchNorm::local_squares", C, KOKKOS_LAMBDA(const std::size_t c) {
-          const T mu = sums(c) / nt;
-          T ss = 0;
-          for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t s = 0; s < S; ++s) {
-              const T d = x(b, c * S + s) - mu;
-              ss += d * d;
-            }
-          sums(C + 1 + c) = ss;
-        },
-        n);
-    group_->sum(ctx, Vector<T>(sums_.data() + C + 1, C));
-    const bool update = !saved.recomputing;
-    const T m = static_cast<T>(momentum_);
-    const T unbias = static_cast<T>(static_cast<double>(global) / static_cast<double>(global - 1));
-    for_range(ctx, "strata::BatchNorm::global_statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
-      const T mu = sums(c) / nt, var = sums(C + 1 + c) / nt;
-      mean(c) = mu;
-      rstd(c) = T(1) / kmath::sqrt(var + eps);
-      if (update) {
-        rm(c) = (T(1) - m) * rm(c) + m * mu;
-        rv(c) = (T(1) - m) * rv(c) + m * var * unbias;
-      }
-    });
-    if (update) ++tracked_;
-    saved.counter = global;
   } else if (saved.training) {
-    STRATA_REQUIRE(n > 1, runtime, name(), ": training needs more than one value per channel, ",
-                   "got a micro-batch of ", batch, " samples of ", S,
-                   " positions (as PyTorch: use a larger micro-batch)");
-    const bool update = !saved.recomputing;
-    const T m = static_cast<T>(momentum_), nt = static_cast<T>(n);
-    const T unbias = static_cast<T>(static_cast<double>(n) / static_cast<double>(n - 1));
-    // One item per channel: samples, then positions, in order (two passes).
-    for_range(ctx, "strata::BatchNorm::statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
-          T sum = 0;
-          for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t s = 0; s < S; ++s) sum += x(b, c * S + s);
-          const T mu = sum / nt;
-          T ss = 0;
-          for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t s = 0; s < S; ++s) {
-              const T d = x(b, c * S + s) - mu;
-              ss += d * d;
-            }
-          const T var = ss / nt;
-          mean(c) = mu;
-          rstd(c) = T(1) / kmath::sqrt(var + eps);
-          if (update) {
-            rm(c) = (T(1) - m) * rm(c) + m * mu;
-            rv(c) = (T(1) - m) * rv(c) + m * var * unbias;
-          }
-        },
-        2 * n);
-    if (update) ++tracked_;
+    batch_statistics(ctx, x, saved);
   } else {
     for_range(ctx, "strata::BatchNorm::running", C, KOKKOS_LAMBDA(const std::size_t c) {
       mean(c) = rm(c);
@@ -212,6 +143,75 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
         for (std::size_t s = 0; s < S; ++s) y(b, c * S + s) = x(b, c * S + s) * scale + shift;
       },
       S);
+}
+
+template <class T>
+double* BatchNorm<T>::workspace(std::size_t terms) {
+  const std::size_t need = segment_sums_workspace(channels_, terms, 2);
+  if (work_.extent(0) < need)
+    work_ = Kokkos::View<double*, MemSpace>("strata::BatchNorm::work", need);
+  return work_.data();
+}
+
+// The statistics of the samples this rank holds or, synced, of every rank's
+// samples: each channel's sum in double (two-stage, backends/segment_sums.hpp),
+// the mean, then the squared deviations from it in double (two passes, as
+// PyTorch's CPU kernel; the same arithmetic on every rank count but for the
+// order in which the ranks' sums are added).
+template <class T>
+void BatchNorm<T>::batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved) {
+  const std::size_t batch = x.extent(0), C = channels_, S = positions();
+  const bool synced = group_ != nullptr && group_->size() > 1;
+  double* w = workspace(batch * S);
+  double* d = dsums_.data();  // sums (C), count (1), squared deviations (C)
+  segment_sums<1>(ctx, "strata::BatchNorm::sum_partials", "strata::BatchNorm::sums",
+      Terms::contiguous, C, batch, S, w,
+      KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
+        acc[0] += static_cast<double>(x(b, c * S + s));
+      },
+      KOKKOS_LAMBDA(std::size_t c, const double* t) { d[c] = t[0]; });
+  std::size_t n = batch * S;
+  if (synced) {
+    Kokkos::deep_copy(ctx.exec, Kokkos::subview(dsums_, C), static_cast<double>(n));
+    group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data(), C + 1));
+    double total = 0;
+    Kokkos::deep_copy(total, Kokkos::subview(dsums_, C));
+    n = static_cast<std::size_t>(total + 0.5);
+    STRATA_REQUIRE(n > 1, runtime, name(), ": training needs more than one value per "
+                   "channel over the ranks, got ", n, " (use a larger batch)");
+    saved.counter = n;
+  } else {
+    STRATA_REQUIRE(n > 1, runtime, name(), ": training needs more than one value per channel, ",
+                   "got a micro-batch of ", batch, " samples of ", S,
+                   " positions (as PyTorch: use a larger micro-batch)");
+  }
+  const double nd = static_cast<double>(n);
+  for_range(ctx, "strata::BatchNorm::means", C, KOKKOS_LAMBDA(const std::size_t c) {
+    d[c] = d[c] / nd;
+  });
+  segment_sums<1>(ctx, "strata::BatchNorm::square_partials", "strata::BatchNorm::squares",
+      Terms::contiguous, C, batch, S, w,
+      KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
+        const double dev = static_cast<double>(x(b, c * S + s)) - d[c];
+        acc[0] += dev * dev;
+      },
+      KOKKOS_LAMBDA(std::size_t c, const double* t) { d[C + 1 + c] = t[0]; });
+  if (synced) group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data() + C + 1, C));
+  const bool update = !saved.recomputing;
+  const T m = static_cast<T>(momentum_);
+  const double eps = eps_, unbias = nd / (nd - 1);
+  Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  auto rm = running_mean_, rv = running_var_;
+  for_range(ctx, "strata::BatchNorm::statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
+    const double var = d[C + 1 + c] / nd;
+    mean(c) = static_cast<T>(d[c]);
+    rstd(c) = static_cast<T>(1.0 / kmath::sqrt(var + eps));
+    if (update) {
+      rm(c) = (T(1) - m) * rm(c) + m * static_cast<T>(d[c]);
+      rv(c) = (T(1) - m) * rv(c) + m * static_cast<T>(var * unbias);
+    }
+  });
+  if (update) ++tracked_;
 }
 
 // Per channel c: exact sums of f(value) over every sample and position of a
@@ -237,9 +237,9 @@ void exact_channel_sums(Context& ctx, const char* name, std::size_t batch, std::
 template <class T>
 void BatchNorm<T>::exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved) {
   const std::size_t batch = x.extent(0), C = channels_, S = positions();
-  double* e = exact_.data();
-  const Kokkos::View<double*, MemSpace> sums(exact_.data(), 2 * C + 2);
-  const Kokkos::View<double*, MemSpace> squares(exact_.data(), 2 * C);
+  double* e = dsums_.data();
+  const Kokkos::View<double*, MemSpace> sums(dsums_.data(), 2 * C + 2);
+  const Kokkos::View<double*, MemSpace> squares(dsums_.data(), 2 * C);
   const bool group = group_ != nullptr && group_->size() > 1;
   // The sums of the values and, in the last pair, the count; over the group.
   exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_sums", batch, C, S, e,
@@ -247,7 +247,7 @@ void BatchNorm<T>::exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
   const double local_n = static_cast<double>(batch * S);
   Kokkos::deep_copy(ctx.exec, Kokkos::subview(sums, std::make_pair(2 * C, 2 * C + 2)), 0.0);
   Kokkos::deep_copy(ctx.exec, Kokkos::subview(sums, 2 * C), local_n);
-  if (group) group_->sum_exact(ctx, sums);
+  if (group) group_->sum_doubles(ctx, sums);
   ctx.exec.fence();
   double n = 0;
   Kokkos::deep_copy(n, Kokkos::subview(sums, 2 * C));
@@ -266,7 +266,7 @@ void BatchNorm<T>::exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
         const T d = x(b, k) - mean(c);
         return static_cast<double>(d * d) * inv;
       });
-  if (group) group_->sum_exact(ctx, squares);
+  if (group) group_->sum_doubles(ctx, squares);
   const bool update = !saved.recomputing;
   const T m = static_cast<T>(momentum_), eps = static_cast<T>(eps_);
   const T unbias = static_cast<T>(n / (n - 1));
@@ -290,8 +290,8 @@ void BatchNorm<T>::exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Sa
   ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   // This rank's sums of dy and of dy xhat: the gradients of beta and gamma
   // (exactly into their twins), then over the group for the input gradient.
-  double* e = exact_.data();
-  double* e2 = exact_.data() + 2 * C;
+  double* e = dsums_.data();
+  double* e2 = dsums_.data() + 2 * C;
   exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_dbeta", batch, C, S, e,
       KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t) { return static_cast<double>(dy(b, k)); });
   exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_dgamma", batch, C, S, e2,
@@ -305,7 +305,7 @@ void BatchNorm<T>::exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Sa
     tg[i] += e2[i];
   });
   if (group_ != nullptr && group_->size() > 1)
-    group_->sum_exact(ctx, Kokkos::View<double*, MemSpace>(exact_.data(), 4 * C));
+    group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data(), 4 * C));
   const double n = static_cast<double>(saved.counter);
   Vector<T> sums = sums_;
   for_range(ctx, "strata::BatchNorm::exact_means", C, KOKKOS_LAMBDA(const std::size_t c) {
@@ -321,34 +321,36 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   // SyncBatchNorm: the means of dy and dy xhat are over every rank's values
   // (forward kept their count in saved.counter).
   const bool synced = saved.training && group_ != nullptr && group_->size() > 1;
-  const T nt = static_cast<T>(synced ? saved.counter : batch * S);
   ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
   auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
   Vector<T> sums = sums_;
   if (saved.training && ctx.exact != nullptr) {
     exact_backward_sums(ctx, dy, saved);
   } else {
-    for_range(ctx, "strata::BatchNorm::param_grad", C, KOKKOS_LAMBDA(const std::size_t c) {
-          T s1 = 0, s2 = 0;  // sums of dy and dy xhat
-          for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t s = 0; s < S; ++s) {
-              const T d = dy(b, c * S + s);
-              s1 += d;
-              s2 += d * (x(b, c * S + s) - mean(c)) * rstd(c);
-            }
-          dgamma(c) += s2;
-          dbeta(c) += s1;
-          sums(c) = synced ? s1 : s1 / nt;
-          sums(C + c) = synced ? s2 : s2 / nt;
+    // Per channel, in double: the sums of dy and dy xhat (beta's and gamma's
+    // gradients), then, over the group when synced, their means.
+    double* w = workspace(batch * S);
+    double* d = dsums_.data();
+    segment_sums<2>(ctx, "strata::BatchNorm::grad_partials", "strata::BatchNorm::param_grad",
+        Terms::contiguous, C, batch, S, w,
+        KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
+          const double g = static_cast<double>(dy(b, c * S + s));
+          acc[0] += g;
+          acc[1] += g * ((static_cast<double>(x(b, c * S + s)) - static_cast<double>(mean(c))) *
+                         static_cast<double>(rstd(c)));
         },
-        2 * batch * S);
-    if (synced) {
-      // Every rank takes part, with or without an input gradient to compute.
-      group_->sum(ctx, Vector<T>(sums_.data(), 2 * C));
-      for_range(ctx, "strata::BatchNorm::global_means", 2 * C, KOKKOS_LAMBDA(const std::size_t i) {
-        sums(i) = sums(i) / nt;
-      });
-    }
+        KOKKOS_LAMBDA(std::size_t c, const double* t) {
+          dbeta(c) += static_cast<T>(t[0]);
+          dgamma(c) += static_cast<T>(t[1]);
+          d[c] = t[0];
+          d[C + c] = t[1];
+        });
+    // Every rank takes part, with or without an input gradient to compute.
+    if (synced) group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data(), 2 * C));
+    const double nd = static_cast<double>(synced ? saved.counter : batch * S);
+    for_range(ctx, "strata::BatchNorm::grad_means", 2 * C, KOKKOS_LAMBDA(const std::size_t i) {
+      sums(i) = static_cast<T>(d[i] / nd);
+    });
   }
   if (dx.data() == nullptr) return;
   const bool batch_stats = saved.training;

@@ -60,7 +60,7 @@ class BatchNorm final : public Layer<T> {
   // Kept per micro-batch: the mean and 1 / sqrt(var + eps) of each channel.
   std::size_t saved_size(std::size_t batch) const override { return batch > 0 ? 2 * channels_ : 0; }
   void reserve(std::size_t batch, std::size_t in) override;
-  std::size_t workspace_bytes(std::size_t) const override { return 2 * channels_ * sizeof(T); }
+  std::size_t workspace_bytes(std::size_t batch) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }
@@ -85,6 +85,9 @@ class BatchNorm final : public Layer<T> {
   // private members.
   void exact_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved);
   void exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Saved<T>& saved);
+  // The training statistics otherwise: per channel in double, two-stage
+  // (backends/segment_sums.hpp), over the group when synced.
+  void batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved);
 
  private:
   std::size_t channels_;
@@ -92,12 +95,16 @@ class BatchNorm final : public Layer<T> {
   bool sync_;
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
   VectorBuffer<T> running_mean_, running_var_;
-  Kokkos::View<double*, MemSpace> exact_;  // --reproducible: exact sums (4 C + 2)
+  // Sums in double: the statistics and the backward sums (3 C + 1), or
+  // --reproducible's exact pairs (4 C + 2).
+  Kokkos::View<double*, MemSpace> dsums_;
+  Kokkos::View<double*, MemSpace> work_;  // segment_sums' partial sums
   VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel;
                           // forward with a group: the sums and the count (2C + 1)
   BatchGroup<T>* group_ = nullptr;
   std::uint64_t tracked_ = 0;
   void allocate();  // the running statistics and sums_, once
+  double* workspace(std::size_t terms);  // work_, grown to segment_sums' need
   std::size_t positions() const {
     return this->in_shape_.rank() ? this->in_shape_.numel() / channels_ : 1;
   }

@@ -9,7 +9,11 @@
 #   Kokkos_ENABLE_DEBUG and bounds checking), hip (Serial + HIP for gfx908
 #   with Debian's hipcc, ROCm 5.2; compile checks only), cuda (Serial + CUDA
 #   for sm_80 with Debian's CUDA 11.8 from non-free, nvcc_wrapper and g++-11;
-#   about 1.6 GB of packages; compile checks only)
+#   about 1.6 GB of packages; compile checks only), cuda13 (Serial + CUDA for
+#   sm_90 with NVIDIA's CUDA 13 in $STRATA_CUDA13_ROOT, default /usr/local/cuda,
+#   and g++: Kokkos 4.6.01 from its release tarball, $STRATA_KOKKOS_TARBALL or
+#   shared/third_party/ beside the checkout, with scripts/patches/
+#   kokkos-4.6.01-cuda13.patch applied; Kokkos 3.4 does not know CUDA 13)
 #   The hip and cuda flavours install their own Debian packages (and, for
 #   cuda, add bookworm's contrib/non-free components in a separate apt
 #   sources file); the default flavour never does.
@@ -66,7 +70,10 @@ case "$flavour" in
           strata_ensure_nonfree
         fi
         strata_apt_install $(strata_flavour_packages cuda) ;;
-  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug, hip, cuda)" >&2; exit 2 ;;
+  cuda13) strata_apt_install $(strata_flavour_packages cuda13)
+          [ -x "$STRATA_CUDA13_ROOT/bin/nvcc" ] || {
+            echo "bootstrap.sh: the cuda13 flavour needs NVIDIA's CUDA 13 toolkit: no $STRATA_CUDA13_ROOT/bin/nvcc (set STRATA_CUDA13_ROOT)" >&2; exit 1; } ;;
+  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug, hip, cuda, cuda13)" >&2; exit 2 ;;
 esac
 
 # ---------------------------------------------------------------- Kokkos
@@ -76,7 +83,15 @@ if [ -n "${Kokkos_ROOT:-}" ]; then
 fi
 
 prefix="$(strata_kokkos_prefix "$flavour")"
-if [ -f "$prefix/.strata-complete" ]; then
+version="$(strata_kokkos_version "$flavour")"
+# A patched Kokkos is rebuilt when its tarball or patch changes: the marker
+# holds the name of the source folder it was built from.
+built_from=""
+if [ "$version" = 4.6.01 ]; then
+  src="$(strata_kokkos_source "$flavour")" || exit 1
+  built_from="$(basename "$src")"
+fi
+if [ -f "$prefix/.strata-complete" ] && [ "$(cat "$prefix/.strata-complete")" = "$built_from" ]; then
   [ "$print_root" = 1 ] && echo "$prefix"
   exit 0
 fi
@@ -90,14 +105,17 @@ case "$flavour" in
   cuda)   kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON
                        -DCMAKE_BUILD_TYPE=Release "-DKokkos_ARCH_$STRATA_CUDA_ARCH=ON"
                        $(strata_flavour_cmake_args cuda) "-DCMAKE_CXX_FLAGS=$(strata_flavour_cxx_flags cuda)") ;;
+  cuda13) kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
+                       "-DKokkos_ARCH_$STRATA_CUDA13_ARCH=ON"
+                       $(strata_flavour_cmake_args cuda13) "-DCMAKE_CXX_FLAGS=$(strata_flavour_cxx_flags cuda13)") ;;
 esac
 
-src="$(strata_kokkos_source)"
+[ -n "$built_from" ] || src="$(strata_kokkos_source "$flavour")"
 strata_flavour_env "$flavour"
 cxx="$(strata_flavour_cxx "$flavour" "$src")"
 build="$(strata_cache)/build-kokkos-$flavour"
 rm -rf "$build"
-echo "bootstrap: building Kokkos 3.4.1 ($flavour) into $prefix" >&2
+echo "bootstrap: building Kokkos $version ($flavour) into $prefix" >&2
 cmake -S "$src" -B "$build" -G Ninja \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_STANDARD=17 \
   -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=OFF \
@@ -106,7 +124,7 @@ cmake -S "$src" -B "$build" -G Ninja \
   "${kokkos_opts[@]}" >"$build.log" 2>&1 || { tail -30 "$build.log" >&2; exit 1; }
 cmake --build "$build" --parallel >>"$build.log" 2>&1 || { tail -30 "$build.log" >&2; exit 1; }
 cmake --install "$build" >>"$build.log" 2>&1 || { tail -30 "$build.log" >&2; exit 1; }
-touch "$prefix/.strata-complete"
+printf '%s' "$built_from" >"$prefix/.strata-complete"
 rm -rf "$build"
 [ "$print_root" = 1 ] && echo "$prefix"
 exit 0

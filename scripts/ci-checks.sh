@@ -11,6 +11,12 @@
 #   cuda   Kokkos CUDA (sm_80) with Debian's CUDA 11.8 (non-free), nvcc_wrapper
 #          and g++-11, and cuBLAS: compiles the whole project; nothing runs.
 #          CUDA in /usr/local/cuda is kept out of this build.
+#   cuda13 Kokkos 4.6.01 CUDA (sm_90, Hopper) with NVIDIA's CUDA 13 in
+#          /usr/local/cuda (STRATA_CUDA13_ROOT), nvcc_wrapper and g++, with
+#          cuBLAS and NCCL from that toolkit: compiles the whole project;
+#          nothing runs. Kokkos 4.6.01 comes from its release tarball
+#          (shared/third_party/ or STRATA_KOKKOS_TARBALL) with
+#          scripts/patches/kokkos-4.6.01-cuda13.patch.
 #   debug  Kokkos with Kokkos_ENABLE_DEBUG and bounds checking, Strata with its
 #          contracts (STRATA_EXPECT, assert) on: builds and runs the whole test
 #          suite (ctest).
@@ -42,7 +48,7 @@ top="$(dirname "$here")"
 # shellcheck source=scripts/common.sh
 source "$here/common.sh"
 
-all_checks=(hip cuda debug march debug-unit)
+all_checks=(hip cuda cuda13 debug march debug-unit)
 default_checks=(hip cuda debug)
 case "${1:-}" in
   -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
@@ -88,7 +94,7 @@ configure_and_build() {
   local kokkos cxx launcher=() generator=()
   mkdir -p "$build"
   : >"$build/bootstrap.log"
-  say "$flavour: Kokkos 3.4.1 ($flavour flavour; built once into $(strata_kokkos_prefix "$flavour"))"
+  say "$flavour: Kokkos $(strata_kokkos_version "$flavour") ($flavour flavour; built once into $(strata_kokkos_prefix "$flavour"))"
   kokkos="$(Kokkos_ROOT= "$here/bootstrap.sh" --kokkos-flavour "$flavour" --print-kokkos-root 2>>"$build/bootstrap.log")" \
     || { tail -n 40 "$build/bootstrap.log" >&2; say "$flavour: bootstrap failed"; return 1; }
   strata_flavour_env "$flavour"
@@ -154,6 +160,34 @@ check_cuda() {
   grep -q "CUDA toolkit: $nvcc_rel" "$build/configure.log" \
     || { say "cuda: CMake's FindCUDAToolkit did not find CUDA $nvcc_rel:"; grep 'CUDA toolkit' "$build/configure.log"; return 1; }
   say "cuda: nvcc, ptxas, fatbinary, nvlink: CUDA $nvcc_rel ($STRATA_CUDA_ROOT); $(grep -m1 'CUDA toolkit:' "$build/configure.log" | sed 's/^-- *//')"
+}
+
+check_cuda13() {
+  local build="$top/build-cuda13" nvcc_rel
+  [ -x "$STRATA_CUDA13_ROOT/bin/nvcc" ] \
+    || { say "cuda13: no CUDA 13 toolkit: $STRATA_CUDA13_ROOT/bin/nvcc not found (STRATA_CUDA13_ROOT)"; return 1; }
+  nvcc_rel="$("$STRATA_CUDA13_ROOT/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+  case "$nvcc_rel" in 13.*) ;; *) say "cuda13: $STRATA_CUDA13_ROOT/bin/nvcc is release '$nvcc_rel', not 13.x"; return 1 ;; esac
+  # As for cuda: a host-only call in a kernel is an error, not a warning.
+  configure_and_build cuda13 "$build" \
+    "-Xcudafe --diag_error=20011 -Xcudafe --diag_error=20014" \
+    -DSTRATA_ENABLE_CUBLAS=ON -DSTRATA_ENABLE_NCCL=ON \
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST || return 1
+  # Debian's CUDA 11.8 must not mix into the CUDA 13 build.
+  if grep -rqs 'nvidia-cuda-toolkit\|/usr/lib/cuda' "$build/CMakeCache.txt" "$build/build.ninja"; then
+    say "cuda13: Debian's CUDA toolkit leaked into the CUDA 13 build:"
+    grep -rhos '[^ ;"]*\(nvidia-cuda-toolkit\|/usr/lib/cuda\)[^ ;"]*' "$build/CMakeCache.txt" "$build/build.ninja" | sort -u | head >&2
+    return 1
+  fi
+  grep -q 'CUBLAS: ON' "$build/configure.log" && grep -q 'blas_cublas.cpp' "$build/build.ninja" \
+    || { say "cuda13: cuBLAS (backends/blas_cublas.cpp) was not compiled"; return 1; }
+  grep -q 'NCCL: ON' "$build/configure.log" && [ -x "$build/bin/test_nccl" ] \
+    || { say "cuda13: the NCCL communicator (test_nccl) was not built"; return 1; }
+  grep -q -- "-arch=$STRATA_CUDA13_SM" "$build/build.ninja" \
+    || { say "cuda13: no compile line has -arch=$STRATA_CUDA13_SM"; return 1; }
+  grep -q "CUDA toolkit: $nvcc_rel" "$build/configure.log" \
+    || { say "cuda13: CMake's FindCUDAToolkit did not find CUDA $nvcc_rel:"; grep 'CUDA toolkit' "$build/configure.log"; return 1; }
+  say "cuda13: Kokkos $(strata_kokkos_version cuda13) patched, nvcc $nvcc_rel ($STRATA_CUDA13_ROOT), $STRATA_CUDA13_SM; cuBLAS and NCCL compiled"
 }
 
 check_debug() {

@@ -8,8 +8,23 @@ strata_cache() {
   echo "$c"
 }
 
+# The Kokkos release a flavour builds: 3.4.1 from Debian's trilinos source,
+# except cuda13, which needs a Kokkos that knows CUDA 13's runtime API: 4.6.01
+# from its release tarball with the project's patch (strata_kokkos_source).
+strata_kokkos_version() {
+  case "$1" in
+    cuda13) echo 4.6.01 ;;
+    *)      echo 3.4.1 ;;
+  esac
+}
+
 strata_kokkos_prefix() {
-  echo "$(strata_cache)/kokkos-3.4.1-$1"
+  echo "$(strata_cache)/kokkos-$(strata_kokkos_version "$1")-$1"
+}
+
+# The folder of this file's checkout (scripts/..).
+strata_top() {
+  (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 }
 
 # Runs a command as root (directly, or through sudo when available).
@@ -76,6 +91,7 @@ strata_flavour_packages() {
   case "$1" in
     hip)  echo hipcc ;;                        # ROCm 5.2: clang-15, HIP runtime, device libs
     cuda) echo nvidia-cuda-toolkit g++-11 ;;   # CUDA 11.8 (non-free); g++-11 as nvcc's host compiler
+    cuda13) echo patch ;;                      # CUDA 13 itself is NVIDIA's, not Debian's: STRATA_CUDA13_ROOT
   esac
 }
 
@@ -95,6 +111,13 @@ STRATA_HIPCC="${STRATA_HIPCC:-/usr/bin/hipcc}"                          # Debian
 STRATA_HIP_ARCH="${STRATA_HIP_ARCH:-VEGA908}"
 STRATA_CUDA_ARCH="${STRATA_CUDA_ARCH:-AMPERE80}"
 STRATA_CUDA_SM="${STRATA_CUDA_SM:-sm_80}"                                # = STRATA_CUDA_ARCH
+# cuda13: NVIDIA's CUDA 13 toolkit (its own layout: bin/, include/, lib64/,
+# NCCL beside), with the system's g++ as nvcc's host compiler (CUDA 13 takes
+# GCC 6 to 15), for Hopper (the H200 of the GPU machine).
+STRATA_CUDA13_ROOT="${STRATA_CUDA13_ROOT:-/usr/local/cuda}"
+STRATA_CUDA13_HOST_CXX="${STRATA_CUDA13_HOST_CXX:-g++}"
+STRATA_CUDA13_ARCH="${STRATA_CUDA13_ARCH:-HOPPER90}"
+STRATA_CUDA13_SM="${STRATA_CUDA13_SM:-sm_90}"                            # = STRATA_CUDA13_ARCH
 
 # A folder of links to the programs that the CUDA toolkit's Debian package
 # puts into /usr/bin (ptxas, fatbinary, nvlink, cudafe++, ...): nvcc finds
@@ -128,6 +151,13 @@ strata_flavour_env() {
       export PATH
       unset CUDA_HOME CUDA_PATH CUDACXX NVCC_PREPEND_FLAGS NVCC_APPEND_FLAGS
       ;;
+    cuda13)
+      export CUDA_ROOT="$STRATA_CUDA13_ROOT" CUDAToolkit_ROOT="$STRATA_CUDA13_ROOT"
+      export NVCC_WRAPPER_DEFAULT_COMPILER="$STRATA_CUDA13_HOST_CXX"
+      PATH="$(printf '%s' "$PATH" | tr ':' '\n' | grep -v -x -F "$STRATA_CUDA13_ROOT/bin" | paste -sd: -)"
+      export PATH="$STRATA_CUDA13_ROOT/bin:$PATH"
+      unset CUDA_HOME CUDA_PATH CUDACXX NVCC_PREPEND_FLAGS NVCC_APPEND_FLAGS
+      ;;
     hip)
       export HCC_AMDGPU_TARGET="${HCC_AMDGPU_TARGET:-gfx908}"   # hipcc: no GPU to enumerate here
       ;;
@@ -138,7 +168,7 @@ strata_flavour_env() {
 # (nvcc_wrapper lives in its bin/).
 strata_flavour_cxx() {
   case "$1" in
-    cuda) echo "$2/bin/nvcc_wrapper" ;;
+    cuda|cuda13) echo "$2/bin/nvcc_wrapper" ;;
     hip)  echo "$STRATA_HIPCC" ;;
     *)    echo g++ ;;
   esac
@@ -149,6 +179,7 @@ strata_flavour_cxx() {
 strata_flavour_cmake_args() {
   case "$1" in
     cuda) echo "-DCUDAToolkit_ROOT=$STRATA_CUDA_TOOLKIT_ROOT" ;;
+    cuda13) echo "-DCUDAToolkit_ROOT=$STRATA_CUDA13_ROOT" ;;
   esac
 }
 
@@ -159,12 +190,56 @@ strata_flavour_cmake_args() {
 strata_flavour_cxx_flags() {
   case "$1" in
     cuda) echo "-arch=$STRATA_CUDA_SM" ;;
+    cuda13) echo "-arch=$STRATA_CUDA13_SM" ;;   # nvcc_wrapper's default, sm_70, is gone from CUDA 13
   esac
+}
+
+# Prints the folder holding the sources of a flavour's Kokkos
+# (strata_kokkos_version).
+strata_kokkos_source() {
+  case "$(strata_kokkos_version "${1:-openmp}")" in
+    4.6.01) strata_kokkos46_source ;;
+    *)      strata_kokkos34_source ;;
+  esac
+}
+
+# The Kokkos 4.6.01 release tarball: $STRATA_KOKKOS_TARBALL, else the copy in
+# shared/third_party/ beside the checkout (as CI and the developers have it).
+strata_kokkos46_tarball() {
+  echo "${STRATA_KOKKOS_TARBALL:-$(dirname "$(strata_top)")/shared/third_party/kokkos-4.6.01.tar.gz}"
+}
+
+# The project's patch for Kokkos 4.6.01 under CUDA 13.
+strata_kokkos46_patch() {
+  echo "$(strata_top)/scripts/patches/kokkos-4.6.01-cuda13.patch"
+}
+
+# Prints the folder holding Kokkos 4.6.01's sources with the project's patch
+# applied, extracted once per patch (its checksum names the folder).
+strata_kokkos46_source() {
+  local tarball patch sum src
+  tarball="$(strata_kokkos46_tarball)" patch="$(strata_kokkos46_patch)"
+  if [ ! -f "$tarball" ]; then
+    echo "strata: Kokkos 4.6.01 source not found: $tarball (set STRATA_KOKKOS_TARBALL to the kokkos-4.6.01.tar.gz release tarball)" >&2
+    return 1
+  fi
+  sum="$(cat "$tarball" "$patch" | sha256sum | cut -c1-12)"
+  src="$(strata_cache)/src/kokkos-4.6.01-$sum"
+  if [ -f "$src/.strata-patched" ]; then echo "$src"; return 0; fi
+  rm -rf "$src" "$src.tmp" && mkdir -p "$src.tmp"
+  tar -xzf "$tarball" -C "$src.tmp" --strip-components=1 >&2 \
+    || { echo "strata: cannot unpack $tarball" >&2; return 1; }
+  grep -q 'Kokkos_VERSION_MINOR 6' "$src.tmp/CMakeLists.txt" \
+    || { echo "strata: $tarball is not Kokkos 4.6.x" >&2; return 1; }
+  (cd "$src.tmp" && patch -p1 --forward --quiet <"$patch") >&2 \
+    || { echo "strata: $patch does not apply to $tarball" >&2; return 1; }
+  mv "$src.tmp" "$src" && touch "$src/.strata-patched"
+  echo "$src"
 }
 
 # Prints the folder holding Kokkos 3.4.1's sources, extracted from Debian's
 # trilinos source package (only packages/kokkos is unpacked).
-strata_kokkos_source() {
+strata_kokkos34_source() {
   local cache src tarball
   cache="$(strata_cache)"
   src="$cache/src/kokkos-3.4.1"

@@ -16,7 +16,7 @@ class CommBatchGroup final : public BatchGroup<T> {
     ctx.exec.fence();  // the kernels that wrote the values
     comm_.allreduce(values, comm::ReduceOp::sum);
   }
-  void sum_exact(Context& ctx, Kokkos::View<double*, MemSpace> values) override {
+  void sum_doubles(Context& ctx, Kokkos::View<double*, MemSpace> values) override {
     ctx.exec.fence();
     comm_.allreduce(values, comm::ReduceOp::sum);
   }

@@ -419,6 +419,70 @@ TEST(BatchNorm, RecomputationDoesNotUpdateTheRunningStatistics) {
   EXPECT_EQ(bn.batches_tracked(), 1u);
 }
 
+// A float layer on the first BatchNorm of the CNN at batch 128 (32 channels
+// of 28 x 28: 100,352 values per channel), against a float64 oracle. The
+// values sit around 4 (as activations after a ReLU sit above 0): a float
+// running sum reaches 400,000, where one addition rounds by up to 1/64, and
+// a sum of 100,352 of them in float is off by about 1e-5 of the mean (the
+// layer did that until its sums went to double: y was off by ~1e-5).
+TEST(BatchNorm, FloatStatisticsOfALargeBatchMatchAFloat64Oracle) {
+  const std::size_t batch = 128, C = 32, H = 28, W = 28, S = H * W, in = C * S, n = batch * S;
+  BatchNorm<float> bn(C);
+  bn.set_input_shape(Shape{C, H, W});
+  bn.reserve(batch, in);
+  VectorBuffer<float> params("p", 2 * C), grads("g", 2 * C), scratch("s", bn.saved_size(batch));
+  bn.bind(params, grads);
+  std::vector<float> p(2 * C);
+  for (std::size_t c = 0; c < C; ++c) p[c] = 1.0f + 0.01f * static_cast<float>(c), p[C + c] = 0.1f;
+  Kokkos::deep_copy(params, test::to_device(p));
+  std::vector<float> x = test::randn<float>(batch * in, 21), dy = test::randn<float>(batch * in, 22);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += 4.0f + 0.05f * static_cast<float>(i / S % C);
+  auto dx_in = test::to_device(x, batch, in);
+  MatrixBuffer<float> y("y", batch, in), dx("dx", batch, in);
+  Saved<float> saved;
+  saved.x = dx_in;
+  saved.y = y;
+  saved.scratch = scratch;
+  Context ctx;
+  bn.forward(ctx, dx_in, y, saved);
+  bn.backward(ctx, test::to_device(dy, batch, in), dx, saved);
+  Kokkos::fence();
+  const std::vector<float> got_y = test::to_host(y), got_g = test::to_host(grads);
+
+  const Vec xd(x.begin(), x.end()), pd(p.begin(), p.end());
+  Vec mean(C), var(C);
+  const Vec want_y = batchnorm_reference(xd, pd, batch, C, S, 1e-5, &mean, &var);
+  // y = x scale + shift in float (|x scale| < 10): two roundings of up to
+  // 2^-24 * 10, and the float mean and 1/sqrt(var + eps) (2^-24 relative
+  // each) move y by about as much: 4e-6 is twice that bound.
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (std::abs(got_y[i] - want_y[i]) > 4e-6 && bad++ < 5)
+      ADD_FAILURE() << "y[" << i << "] = " << got_y[i] << ", float64 oracle " << want_y[i];
+  EXPECT_EQ(bad, 0u) << "of " << x.size() << " outputs";
+  // The parameter gradients: dbeta = sum dy, dgamma = sum dy xhat per channel.
+  // dbeta: a sum in double rounded once to float: 2^-23 |want| (twice the
+  // rounding) plus double's n 2^-53 sum |dy|. dgamma's xhat uses the float
+  // mean and rstd (2^-24 relative each): 2^-23 (|mean| rstd + |xhat|) |dy|
+  // per term on top.
+  for (std::size_t c = 0; c < C; ++c) {
+    double db = 0, dg = 0, abs_dy = 0, abs_dg = 0;
+    const double rstd = 1 / std::sqrt(var[c] + 1e-5);
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t s = 0; s < S; ++s) {
+        const std::size_t i = b * in + c * S + s;
+        const double xhat = (xd[i] - mean[c]) * rstd;
+        db += dy[i];
+        dg += dy[i] * xhat;
+        abs_dy += std::abs(dy[i]);
+        abs_dg += std::abs(dy[i]) * (std::abs(mean[c]) * rstd + std::abs(xhat));
+      }
+    const double u = std::ldexp(1.0, -23), dbl = static_cast<double>(n) * std::ldexp(1.0, -53);
+    EXPECT_LE(std::abs(got_g[C + c] - db), u * std::abs(db) + dbl * abs_dy) << "dbeta[" << c << "]";
+    EXPECT_LE(std::abs(got_g[c] - dg), u * std::abs(dg) + u * abs_dg + dbl * abs_dg) << "dgamma[" << c << "]";
+  }
+}
+
 TEST(BatchNorm, OneValuePerChannelInTrainingIsAnError) {
   Bound b(std::make_unique<BatchNorm<double>>(3), 1, Shape{3}, 1);
   try {

@@ -1,0 +1,110 @@
+// Many long sums at once, in double, shaped for every backend: the sums over
+// the batch that a layer takes per channel or per column (BatchNorm's
+// statistics and parameter gradients, a bias gradient, LayerNorm's
+// parameter gradients).
+//
+// Each of `segments` segments sums `outer x inner` terms (a channel: the
+// batch's samples x its positions; a column: the rows x 1). One item per
+// segment that walks every term leaves a GPU idle (32 items for the first
+// BatchNorm of the CNN) and adds 100,000 floats one by one in float. Here:
+//
+//   stage 1  segments x P items (P = segment_partials(terms), about 128
+//            terms each, at most 1024): each adds its share of the terms in
+//            double into the workspace;
+//   stage 2  one item per segment adds its P partial sums in order and
+//            calls finish(segment, sums) with the K totals.
+//
+// Which terms an item takes depends on where the terms lie in memory, so
+// that neighbouring items read neighbouring addresses (a GPU's coalescing;
+// on the host a thread's chunk of neighbouring items shares cache lines):
+//   Terms::contiguous    the terms of one segment lie side by side (a
+//                        channel's positions): item p of a segment takes
+//                        terms p, p + P, p + 2P, ...
+//   Terms::interleaved   term j of neighbouring segments lie side by side (a
+//                        row of columns): the items of one p, over every
+//                        segment, neighbour; item p takes terms
+//                        [p L, (p + 1) L) in order (L = ceil(terms / P)).
+// The split depends on the counts only, never on the thread count or the
+// backend: the same inputs give the same bits with any number of threads,
+// on the host and on a GPU.
+//
+// term(segment, o, i, acc) adds its K values (o < outer, i < inner) to
+// double acc[K]; finish(segment, const double* totals) runs once per
+// segment, in a kernel, after stage 1.
+#pragma once
+
+#include "backends/launch.hpp"
+
+#include <cstddef>
+
+namespace strata {
+
+// Partial sums per segment of `terms` terms: about 128 terms each, at most
+// 1024, so that a layer's statistics over 100,000 values per channel
+// launch 16,384 items or more for as few as 21 channels.
+inline std::size_t segment_partials(std::size_t terms) {
+  constexpr std::size_t per_partial = 128, most = 1024;
+  const std::size_t p = (terms + per_partial - 1) / per_partial;
+  return p < 1 ? 1 : p > most ? most : p;
+}
+
+// The doubles of workspace segment_sums needs.
+inline std::size_t segment_sums_workspace(std::size_t segments, std::size_t terms, std::size_t K) {
+  return segments * segment_partials(terms) * K;
+}
+
+enum class Terms { contiguous, interleaved };
+
+template <std::size_t K, class Term, class Finish>
+void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Terms layout,
+                  std::size_t segments, std::size_t outer, std::size_t inner, double* work,
+                  const Term& term, const Finish& finish) {
+  const std::size_t terms = outer * inner, P = segment_partials(terms);
+  if (segments == 0) return;
+  if (layout == Terms::contiguous) {
+    for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
+          const std::size_t s = item / P, p = item % P;
+          double acc[K] = {};
+          // Terms p, p + P, ...: (o, i) advanced without a division per term.
+          std::size_t o = p / inner, i = p % inner;
+          const std::size_t step_o = P / inner, step_i = P % inner;
+          for (std::size_t j = p; j < terms; j += P) {
+            term(s, o, i, acc);
+            o += step_o;
+            i += step_i;
+            if (i >= inner) {
+              i -= inner;
+              ++o;
+            }
+          }
+          for (std::size_t k = 0; k < K; ++k) work[item * K + k] = acc[k];
+        },
+        (terms + P - 1) / P);
+  } else {
+    const std::size_t L = (terms + P - 1) / P;
+    for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
+          const std::size_t p = item / segments, s = item % segments;
+          double acc[K] = {};
+          const std::size_t begin = p * L, end = begin + L < terms ? begin + L : terms;
+          std::size_t o = begin / inner, i = begin % inner;
+          for (std::size_t j = begin; j < end; ++j) {
+            term(s, o, i, acc);
+            if (++i == inner) {
+              i = 0;
+              ++o;
+            }
+          }
+          for (std::size_t k = 0; k < K; ++k) work[(s * P + p) * K + k] = acc[k];
+        },
+        L);
+  }
+  for_range(ctx, stage2, segments, KOKKOS_LAMBDA(const std::size_t s) {
+        double total[K] = {};
+        for (std::size_t p = 0; p < P; ++p)
+          for (std::size_t k = 0; k < K; ++k) total[k] += work[(s * P + p) * K + k];
+        finish(s, static_cast<const double*>(total));
+      },
+      P * K);
+}
+
+}  // namespace strata
