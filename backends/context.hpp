@@ -35,6 +35,10 @@ struct Context {
   // (blas.set_reproducible). Set by the engine, with blas.
   bool reproducible = false;
   const ExactGradients* exact = nullptr;
+  // The partial sums of segment_sums (backends/segment_sums.hpp) for layers
+  // that keep no workspace of their own: grown on demand, reused by every
+  // launch on `exec` (in stream order, so one at a time).
+  Kokkos::View<double*, MemSpace> sums_workspace;
 };
 
 // Threads a kernel launched on `exec` from the calling thread runs on.

@@ -25,7 +25,9 @@
 #pragma once
 
 #include "backends/context.hpp"
+#include "backends/kernel_shapes.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <type_traits>
 
@@ -63,6 +65,34 @@ inline bool runs_inline(const Context& ctx, std::size_t work) {
 inline constexpr std::size_t host_chunk = 2048;
 
 namespace detail {
+// While kernel_shapes records (strata-train --kernel-shapes): fences before
+// and after a launch and records its name, items and time.
+class ShapeTimer {
+ public:
+  ShapeTimer(const Context& ctx, const char* name, std::size_t items)
+      : ctx_(ctx), name_(name), items_(items), on_(kernel_shapes::enabled()) {
+    if (!on_) return;
+    ctx.exec.fence();
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~ShapeTimer() {
+    if (!on_) return;
+    ctx_.exec.fence();
+    kernel_shapes::record(
+        name_, items_,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  ShapeTimer(const ShapeTimer&) = delete;
+  ShapeTimer& operator=(const ShapeTimer&) = delete;
+
+ private:
+  const Context& ctx_;
+  const char* name_;
+  std::size_t items_;
+  bool on_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 template <class F>
 inline void run_items(const F& f, std::size_t begin, std::size_t end) {
   STRATA_IVDEP
@@ -76,6 +106,7 @@ inline void run_items(const F& f, std::size_t begin, std::size_t end) {
 template <class F>
 void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
                std::size_t work_per_item = 1) {
+  const detail::ShapeTimer shape(ctx, name, n);
   if constexpr (host_kernels) {
     if (runs_inline(ctx, n * work_per_item)) {
       detail::run_items(f, 0, n);
@@ -100,6 +131,7 @@ void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
 template <class F>
 void for_host_items(const Context& ctx, const char* name, std::size_t n, const F& f,
                     std::size_t work_per_item) {
+  const detail::ShapeTimer shape(ctx, name, n);
   if constexpr (host_kernels) {
     if (runs_inline(ctx, n * work_per_item)) {
       for (std::size_t i = 0; i < n; ++i) f(i);
@@ -116,6 +148,7 @@ void for_host_items(const Context& ctx, const char* name, std::size_t n, const F
 template <class F, class S>
 void sum_range(const Context& ctx, const char* name, std::size_t n, const F& f, S& sum,
                std::size_t work_per_item = 1) {
+  const detail::ShapeTimer shape(ctx, name, n);
   if constexpr (host_kernels) {
     if (runs_inline(ctx, n * work_per_item)) {
       S acc = S();

@@ -8,25 +8,26 @@
 // segment that walks every term leaves a GPU idle (32 items for the first
 // BatchNorm of the CNN) and adds 100,000 floats one by one in float. Here:
 //
-//   stage 1  segments x P items (P = segment_partials(terms), about 128
+//   stage 1  segments x P items (P = segment_partials(terms), about 64
 //            terms each, at most 1024): each adds its share of the terms in
 //            double into the workspace;
 //   stage 2  one item per segment adds its P partial sums in order and
 //            calls finish(segment, sums) with the K totals.
 //
 // Which terms an item takes depends on where the terms lie in memory, so
-// that neighbouring items read neighbouring addresses (a GPU's coalescing;
-// on the host a thread's chunk of neighbouring items shares cache lines):
+// that on a GPU neighbouring items read neighbouring addresses (coalescing)
+// and on the host each item streams through neighbouring addresses:
 //   Terms::contiguous    the terms of one segment lie side by side (a
-//                        channel's positions): item p of a segment takes
-//                        terms p, p + P, p + 2P, ...
+//                        channel's positions): on a GPU item p of a segment
+//                        takes terms p, p + P, p + 2P, ...; on the host the
+//                        block [p L, (p + 1) L) (L = ceil(terms / P)).
 //   Terms::interleaved   term j of neighbouring segments lie side by side (a
 //                        row of columns): the items of one p, over every
 //                        segment, neighbour; item p takes terms
-//                        [p L, (p + 1) L) in order (L = ceil(terms / P)).
-// The split depends on the counts only, never on the thread count or the
-// backend: the same inputs give the same bits with any number of threads,
-// on the host and on a GPU.
+//                        [p L, (p + 1) L) in order, on every backend.
+// The split depends on the counts only, never on the thread count: the same
+// inputs give the same bits with any number of threads (and, for
+// Terms::interleaved, on the host and on a GPU alike).
 //
 // term(segment, o, i, acc) adds its K values (o < outer, i < inner) to
 // double acc[K]; finish(segment, const double* totals) runs once per
@@ -39,11 +40,11 @@
 
 namespace strata {
 
-// Partial sums per segment of `terms` terms: about 128 terms each, at most
-// 1024, so that a layer's statistics over 100,000 values per channel
-// launch 16,384 items or more for as few as 21 channels.
+// Partial sums per segment of `terms` terms: about 64 terms each, at most
+// 1024, so that the statistics of the CNN's BatchNorms (32 channels of
+// 100,352 values, 64 of 25,088) launch 16,384 items or more.
 inline std::size_t segment_partials(std::size_t terms) {
-  constexpr std::size_t per_partial = 128, most = 1024;
+  constexpr std::size_t per_partial = 64, most = 1024;
   const std::size_t p = (terms + per_partial - 1) / per_partial;
   return p < 1 ? 1 : p > most ? most : p;
 }
@@ -55,13 +56,20 @@ inline std::size_t segment_sums_workspace(std::size_t segments, std::size_t term
 
 enum class Terms { contiguous, interleaved };
 
+// Context's shared workspace for segment_sums, at least `doubles` long.
+inline double* sums_workspace(Context& ctx, std::size_t doubles) {
+  if (ctx.sums_workspace.extent(0) < doubles)
+    ctx.sums_workspace = Kokkos::View<double*, MemSpace>("strata::sums_workspace", doubles);
+  return ctx.sums_workspace.data();
+}
+
 template <std::size_t K, class Term, class Finish>
 void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Terms layout,
                   std::size_t segments, std::size_t outer, std::size_t inner, double* work,
                   const Term& term, const Finish& finish) {
   const std::size_t terms = outer * inner, P = segment_partials(terms);
   if (segments == 0) return;
-  if (layout == Terms::contiguous) {
+  if (layout == Terms::contiguous && !host_kernels) {
     for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
           const std::size_t s = item / P, p = item % P;
           double acc[K] = {};
@@ -80,6 +88,38 @@ void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Te
           for (std::size_t k = 0; k < K; ++k) work[item * K + k] = acc[k];
         },
         (terms + P - 1) / P);
+  } else if (layout == Terms::contiguous) {
+    // On the host a thread streams through its items' blocks of L terms in
+    // order (neighbouring terms, P apart, would touch a page per term), into
+    // four accumulators in turn (one chain of dependent double additions
+    // runs at an add's latency, a quarter of what the core can add).
+    const std::size_t L = (terms + P - 1) / P;
+    for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
+          const std::size_t s = item / P, p = item % P;
+          double a0[K] = {}, a1[K] = {}, a2[K] = {}, a3[K] = {};
+          const std::size_t begin = p * L, end = begin + L < terms ? begin + L : terms;
+          std::size_t o = begin / inner, i = begin % inner;
+          for (std::size_t j = begin; j < end;) {
+            // The run of terms in row o: (o, i) .. (o, i + run - 1).
+            const std::size_t run = end - j < inner - i ? end - j : inner - i;
+            std::size_t r = 0;
+            for (; r + 4 <= run; r += 4) {
+              term(s, o, i + r, a0);
+              term(s, o, i + r + 1, a1);
+              term(s, o, i + r + 2, a2);
+              term(s, o, i + r + 3, a3);
+            }
+            for (; r < run; ++r) term(s, o, i + r, a0);
+            j += run;
+            i += run;
+            if (i == inner) {
+              i = 0;
+              ++o;
+            }
+          }
+          for (std::size_t k = 0; k < K; ++k) work[item * K + k] = (a0[k] + a1[k]) + (a2[k] + a3[k]);
+        },
+        L);
   } else {
     const std::size_t L = (terms + P - 1) / P;
     for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {

@@ -11,55 +11,54 @@
 namespace strata {
 
 namespace {
-// db(j) += sum over rows of dy(i, j), rows in order (float).
+// db(j) += sum over rows of dy(i, j), in double: on the host rows in order
+// (one accumulator per column), on a device two-stage
+// (backends/segment_sums.hpp: one item per column left a GPU idle).
 template <class T>
 void plain_column_sums(Context& ctx, ConstMatrix<T> dy, Vector<T> db) {
+  const std::size_t rows = dy.extent(0), cols = dy.extent(1);
   if constexpr (host_kernels) {
-    if (runs_inline(ctx, dy.extent(0) * dy.extent(1))) {
+    if (runs_inline(ctx, rows * cols)) {
       // On the calling thread: row by row (contiguous, vectorised) into one
       // accumulator per column instead of column by column (a stride of a
       // whole row per read). Each column adds the same values in the same
       // order as the kernel below, so the result is the same, bit for bit.
-      const std::size_t rows = dy.extent(0), cols = dy.extent(1);
-      thread_local std::vector<T> acc;
-      acc.assign(cols, T(0));
-      T* a = acc.data();
+      thread_local std::vector<double> acc;
+      acc.assign(cols, 0.0);
+      double* a = acc.data();
       for (std::size_t i = 0; i < rows; ++i) {
         const T* r = dy.data() + i * dy.stride(0);
         STRATA_IVDEP
-        for (std::size_t j = 0; j < cols; ++j) a[j] += r[j];
+        for (std::size_t j = 0; j < cols; ++j) a[j] += static_cast<double>(r[j]);
       }
-      for (std::size_t j = 0; j < cols; ++j) db(j) += a[j];
+      for (std::size_t j = 0; j < cols; ++j) db(j) += static_cast<T>(a[j]);
       return;
     }
     // On host threads: blocks of 64 columns, each summed row by row on one
     // thread (a column per thread reads a whole row apart for every value:
     // 7% of a transformer step, where B T rows of 1024 columns are summed).
-    // The same terms in the same order per column as the other two paths.
     constexpr std::size_t block = 64;
-    const std::size_t rows = dy.extent(0), cols = dy.extent(1);
     for_host_items(ctx, "strata::Linear::bias_grad", (cols + block - 1) / block,
                    [=](const std::size_t b) {
                      const std::size_t c0 = b * block, n = std::min(block, cols - c0);
-                     T a[block] = {};
+                     double a[block] = {};
                      for (std::size_t i = 0; i < rows; ++i) {
                        const T* r = dy.data() + i * dy.stride(0) + c0;
                        STRATA_IVDEP
-                       for (std::size_t j = 0; j < n; ++j) a[j] += r[j];
+                       for (std::size_t j = 0; j < n; ++j) a[j] += static_cast<double>(r[j]);
                      }
-                     for (std::size_t j = 0; j < n; ++j) db(c0 + j) += a[j];
+                     for (std::size_t j = 0; j < n; ++j) db(c0 + j) += static_cast<T>(a[j]);
                    },
                    rows * block);
     return;
   }
-  const int batch = static_cast<int>(dy.extent(0));
-  // One thread per output feature sums its column in a fixed order.
-  for_range(ctx, "strata::Linear::bias_grad", dy.extent(1), KOKKOS_LAMBDA(const int j) {
-        T acc = 0;
-        for (int i = 0; i < batch; ++i) acc += dy(i, j);
-        db(j) += acc;
+  double* work = sums_workspace(ctx, segment_sums_workspace(cols, rows, 1));
+  segment_sums<1>(ctx, "strata::Linear::bias_grad_partials", "strata::Linear::bias_grad",
+      Terms::interleaved, cols, rows, 1, work,
+      KOKKOS_LAMBDA(std::size_t j, std::size_t i, std::size_t, double* acc) {
+        acc[0] += static_cast<double>(dy(i, j));
       },
-      batch);
+      KOKKOS_LAMBDA(std::size_t j, const double* total) { db(j) += static_cast<T>(total[0]); });
 }
 
 }  // namespace

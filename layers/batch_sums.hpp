@@ -14,6 +14,7 @@
 #include "backends/context.hpp"
 #include "backends/exact_sum.hpp"
 #include "backends/launch.hpp"
+#include "backends/segment_sums.hpp"
 
 #include <cstddef>
 
@@ -38,7 +39,8 @@ void add_column_sums(Context& ctx, ConstMatrix<T> dy, Vector<T> db);
 
 // grad(j) += the sum over i < rows of term(i, j) (a T computed alone, for
 // j < grad's size): exact term by term during a reproducible backward,
-// else rows in order. For per-row terms that are no column of a matrix
+// else in double, two-stage (backends/segment_sums.hpp: neighbouring items
+// take neighbouring j). For per-row terms that are no column of a matrix
 // (LayerNorm's dy * xhat).
 template <class T, class Term>
 void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> grad,
@@ -69,12 +71,13 @@ void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> gr
         rows);
     return;
   }
-  for_range(ctx, name, grad.extent(0), KOKKOS_LAMBDA(const std::size_t j) {
-        T acc = 0;
-        for (std::size_t i = 0; i < rows; ++i) acc += term(i, j);
-        grad(j) += acc;
+  const std::size_t cols = grad.extent(0);
+  double* work = sums_workspace(ctx, segment_sums_workspace(cols, rows, 1));
+  segment_sums<1>(ctx, name, name, Terms::interleaved, cols, rows, 1, work,
+      KOKKOS_LAMBDA(std::size_t j, std::size_t i, std::size_t, double* acc) {
+        acc[0] += static_cast<double>(term(i, j));
       },
-      rows);
+      KOKKOS_LAMBDA(std::size_t j, const double* total) { grad(j) += static_cast<T>(total[0]); });
 }
 
 }  // namespace strata

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA GPU: builds Strata against a
 # CUDA-enabled Kokkos in build-gpu/, runs the test suite (ctest, without the
-# simulated cluster and the docs commands), trains the
-# workloads W2 (MLP 784-1024-1024-10, batch 256, 25,600 synthetic samples,
-# 2 epochs) and W3 (4 x 4096 wide, batch 512) with strata-train and prints
-# their samples/s; when python3 has PyTorch with CUDA, runs the same
-# workloads in PyTorch (benchmarks/peers/torch_mlp.py) beside. Writes a
+# simulated cluster and the docs commands), trains the workloads W2 (MLP
+# 784-1024-1024-10, batch 256), W3 (4 x 4096 wide, batch 512), W4 (the CNN
+# of models/cnn-fashion.toml, batch 128) and W5 (models/gpt-mini.toml, 32 x
+# 128 tokens, AdamW) on synthetic data in fp32 and bf16 with strata-train
+# and prints their samples/s; when python3 has PyTorch with CUDA, runs the
+# same workloads in PyTorch (benchmarks/peers/torch_mlp.py) beside. Writes a
 # report (build-gpu/gpu-check-report.md). Sized to finish within 9 minutes
 # on one H200 with a Kokkos built from source (each step is cut at the time
 # left).
 #
 # Usage: Kokkos_ROOT=/path/to/kokkos scripts/gpu-check.sh [OPTIONS]
 #        scripts/gpu-check.sh --kokkos-source DIR [--deps DIR] [OPTIONS]
+#        scripts/gpu-check.sh --kokkos-tarball kokkos-4.6.01.tar.gz [--deps DIR] [OPTIONS]
 #        scripts/gpu-check.sh --fetch-deps DIR      (on Debian, before carrying)
 #   --kokkos-root DIR    the Kokkos install (else $Kokkos_ROOT): built with
 #                        Kokkos_ENABLE_CUDA (and CUDA lambdas), 3.4 or newer
 #   --kokkos-source DIR  a Kokkos source tree (a release that supports the
 #                        machine's CUDA): built for the GPU into
 #                        build-gpu/kokkos-install first (once)
+#   --kokkos-tarball F   the Kokkos 4.6.01 release tarball: unpacked and
+#                        patched for CUDA 13 (scripts/patches/), then as
+#                        --kokkos-source. The GPU machine has no network:
+#                        carry it (and --deps) with the working tree
 #   --arch NAME          Kokkos arch for --kokkos-source (HOPPER90, AMPERE80,
 #                        ...; default: from nvidia-smi's compute capability,
 #                        HOPPER90 where there is no GPU)
@@ -53,13 +59,14 @@ top="$(dirname "$here")"
 source "$here/common.sh"
 
 kokkos="${Kokkos_ROOT:-}"
-kokkos_source="" arch_opt="" deps="" fetch_deps=""
+kokkos_source="" kokkos_tarball="" arch_opt="" deps="" fetch_deps=""
 dry_run=0 build_only=0 skip_tests=0 skip_torch=0 budget=540
 while [ $# -gt 0 ]; do
   case "$1" in
     --kokkos-root) kokkos="$2"; shift ;;
     --kokkos-root=*) kokkos="${1#*=}" ;;
     --kokkos-source) kokkos_source="$2"; shift ;;
+    --kokkos-tarball) kokkos_tarball="$2"; shift ;;
     --arch) arch_opt="$2"; shift ;;
     --deps) deps="$2"; shift ;;
     --fetch-deps) fetch_deps="$2"; shift ;;
@@ -114,20 +121,28 @@ jobs="${STRATA_JOBS:-$(nproc)}"
 report="$build/gpu-check-report.md"
 
 # ------------------------------------------------------------------ Kokkos
+if [ -n "$kokkos_tarball" ]; then
+  [ -f "$kokkos_tarball" ] || die 2 "--kokkos-tarball $kokkos_tarball: no such file"
+  [ -z "$kokkos_source" ] || die 2 "give --kokkos-source or --kokkos-tarball, not both"
+  kokkos_source="$(STRATA_KOKKOS_TARBALL="$(cd "$(dirname "$kokkos_tarball")" && pwd)/$(basename "$kokkos_tarball")" \
+    strata_kokkos46_source)" || die 2 "--kokkos-tarball $kokkos_tarball: cannot unpack and patch it (above)"
+  say "Kokkos source: $kokkos_tarball unpacked and patched ($(basename "$(strata_kokkos46_patch)")) in $kokkos_source"
+fi
 if [ -n "$kokkos_source" ]; then
   [ -f "$kokkos_source/CMakeLists.txt" ] && [ -d "$kokkos_source/core" ] \
     || die 2 "--kokkos-source $kokkos_source is not a Kokkos source tree (no CMakeLists.txt and core/)"
   kokkos_source="$(cd "$kokkos_source" && pwd)"
   # CUDA 13 changed runtime calls Kokkos makes (cudaGraphAddDependencies,
   # cudaMemPrefetchAsync, cudaMemAdvise): 4.6.01 and the develop branch of
-  # June 2025 fail to compile; Kokkos fixed it in 4.7.01 (more in 4.7.02/03).
+  # June 2025 fail to compile unless patched (--kokkos-tarball applies the
+  # project's patch); Kokkos fixed it upstream in 4.7.01.
   kver="$(sed -n 's/^set(Kokkos_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))$/\2/p' \
     "$kokkos_source/CMakeLists.txt" "$kokkos_source/cmake/kokkos_version.cmake" 2>/dev/null | head -n 3 | paste -sd. -)"
   nvcc_major="$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
   say "Kokkos source: ${kver:-version unknown}; nvcc: ${nvcc_major:-not found}"
-  if [ "${nvcc_major:-0}" -ge 13 ] && [ -n "$kver" ] \
+  if [ "${nvcc_major:-0}" -ge 13 ] && [ -n "$kver" ] && [ ! -f "$kokkos_source/.strata-patched" ] \
      && [ "$(printf '%s\n4.7.1\n' "$kver" | sort -V | head -n 1)" != 4.7.1 ]; then
-    die 2 "Kokkos $kver does not compile with CUDA $nvcc_major (Kokkos 4.7.01 or newer does); give a newer --kokkos-source or put an older CUDA first on PATH"
+    die 2 "Kokkos $kver does not compile with CUDA $nvcc_major as it is: give its release tarball as --kokkos-tarball (patched for CUDA 13), a Kokkos 4.7.01 or newer --kokkos-source, or put an older CUDA first on PATH"
   fi
   arch="$arch_opt"
   if [ -z "$arch" ]; then
@@ -226,31 +241,60 @@ configure=(cmake -S "$top" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Rele
 # command; CI runs them): the GPU's minutes go to kernels and NCCL.
 ctest_jobs=$(( jobs < 8 ? jobs : 8 ))
 ctest_cmd=(ctest --output-on-failure --timeout 120 -j "$ctest_jobs" -LE "cluster|docs")
-w2=(--dataset synthetic --layers 784,1024,1024,10 --batch-size 256 --samples 25600 --epochs 2
-  --log-every 0 --metrics "$build/w2-metrics.jsonl")
-# W2 on the training split: 25,600 samples less the 10% test split, 90 steps
-# of 256 per epoch; the first 5 steps are warm-up in strata-train.
-torch_args=(--layers 784,1024,1024,10 --batch-size 256 --steps 180 --warmup 20 --device cuda --json)
-# W3: 4 x (Linear(4096,4096) - ReLU), Linear(4096,10), batch 512; 40 steps.
-w3=(--dataset synthetic --layers 4096,4096,4096,4096,4096,10 --batch-size 512 --samples 22756
-  --steps 40 --log-every 0 --metrics "$build/w3-metrics.jsonl")
-torch_w3=(--layers 4096,4096,4096,4096,4096,10 --batch-size 512 --steps 40 --warmup 5 --device cuda --json)
+# The workloads (../BENCHMARKS.md's W2-W5 shapes, synthetic data), each in
+# fp32 and bf16 (strata-train --precision bf16: bf16 compute, fp32 master
+# weights; PyTorch under torch.autocast(bfloat16) with fp32 weights), with
+# strata-train and the PyTorch peer (benchmarks/peers/torch_mlp.py) on the
+# same GPU. strata-train excludes its first 5 steps from samples/s; the peer
+# warms up 5 steps.
+workloads=(W2 W3 W4 W5)
+strata_args() {  # WORKLOAD: strata-train's arguments
+  case "$1" in
+    W2) echo "--dataset synthetic --layers 784,1024,1024,10 --batch-size 256 --samples 25600 --steps 100" ;;
+    W3) echo "--dataset synthetic --layers 4096,4096,4096,4096,4096,10 --batch-size 512 --samples 22756 --steps 40" ;;
+    W4) echo "--dataset synthetic --model $top/models/cnn-fashion.toml --batch-size 128 --samples 12800 --steps 60" ;;
+    W5) echo "--dataset synthetic --model $top/models/gpt-mini.toml --batch-size 32 --samples 3200 --steps 30 --optimizer adamw" ;;
+  esac
+}
+torch_args_of() {  # WORKLOAD: the peer's arguments
+  case "$1" in
+    W2) echo "--layers 784,1024,1024,10 --batch-size 256 --steps 95" ;;
+    W3) echo "--layers 4096,4096,4096,4096,4096,10 --batch-size 512 --steps 35" ;;
+    W4) echo "--model $top/models/cnn-fashion.toml --batch-size 128 --steps 55" ;;
+    W5) echo "--model $top/models/gpt-mini.toml --batch-size 32 --steps 25 --optimizer adamw" ;;
+  esac
+}
+describe() {
+  case "$1" in
+    W2) echo "W2 (784-1024-1024-10, batch 256)" ;;
+    W3) echo "W3 (4 x 4096, batch 512)" ;;
+    W4) echo "W4 (cnn-fashion, batch 128)" ;;
+    W5) echo "W5 (gpt-mini, 32 x 128 tokens, AdamW)" ;;
+  esac
+}
 
 have_torch=0
 if [ "$skip_torch" = 0 ] && command -v "$py" >/dev/null 2>&1 \
    && "$py" -c 'import torch' >/dev/null 2>&1; then have_torch=1; fi
 
 if [ "$dry_run" = 1 ]; then
+  # What the device tool carries: the working tree (tracked and untracked
+  # files git does not ignore), within its 64 MiB.
+  carry_bytes="$(cd "$top" && git ls-files -z -co --exclude-standard 2>/dev/null | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)"
+  say "dry run: the working tree that travels to a GPU machine: $(awk -v b="${carry_bytes:-0}" 'BEGIN { printf "%.1f", b / 1048576 }') MiB (the device tool carries at most 64 MiB, with what --kokkos-tarball and --deps add when carried)"
   say "dry run: the steps (nothing is built or run)"
   printf '  %q' "${configure[@]}"; echo
   echo "  cmake --build $build --parallel $jobs"
   [ "$skip_tests" = 1 ] || { printf '  (cd %q &&' "$build"; printf ' %q' "${ctest_cmd[@]}"; echo ")"; }
-  echo "  $build/bin/strata-train ${w2[*]}"
-  echo "  $build/bin/strata-train ${w3[*]}"
-  if [ "$have_torch" = 1 ]; then
-    echo "  $py $top/benchmarks/peers/torch_mlp.py ${torch_args[*]}"
-    echo "  $py $top/benchmarks/peers/torch_mlp.py ${torch_w3[*]}"
-  else echo "  (PyTorch comparison skipped: $([ "$skip_torch" = 1 ] && echo --skip-torch || echo "no 'import torch' in $py"))"; fi
+  for w in "${workloads[@]}"; do
+    for p in fp32 bf16; do
+      echo "  $build/bin/strata-train $(strata_args "$w") --precision $p --log-every 0 --no-eval --metrics $build/$w-$p-metrics.jsonl"
+      if [ "$have_torch" = 1 ]; then
+        echo "  $py $top/benchmarks/peers/torch_mlp.py $(torch_args_of "$w") --warmup 5 --device cuda --json$([ "$p" = bf16 ] && echo " --autocast bfloat16")"
+      fi
+    done
+  done
+  [ "$have_torch" = 1 ] || echo "  (PyTorch comparison skipped: $([ "$skip_torch" = 1 ] && echo --skip-torch || echo "no 'import torch' in $py"))"
   exit 0
 fi
 
@@ -282,8 +326,7 @@ fi
 # ------------------------------------------------------------------ workloads
 # strata NAME ARGS...: trains with strata-train; sets rate (samples/s) or "".
 strata_rate() {
-  local name="$1" metrics; shift
-  metrics="$build/$(echo "$name" | tr 'A-Z' 'a-z')-metrics.jsonl"
+  local name="$1" metrics="$2"; shift 2
   rate=""
   say "$name: strata-train $*"
   if run_for 120 "$build/bin/strata-train" "$@" >"$build/$name.log" 2>&1; then
@@ -313,10 +356,20 @@ torch_rate() {
     tail -n 20 "$build/$name-torch.log" >&2; say "$name PyTorch FAILED (log: $build/$name-torch.log)"; failed+=("$name-torch")
   fi
 }
-strata_rate W2 "${w2[@]}"; rate_w2="$rate"
-torch_rate W2 "${torch_args[@]}"; torch_w2="$rate"
-strata_rate W3 "${w3[@]}"; rate_w3="$rate"
-torch_rate W3 "${torch_w3[@]}"; torch_w3_rate="$rate"
+declare -A strata_rates torch_rates
+for w in "${workloads[@]}"; do
+  for p in fp32 bf16; do
+    m="$build/$w-$p-metrics.jsonl"
+    # shellcheck disable=SC2046
+    strata_rate "$w-$p" "$m" $(strata_args "$w") --precision "$p" --log-every 0 --no-eval --metrics "$m"
+    strata_rates[$w-$p]="$rate"
+    autocast=()
+    [ "$p" = bf16 ] && autocast=(--autocast bfloat16)
+    # shellcheck disable=SC2046
+    torch_rate "$w-$p" $(torch_args_of "$w") --warmup 5 --device cuda --json "${autocast[@]}"
+    torch_rates[$w-$p]="$rate"
+  done
+done
 
 # ------------------------------------------------------------------ report
 row() {  # workload strata torch
@@ -336,8 +389,11 @@ row() {  # workload strata torch
   echo
   echo "| workload | strata-train samples/s | PyTorch samples/s | strata / PyTorch |"
   echo "|---|---|---|---|"
-  row "W2 (784-1024-1024-10, batch 256)" "$rate_w2" "$torch_w2"
-  row "W3 (4 x 4096, batch 512)" "$rate_w3" "$torch_w3_rate"
+  for w in "${workloads[@]}"; do
+    for p in fp32 bf16; do
+      row "$(describe "$w") $p" "${strata_rates[$w-$p]}" "${torch_rates[$w-$p]}"
+    done
+  done
   if [ ${#failed[@]} -gt 0 ]; then echo; echo "Failed steps: ${failed[*]}"; fi
 } >"$report"
 

@@ -9,6 +9,7 @@
 #include "apps/train/setup.hpp"
 #include "apps/train/train_config.hpp"
 #include "backends/runtime.hpp"
+#include "backends/kernel_shapes.hpp"
 #include "backends/trace.hpp"
 #include "data/loader.hpp"
 #include "backends/comm/hierarchical.hpp"
@@ -343,6 +344,11 @@ int train(const TrainConfig& c, comm::Communicator& world) {
     STRATA_REQUIRE(probe.good(), config, "--trace: cannot write '", trace_path(c.trace, world), "'");
     trace::start();
   }
+  if (!c.kernel_shapes.empty()) {
+    std::ofstream probe(c.kernel_shapes, std::ios::app);
+    STRATA_REQUIRE(probe.good(), config, "--kernel-shapes: cannot write '", c.kernel_shapes, "'");
+    kernel_shapes::start();
+  }
   auto body = [&](Context& ctx, comm::Communicator& comm) {
     trace::set_lane(2 * comm.rank());
     if (trace::enabled()) {
@@ -355,6 +361,10 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   };
   auto finish = [&] {
     if (!c.trace.empty()) trace::write(trace_path(c.trace, world), world.rank());
+    if (!c.kernel_shapes.empty()) {
+      kernel_shapes::stop();
+      if (root_process) kernel_shapes::write(c.kernel_shapes);
+    }
     return exit_ok;
   };
   if (c.ranks == 1) {

@@ -201,6 +201,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "write a timeline (Chrome trace-event JSON for Perfetto or chrome://tracing): "
                  "a lane per rank with layers, buckets, optimizer and data loading; under "
                  "mpirun one file per process, PATH with -rankN before .json");
+  app.add_option("--kernel-shapes", c.kernel_shapes,
+                 "write a Markdown table of every kernel launch (name, items per launch, time; "
+                 "each launch fenced, so the run is slower): how kernels would fill a GPU");
   app.add_option("--log-every", c.log_every, "a training log line every N steps (0: none)")
       ->capture_default_str()
       ->check(whole_number());

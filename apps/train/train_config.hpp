@@ -51,6 +51,7 @@ struct TrainConfig {
   std::uint64_t seed = 42;
   std::string metrics;      // JSON-lines file
   std::string trace;        // Chrome trace-event JSON (timeline)
+  std::string kernel_shapes;  // Markdown table of the kernel launches
   std::size_t log_every = 100;
   std::size_t warmup_steps = 5;  // excluded from samples_per_sec
   bool evaluate = true;

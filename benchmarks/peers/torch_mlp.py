@@ -52,6 +52,9 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=20, help="untimed steps before timing")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (cuda if available)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
+    p.add_argument("--autocast", default=None, choices=["bfloat16"],
+                   help="mixed precision as strata-train --precision bf16: float32 weights and "
+                        "optimizer, forward and backward under torch.autocast in this type")
     p.add_argument("--activation", default="relu", choices=["relu", "gelu", "tanh", "sigmoid"])
     p.add_argument("--loss", default="cross-entropy", choices=["cross-entropy", "mse"],
                    help="softmax cross-entropy over class labels, or MSE against values "
@@ -155,7 +158,11 @@ def train(a, rank=0, size=1):
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        out = model(xs[i % a.batches])
+        if a.autocast:
+            with torch.autocast(device_type=device.type, dtype=getattr(torch, a.autocast)):
+                out = model(xs[i % a.batches])
+        else:
+            out = model(xs[i % a.batches])
         loss = loss_fn(out.reshape(-1, classes) if tokens else out, ys[i % a.batches].reshape(-1) if tokens else ys[i % a.batches])
         loss.backward()
         opt.step()
@@ -189,7 +196,7 @@ def train(a, rank=0, size=1):
             "processes": size, "threads": torch.get_num_threads() if device.type == "cpu" else None,
             "backend": torch.distributed.get_backend() if size > 1 else None,
             "layers": [] if a.model else a.widths, "model": a.model, "loss": a.loss, "batch_size": a.batch_size, "steps": a.steps,
-            "reps": a.reps, "warmup": a.warmup, "dtype": a.dtype, "optimizer": a.optimizer,
+            "reps": a.reps, "warmup": a.warmup, "dtype": a.dtype, "autocast": a.autocast, "optimizer": a.optimizer,
             "parameters": params, "seconds": elapsed_total,
             "samples_per_sec": statistics.median(rates), "min": min(rates), "max": max(rates),
             "rates": rates, "final_loss": final_loss,
