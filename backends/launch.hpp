@@ -100,16 +100,14 @@ inline void run_items(const F& f, std::size_t begin, std::size_t end) {
 }
 }  // namespace detail
 
-// f(i) for i in [0, n): Kokkos::parallel_for on ctx.exec, or inline.
-// `work_per_item` estimates the element operations of one item (a row loop
-// over `cols` columns: cols).
+namespace detail {
+// for_range without the kernel-shape record.
 template <class F>
-void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
-               std::size_t work_per_item = 1) {
-  const detail::ShapeTimer shape(ctx, name, n);
+void launch_range(const Context& ctx, const char* name, std::size_t n, const F& f,
+                  std::size_t work_per_item) {
   if constexpr (host_kernels) {
     if (runs_inline(ctx, n * work_per_item)) {
-      detail::run_items(f, 0, n);
+      run_items(f, 0, n);
       return;
     }
     // Chunks of about host_chunk element operations.
@@ -118,10 +116,47 @@ void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
     const std::size_t chunks = (n + chunk - 1) / chunk;
     Kokkos::parallel_for(name, Range(ctx.exec, 0, chunks), [=](const std::size_t c) {
       const std::size_t begin = c * chunk;
-      detail::run_items(f, begin, begin + chunk < n ? begin + chunk : n);
+      run_items(f, begin, begin + chunk < n ? begin + chunk : n);
     });
   } else {
     Kokkos::parallel_for(name, Range(ctx.exec, 0, n), f);
+  }
+}
+}  // namespace detail
+
+// f(i) for i in [0, n): Kokkos::parallel_for on ctx.exec, or inline.
+// `work_per_item` estimates the element operations of one item (a row loop
+// over `cols` columns: cols).
+template <class F>
+void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
+               std::size_t work_per_item = 1) {
+  const detail::ShapeTimer shape(ctx, name, n);
+  detail::launch_range(ctx, name, n, f, work_per_item);
+}
+
+// f(row(i), i, j) for i in [0, rows), j in [0, cols): an elementwise kernel
+// over a matrix, rows x cols items, with what a row shares (its statistics,
+// its offsets) computed by row(i). On a device one item per element, which
+// calls row(i) itself; on the host one item per row: row(i) once, then its
+// columns as one loop (vectorised: the row's values stay in registers, no
+// division per element). The kernel-shape record counts rows x cols.
+template <class Row, class F>
+void for_elements(const Context& ctx, const char* name, std::size_t rows, std::size_t cols,
+                  const Row& row, const F& f) {
+  const detail::ShapeTimer shape(ctx, name, rows * cols);
+  if constexpr (host_kernels) {
+    detail::launch_range(ctx, name, rows, [=](const std::size_t i) {
+          const auto r = row(i);
+          STRATA_IVDEP
+          for (std::size_t j = 0; j < cols; ++j) f(r, i, j);
+        },
+        cols);
+  } else {
+    detail::launch_range(ctx, name, rows * cols, KOKKOS_LAMBDA(const std::size_t k) {
+          const std::size_t i = k / cols;
+          f(row(i), i, k - i * cols);
+        },
+        1);
   }
 }
 

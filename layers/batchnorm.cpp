@@ -11,6 +11,21 @@
 
 namespace strata {
 
+namespace {
+// What the elementwise kernels share per (sample, channel) row: the row's
+// sample and the offset of its S positions, then the row's constants.
+template <class T>
+struct NormaliseRow {
+  std::size_t b, at;
+  T scale, shift;
+};
+template <class T>
+struct InputGradRow {
+  std::size_t b, at;
+  T k, r, mu, s1, s2;  // gamma rstd, rstd, mean, mean(dy), mean(dy xhat)
+};
+}  // namespace
+
 template <class T>
 BatchNorm<T>::BatchNorm(std::size_t channels, double eps, double momentum, bool sync)
     : channels_(channels), eps_(eps), momentum_(momentum), sync_(sync) {
@@ -137,12 +152,15 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
     });
   }
   auto gamma = gamma_, beta = beta_;
-  for_range(ctx, "strata::BatchNorm::normalise", batch * C, KOKKOS_LAMBDA(const std::size_t item) {
-        const std::size_t b = item / C, c = item % C;
-        const T scale = rstd(c) * gamma(c), shift = beta(c) - mean(c) * scale;
-        for (std::size_t s = 0; s < S; ++s) y(b, c * S + s) = x(b, c * S + s) * scale + shift;
+  for_elements(ctx, "strata::BatchNorm::normalise", batch * C, S,
+      KOKKOS_LAMBDA(const std::size_t row) {
+        const std::size_t c = row % C;
+        const T scale = rstd(c) * gamma(c);
+        return NormaliseRow<T>{row / C, c * S, scale, beta(c) - mean(c) * scale};
       },
-      S);
+      KOKKOS_LAMBDA(const NormaliseRow<T>& r, std::size_t, const std::size_t s) {
+        y(r.b, r.at + s) = x(r.b, r.at + s) * r.scale + r.shift;
+      });
 }
 
 template <class T>
@@ -335,9 +353,9 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
         Terms::contiguous, C, batch, S, w,
         KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
           const double g = static_cast<double>(dy(b, c * S + s));
+          const T xhat = (x(b, c * S + s) - mean(c)) * rstd(c);  // as input_grad's
           acc[0] += g;
-          acc[1] += g * ((static_cast<double>(x(b, c * S + s)) - static_cast<double>(mean(c))) *
-                         static_cast<double>(rstd(c)));
+          acc[1] += g * static_cast<double>(xhat);
         },
         KOKKOS_LAMBDA(std::size_t c, const double* t) {
           dbeta(c) += static_cast<T>(t[0]);
@@ -354,20 +372,20 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   }
   if (dx.data() == nullptr) return;
   const bool batch_stats = saved.training;
-  for_range(ctx, "strata::BatchNorm::input_grad", batch * C, KOKKOS_LAMBDA(const std::size_t item) {
-        const std::size_t b = item / C, c = item % C;
-        const T r = rstd(c), k = gamma(c) * r;
-        for (std::size_t s = 0; s < S; ++s) {
-          const T d = dy(b, c * S + s);
-          if (batch_stats) {
-            const T xhat = (x(b, c * S + s) - mean(c)) * r;
-            dx(b, c * S + s) = k * (d - sums(c) - xhat * sums(C + c));
-          } else {
-            dx(b, c * S + s) = k * d;
-          }
-        }
+  for_elements(ctx, "strata::BatchNorm::input_grad", batch * C, S,
+      KOKKOS_LAMBDA(const std::size_t row) {
+        const std::size_t c = row % C;
+        return InputGradRow<T>{row / C, c * S, gamma(c) * rstd(c), rstd(c), mean(c), sums(c), sums(C + c)};
       },
-      S);
+      KOKKOS_LAMBDA(const InputGradRow<T>& w, std::size_t, const std::size_t s) {
+        const T d = dy(w.b, w.at + s);
+        if (batch_stats) {
+          const T xhat = (x(w.b, w.at + s) - w.mu) * w.r;
+          dx(w.b, w.at + s) = w.k * (d - w.s1 - xhat * w.s2);
+        } else {
+          dx(w.b, w.at + s) = w.k * d;
+        }
+      });
 }
 
 template class BatchNorm<float>;

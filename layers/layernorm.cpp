@@ -2,10 +2,20 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/segment_sums.hpp"
 #include "layers/batch_sums.hpp"
 #include "layers/registry.hpp"
 
 namespace strata {
+
+namespace {
+// What the elementwise kernels share per row: its mean and rstd (and, in
+// backward, the means of dxhat and dxhat xhat).
+template <class T>
+struct LayerNormRow {
+  T mu, r, s1, s2;
+};
+}  // namespace
 
 template <class T>
 LayerNorm<T>::LayerNorm(std::size_t features, double eps) : features_(features), eps_(eps) {
@@ -61,24 +71,31 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   const std::size_t batch = x.extent(0);
   STRATA_REQUIRE(saved.scratch.extent(0) >= 2 * batch, runtime, name(), ": ",
                  saved.scratch.extent(0), " saved values for a micro-batch of ", batch, " rows");
-  const int n = static_cast<int>(features_);
-  const T eps = static_cast<T>(eps_);
+  const std::size_t n = features_;
+  const double eps = eps_, nd = static_cast<double>(n);
   Vector<T> mean(saved.scratch.data(), batch), rstd(saved.scratch.data() + batch, batch);
   auto gamma = gamma_, beta = beta_;
-  for_range(ctx, "strata::LayerNorm::forward", batch,
-                       KOKKOS_LAMBDA(const int i) {
-                         T sum = 0;
-                         for (int j = 0; j < n; ++j) sum += x(i, j);
-                         const T mu = sum / T(n);
-                         T var = 0;
-                         for (int j = 0; j < n; ++j) var += (x(i, j) - mu) * (x(i, j) - mu);
-                         const T r = T(1) / kmath::sqrt(var / T(n) + eps);
-                         mean(i) = mu;
-                         rstd(i) = r;
-                         for (int j = 0; j < n; ++j)
-                           y(i, j) = (x(i, j) - mu) * r * gamma(j) + beta(j);
-                       },
-            3 * n);
+  // Each row's mean and variance from its sum and sum of squares in double
+  // (two-stage, backends/segment_sums.hpp: rows x partials items, not one
+  // item per row), then the elementwise normalisation (rows x features).
+  double* work = sums_workspace(ctx, segment_sums_workspace(batch, n, 2));
+  segment_sums<2>(ctx, "strata::LayerNorm::statistics_partials", "strata::LayerNorm::statistics",
+      Terms::contiguous, batch, 1, n, work,
+      KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t j, double* acc) {
+        const double v = static_cast<double>(x(i, j));
+        acc[0] += v;
+        acc[1] += v * v;
+      },
+      KOKKOS_LAMBDA(std::size_t i, const double* t) {
+        const double mu = t[0] / nd, var = t[1] / nd - mu * mu;
+        mean(i) = static_cast<T>(mu);
+        rstd(i) = static_cast<T>(1.0 / kmath::sqrt((var > 0 ? var : 0.0) + eps));
+      });
+  for_elements(ctx, "strata::LayerNorm::forward", batch, n,
+      KOKKOS_LAMBDA(const std::size_t i) { return LayerNormRow<T>{mean(i), rstd(i), 0, 0}; },
+      KOKKOS_LAMBDA(const LayerNormRow<T>& w, const std::size_t i, const std::size_t j) {
+        y(i, j) = (x(i, j) - w.mu) * w.r * gamma(j) + beta(j);
+      });
 }
 
 template <class T>
@@ -86,8 +103,6 @@ void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   const auto x = as_rows(saved.x, features_);
   dy = as_rows(dy, features_);
   if (dx.data() != nullptr) dx = as_rows(dx, features_);
-  const int batch = static_cast<int>(dy.extent(0));
-  const int n = static_cast<int>(features_);
   ConstVector<T> mean(saved.scratch.data(), dy.extent(0)),
       rstd(saved.scratch.data() + dy.extent(0), dy.extent(0)), gamma = gamma_;
   auto dgamma = dgamma_, dbeta = dbeta_;
@@ -99,36 +114,52 @@ void LayerNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
     add_row_sums<T>(ctx, "strata::LayerNorm::dbeta", dy.extent(0), dbeta,
         KOKKOS_LAMBDA(const std::size_t i, const std::size_t j) { return dy(i, j); });
   } else {
-    // Parameter gradients: one thread per feature, rows summed in order.
-    for_range(ctx, "strata::LayerNorm::param_grad", n,
-                         KOKKOS_LAMBDA(const int j) {
-                           T dg = 0, db = 0;
-                           for (int i = 0; i < batch; ++i) {
-                             dg += dy(i, j) * (x(i, j) - mean(i)) * rstd(i);
-                             db += dy(i, j);
-                           }
-                           dgamma(j) += dg;
-                           dbeta(j) += db;
-                         },
-              batch);
+    // Parameter gradients: per feature, the rows' terms summed in double,
+    // two-stage (backends/segment_sums.hpp; one item per feature left a GPU
+    // idle, and B T rows of floats added in float drift).
+    const std::size_t rows = dy.extent(0), features = features_;
+    double* work = sums_workspace(ctx, segment_sums_workspace(features, rows, 2));
+    segment_sums<2>(ctx, "strata::LayerNorm::param_grad_partials", "strata::LayerNorm::param_grad",
+        Terms::interleaved, features, rows, 1, work,
+        KOKKOS_LAMBDA(std::size_t j, std::size_t i, std::size_t, double* acc) {
+          const double d = static_cast<double>(dy(i, j));
+          acc[0] += d * ((static_cast<double>(x(i, j)) - static_cast<double>(mean(i))) *
+                         static_cast<double>(rstd(i)));
+          acc[1] += d;
+        },
+        KOKKOS_LAMBDA(std::size_t j, const double* total) {
+          dgamma(j) += static_cast<T>(total[0]);
+          dbeta(j) += static_cast<T>(total[1]);
+        });
   }
   if (dx.data() == nullptr) return;
-  for_range(ctx, "strata::LayerNorm::input_grad", batch,
-                       KOKKOS_LAMBDA(const int i) {
-                         T s1 = 0, s2 = 0;  // sums of dxhat and dxhat * xhat
-                         for (int j = 0; j < n; ++j) {
-                           const T g = dy(i, j) * gamma(j);
-                           s1 += g;
-                           s2 += g * (x(i, j) - mean(i)) * rstd(i);
-                         }
-                         s1 /= T(n);
-                         s2 /= T(n);
-                         for (int j = 0; j < n; ++j) {
-                           const T xhat = (x(i, j) - mean(i)) * rstd(i);
-                           dx(i, j) = rstd(i) * (dy(i, j) * gamma(j) - s1 - xhat * s2);
-                         }
-                       },
-            2 * n);
+  // Per row, the means of dxhat = dy gamma and of dxhat xhat in double
+  // (two-stage), then dx elementwise.
+  const std::size_t rows = dy.extent(0), features = features_;
+  const std::size_t partials = segment_sums_workspace(rows, features, 2);
+  double* work = sums_workspace(ctx, partials + 2 * rows);
+  double* means = work + partials;
+  const double nd = static_cast<double>(features);
+  segment_sums<2>(ctx, "strata::LayerNorm::input_grad_partials", "strata::LayerNorm::input_grad_sums",
+      Terms::contiguous, rows, 1, features, work,
+      KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t j, double* acc) {
+        const double g = static_cast<double>(dy(i, j) * gamma(j));
+        acc[0] += g;
+        acc[1] += g * static_cast<double>((x(i, j) - mean(i)) * rstd(i));
+      },
+      KOKKOS_LAMBDA(std::size_t i, const double* t) {
+        means[2 * i] = t[0] / nd;
+        means[2 * i + 1] = t[1] / nd;
+      });
+  for_elements(ctx, "strata::LayerNorm::input_grad", rows, features,
+      KOKKOS_LAMBDA(const std::size_t i) {
+        return LayerNormRow<T>{mean(i), rstd(i), static_cast<T>(means[2 * i]),
+                               static_cast<T>(means[2 * i + 1])};
+      },
+      KOKKOS_LAMBDA(const LayerNormRow<T>& w, const std::size_t i, const std::size_t j) {
+        const T xhat = (x(i, j) - w.mu) * w.r;
+        dx(i, j) = w.r * (dy(i, j) * gamma(j) - w.s1 - xhat * w.s2);
+      });
 }
 
 template class LayerNorm<float>;
