@@ -155,12 +155,10 @@ Kokkos::View<double*, MemSpace> Linear<T>::exact_product(Context& ctx, ConstMatr
 namespace detail {
 template <class T>
 void add_bias(Context& ctx, Matrix<T> y, ConstVector<T> b) {
-  const int cols = static_cast<int>(y.extent(1));
-  // One thread per row: a 2D range policy costs more than tiny layers compute.
-  for_range(ctx, "strata::Linear::bias", y.extent(0), KOKKOS_LAMBDA(const int i) {
-        for (int j = 0; j < cols; ++j) y(i, j) += b(j);
-      },
-      cols);
+  // One item per element on a device, a row per item on the host.
+  for_elements(ctx, "strata::Linear::bias", y.extent(0), y.extent(1),
+      KOKKOS_LAMBDA(const std::size_t) { return 0; },
+      KOKKOS_LAMBDA(int, const std::size_t i, const std::size_t j) { y(i, j) += b(j); });
 }
 
 template <class T>

@@ -120,6 +120,13 @@ build="${BUILD_DIR:-$top/build-gpu}"
 jobs="${STRATA_JOBS:-$(nproc)}"
 report="$build/gpu-check-report.md"
 
+if [ "$dry_run" = 1 ]; then
+  # What the device tool carries: the working tree (tracked and untracked
+  # files git does not ignore), within its 64 MiB.
+  carry_bytes="$(cd "$top" && git ls-files -z -co --exclude-standard 2>/dev/null | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)"
+  say "dry run: the working tree that travels to a GPU machine: $(awk -v b="${carry_bytes:-0}" 'BEGIN { printf "%.1f", b / 1048576 }') MiB (the device tool carries at most 64 MiB, with what --kokkos-tarball and --deps add when carried)"
+fi
+
 # ------------------------------------------------------------------ Kokkos
 if [ -n "$kokkos_tarball" ]; then
   [ -f "$kokkos_tarball" ] || die 2 "--kokkos-tarball $kokkos_tarball: no such file"
@@ -278,10 +285,6 @@ if [ "$skip_torch" = 0 ] && command -v "$py" >/dev/null 2>&1 \
    && "$py" -c 'import torch' >/dev/null 2>&1; then have_torch=1; fi
 
 if [ "$dry_run" = 1 ]; then
-  # What the device tool carries: the working tree (tracked and untracked
-  # files git does not ignore), within its 64 MiB.
-  carry_bytes="$(cd "$top" && git ls-files -z -co --exclude-standard 2>/dev/null | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)"
-  say "dry run: the working tree that travels to a GPU machine: $(awk -v b="${carry_bytes:-0}" 'BEGIN { printf "%.1f", b / 1048576 }') MiB (the device tool carries at most 64 MiB, with what --kokkos-tarball and --deps add when carried)"
   say "dry run: the steps (nothing is built or run)"
   printf '  %q' "${configure[@]}"; echo
   echo "  cmake --build $build --parallel $jobs"
