@@ -14,20 +14,19 @@
 //   stage 2  one item per segment adds its P partial sums in order and
 //            calls finish(segment, sums) with the K totals.
 //
-// Which terms an item takes depends on where the terms lie in memory, so
-// that on a GPU neighbouring items read neighbouring addresses (coalescing)
-// and on the host each item streams through neighbouring addresses:
+// Item p of a segment takes the block of terms [p L, (p + 1) L) (L =
+// ceil(terms / P)); which items neighbour depends on where the terms lie:
 //   Terms::contiguous    the terms of one segment lie side by side (a
-//                        channel's positions): on a GPU item p of a segment
-//                        takes terms p, p + P, p + 2P, ...; on the host the
-//                        block [p L, (p + 1) L) (L = ceil(terms / P)).
+//                        channel's positions, a row's features): the items
+//                        of one segment neighbour, each streaming its block
+//                        (four accumulators in turn);
 //   Terms::interleaved   term j of neighbouring segments lie side by side (a
-//                        row of columns): the items of one p, over every
-//                        segment, neighbour; item p takes terms
-//                        [p L, (p + 1) L) in order, on every backend.
-// The split depends on the counts only, never on the thread count: the same
-// inputs give the same bits with any number of threads (and, for
-// Terms::interleaved, on the host and on a GPU alike).
+//                        column of a row-major matrix): the items of one p,
+//                        over every segment, neighbour, so that neighbouring
+//                        GPU threads read neighbouring addresses.
+// The split and the order depend on the counts only, never on the thread
+// count or the backend: the same inputs give the same bits with any number
+// of threads, on the host and on a GPU.
 //
 // term(segment, o, i, acc) adds its K values (o < outer, i < inner) to
 // double acc[K]; finish(segment, const double* totals) runs once per
@@ -69,30 +68,13 @@ void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Te
                   const Term& term, const Finish& finish) {
   const std::size_t terms = outer * inner, P = segment_partials(terms);
   if (segments == 0) return;
-  if (layout == Terms::contiguous && !host_kernels) {
-    for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
-          const std::size_t s = item / P, p = item % P;
-          double acc[K] = {};
-          // Terms p, p + P, ...: (o, i) advanced without a division per term.
-          std::size_t o = p / inner, i = p % inner;
-          const std::size_t step_o = P / inner, step_i = P % inner;
-          for (std::size_t j = p; j < terms; j += P) {
-            term(s, o, i, acc);
-            o += step_o;
-            i += step_i;
-            if (i >= inner) {
-              i -= inner;
-              ++o;
-            }
-          }
-          for (std::size_t k = 0; k < K; ++k) work[item * K + k] = acc[k];
-        },
-        (terms + P - 1) / P);
-  } else if (layout == Terms::contiguous) {
-    // On the host a thread streams through its items' blocks of L terms in
-    // order (neighbouring terms, P apart, would touch a page per term), into
-    // four accumulators in turn (one chain of dependent double additions
-    // runs at an add's latency, a quarter of what the core can add).
+  if (layout == Terms::contiguous) {
+    // Each item streams through its block of L terms in order, into four
+    // accumulators in turn (one chain of dependent double additions runs at
+    // an add's latency, a quarter of what a core can add). The same order on
+    // every backend: --reproducible's per-row statistics are the same bits
+    // on the host and on a GPU (there, neighbouring threads read 256 bytes
+    // apart, each its own cache lines in turn).
     const std::size_t L = (terms + P - 1) / P;
     for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
           const std::size_t s = item / P, p = item % P;
