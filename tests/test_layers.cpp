@@ -3,6 +3,7 @@
 // gradients). Losses likewise; Sequential against the composition of layers.
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/segment_sums.hpp"
 #include "backends/vmath.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/loss.hpp"
@@ -632,6 +633,68 @@ Sequential<float> every_layer_kind(std::size_t in, std::size_t width, std::size_
 // as Kokkos kernels on all threads must give bitwise the same parameters
 // (each item's arithmetic is the same; only the reported loss, a sum, may be
 // added in another order). Shapes are above and below inline_work_limit.
+// segment_sums (backends/segment_sums.hpp) against a naive sum in double:
+// each segment's K = 2 sums (of v and of v^2) over outer x inner terms, both
+// layouts, on shapes whose blocks end mid-row, span rows, or hold a single
+// partial; and the same bits inline and through Kokkos with every thread.
+// Bound: a sum of n doubles in any order is within (n - 1) 2^-53 sum |t| of
+// the exact one, and the naive sum too: 2 n 2^-53 sum |t| covers both.
+TEST(SegmentSums, MatchANaiveDoubleSumInBothLayoutsAndAnyThreadCount) {
+  struct Case {
+    std::size_t segments, outer, inner;
+  };
+  for (const Case c : {Case{3, 7, 5}, Case{2, 1000, 3}, Case{5, 1, 4099}, Case{4, 128, 784},
+                       Case{1, 0, 3}, Case{33, 2, 1}}) {
+    const std::size_t S = c.segments, terms = c.outer * c.inner;
+    const std::vector<float> v = test::randn<float>(std::max<std::size_t>(S * terms, 1), 5 + S);
+    // Contiguous: segment s holds its terms side by side ([s][o][i]);
+    // interleaved: term (o, i) of every segment side by side ([o][i][s]).
+    auto contiguous = test::to_device(v);
+    std::vector<float> vi(v.size());
+    for (std::size_t s = 0; s < S; ++s)
+      for (std::size_t j = 0; j < terms; ++j) vi[j * S + s] = v[s * terms + j];
+    auto interleaved = test::to_device(vi);
+    for (const Terms layout : {Terms::contiguous, Terms::interleaved}) {
+      auto run = [&](bool inline_ok) {
+        Context ctx;
+        ctx.inline_ok = inline_ok;
+        Kokkos::View<double*, MemSpace> out("out", 2 * S);
+        Kokkos::View<double*, MemSpace> work("work", std::max<std::size_t>(segment_sums_workspace(S, terms, 2), 1));
+        auto a = layout == Terms::contiguous ? contiguous : interleaved;
+        const std::size_t inner = c.inner;
+        const bool by_segment = layout == Terms::contiguous;
+        segment_sums<2>(ctx, "test::partials", "test::sums", layout, S, c.outer, c.inner, work.data(),
+            KOKKOS_LAMBDA(std::size_t s, std::size_t o, std::size_t i, double* acc) {
+              const std::size_t j = o * inner + i;
+              const double t = a(by_segment ? s * terms + j : j * S + s);
+              acc[0] += t;
+              acc[1] += t * t;
+            },
+            KOKKOS_LAMBDA(std::size_t s, const double* total) {
+              out(2 * s) = total[0];
+              out(2 * s + 1) = total[1];
+            });
+        Kokkos::fence();
+        return test::to_host(out);
+      };
+      const std::vector<double> got = run(false);
+      EXPECT_EQ(run(true), got) << "inline and launched differ";
+      for (std::size_t s = 0; s < S; ++s) {
+        double sum = 0, squares = 0, abs_sum = 0;
+        for (std::size_t j = 0; j < terms; ++j) {
+          const double t = v[s * terms + j];
+          sum += t;
+          squares += t * t;
+          abs_sum += std::abs(t);
+        }
+        const double bound = 2.0 * static_cast<double>(terms) * std::ldexp(1.0, -53);
+        EXPECT_LE(std::abs(got[2 * s] - sum), bound * abs_sum) << "segment " << s << " of " << S;
+        EXPECT_LE(std::abs(got[2 * s + 1] - squares), bound * squares) << "segment " << s;
+      }
+    }
+  }
+}
+
 TEST(InlineKernels, TrainingIsBitwiseTheSameAsKernelLaunches) {
   if (!host_kernels) GTEST_SKIP() << "kernels run on a device: nothing runs inline";
   for (std::size_t width : {std::size_t(8), std::size_t(600)}) {
