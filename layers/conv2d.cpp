@@ -13,6 +13,17 @@
 
 namespace strata {
 
+namespace {
+// A (sample, channel) run of P values between the NCHW layout and the
+// channels-as-rows layout of the GEMMs, with the bias to add.
+template <class T>
+struct ChannelRun {
+  const T* src;
+  T* dst;
+  T add;
+};
+}  // namespace
+
 // Host: 2^20 values (4 MiB of float) per chunk; device: 2^23 (32 MiB).
 template <class T>
 const std::size_t Conv2d<T>::default_workspace_limit =
@@ -385,15 +396,16 @@ void Conv2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
     for (std::size_t g = 0; g < groups_; ++g)
       ctx.blas.gemm(Op::N, Op::N, og, cols, kg, T(1), weight_.data() + g * og * kg, kg,
                     col_.data() + g * kg * N, cols, T(0), yt_.data() + g * og * N, cols);
-    // The (sample, channel) rows of the NCHW output: runs of P values.
-    for_range(ctx, "strata::Conv2d::to_nchw", n * out_, KOKKOS_LAMBDA(const std::size_t item) {
-          const std::size_t b = item / on, c = item % on;
-          const T add = has_bias ? bias(c) : T(0);
-          const T* src = yt + c * N + b * P;
-          T* dst = &y(first + b, c * P);
-          for (std::size_t p = 0; p < P; ++p) dst[p] = src[p] + add;
+    // The (sample, channel) rows of the NCHW output: runs of P values, one
+    // item per value on a device.
+    for_elements(ctx, "strata::Conv2d::to_nchw", n * out_, P,
+        KOKKOS_LAMBDA(const std::size_t row) {
+          const std::size_t b = row / on, c = row % on;
+          return ChannelRun<T>{yt + c * N + b * P, &y(first + b, c * P), has_bias ? bias(c) : T(0)};
         },
-        P);
+        KOKKOS_LAMBDA(const ChannelRun<T>& r, std::size_t, const std::size_t p) {
+          r.dst[p] = r.src[p] + r.add;
+        });
   }
 }
 
@@ -427,13 +439,14 @@ void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>
     const int cols = static_cast<int>(N);
     im2col(ctx, saved.x, first, n);
     // dyt(O, n P): the chunk's output gradient with channels as rows.
-    for_range(ctx, "strata::Conv2d::from_nchw", n * out_, KOKKOS_LAMBDA(const std::size_t item) {
-          const std::size_t b = item / on, c = item % on;
-          const T* src = &dy(first + b, c * P);
-          T* dst = yt + c * N + b * P;
-          for (std::size_t p = 0; p < P; ++p) dst[p] = src[p];
+    for_elements(ctx, "strata::Conv2d::from_nchw", n * out_, P,
+        KOKKOS_LAMBDA(const std::size_t row) {
+          const std::size_t b = row / on, c = row % on;
+          return ChannelRun<T>{&dy(first + b, c * P), yt + c * N + b * P, T(0)};
         },
-        P);
+        KOKKOS_LAMBDA(const ChannelRun<T>& r, std::size_t, const std::size_t p) {
+          r.dst[p] = r.src[p];
+        });
     // dW(O, C K) += dyt col^T, per group.
     for (std::size_t g = 0; g < groups_; ++g)
       add_gemm_grad<T>(ctx, n, Op::N, Op::T, og, kg, cols, yt_.data() + g * og * N, cols,
