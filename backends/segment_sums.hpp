@@ -8,8 +8,8 @@
 // segment that walks every term leaves a GPU idle (32 items for the first
 // BatchNorm of the CNN) and adds 100,000 floats one by one in float. Here:
 //
-//   stage 1  segments x P items (P = segment_partials(terms), about 64
-//            terms each, at most 1024): each adds its share of the terms in
+//   stage 1  segments x P items (P = segment_partials(segments, terms),
+//            about 64 terms each, at most 1024, at most 65,536 items): each adds its share of the terms in
 //            double into the workspace;
 //   stage 2  one item per segment adds its P partial sums in order and
 //            calls finish(segment, sums) with the K totals.
@@ -41,24 +41,34 @@ namespace strata {
 
 // Partial sums per segment of `terms` terms: about 64 terms each, at most
 // 1024, so that the statistics of the CNN's BatchNorms (32 channels of
-// 100,352 values, 64 of 25,088) launch 16,384 items or more.
-inline std::size_t segment_partials(std::size_t terms) {
-  constexpr std::size_t per_partial = 64, most = 1024;
-  const std::size_t p = (terms + per_partial - 1) / per_partial;
-  return p < 1 ? 1 : p > most ? most : p;
+// 100,352 values, 64 of 25,088) launch 16,384 items or more; and no more
+// than 65,536 items in all when there are many segments (many columns need
+// no split for a GPU to be busy, and the workspace stays small).
+inline std::size_t segment_partials(std::size_t segments, std::size_t terms) {
+  constexpr std::size_t per_partial = 64, most = 1024, most_items = 65536;
+  std::size_t p = (terms + per_partial - 1) / per_partial;
+  const std::size_t by_items = segments > 0 ? most_items / segments : most;
+  if (p > most) p = most;
+  if (p > by_items) p = by_items;
+  return p < 1 ? 1 : p;
 }
 
 // The doubles of workspace segment_sums needs.
 inline std::size_t segment_sums_workspace(std::size_t segments, std::size_t terms, std::size_t K) {
-  return segments * segment_partials(terms) * K;
+  return segments * segment_partials(segments, terms) * K;
 }
 
 enum class Terms { contiguous, interleaved };
 
 // Context's shared workspace for segment_sums, at least `doubles` long.
+// Grown in place: the old buffer is freed before the new one is allocated,
+// uninitialised (every user writes before it reads).
 inline double* sums_workspace(Context& ctx, std::size_t doubles) {
-  if (ctx.sums_workspace.extent(0) < doubles)
-    ctx.sums_workspace = Kokkos::View<double*, MemSpace>("strata::sums_workspace", doubles);
+  if (ctx.sums_workspace.extent(0) < doubles) {
+    ctx.sums_workspace = Kokkos::View<double*, MemSpace>();
+    ctx.sums_workspace = Kokkos::View<double*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "strata::sums_workspace"), doubles);
+  }
   return ctx.sums_workspace.data();
 }
 
@@ -66,7 +76,8 @@ template <std::size_t K, class Term, class Finish>
 void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Terms layout,
                   std::size_t segments, std::size_t outer, std::size_t inner, double* work,
                   const Term& term, const Finish& finish) {
-  const std::size_t terms = outer * inner, P = segment_partials(terms);
+  if (inner == 0) outer = 0, inner = 1;  // no terms (and no division by zero)
+  const std::size_t terms = outer * inner, P = segment_partials(segments, terms);
   if (segments == 0) return;
   if (layout == Terms::contiguous) {
     // Each item streams through its block of L terms in order, into four

@@ -95,12 +95,11 @@ class BatchNorm final : public Layer<T> {
   bool sync_;
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
   VectorBuffer<T> running_mean_, running_var_;
-  // Sums in double: the statistics and the backward sums (3 C + 1), or
-  // --reproducible's exact pairs (4 C + 2).
+  // Sums in double: the statistics (sums, count, squared deviations: 2 C +
+  // 1) and the backward sums (2 C), or --reproducible's exact pairs (4 C + 2).
   Kokkos::View<double*, MemSpace> dsums_;
   Kokkos::View<double*, MemSpace> work_;  // segment_sums' partial sums
-  VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel;
-                          // forward with a group: the sums and the count (2C + 1)
+  VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel
   BatchGroup<T>* group_ = nullptr;
   std::uint64_t tracked_ = 0;
   void allocate();  // the running statistics and sums_, once

@@ -75,21 +75,28 @@ void LayerNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   const double eps = eps_, nd = static_cast<double>(n);
   Vector<T> mean(saved.scratch.data(), batch), rstd(saved.scratch.data() + batch, batch);
   auto gamma = gamma_, beta = beta_;
-  // Each row's mean and variance from its sum and sum of squares in double
-  // (two-stage, backends/segment_sums.hpp: rows x partials items, not one
-  // item per row), then the elementwise normalisation (rows x features).
-  double* work = sums_workspace(ctx, segment_sums_workspace(batch, n, 2));
-  segment_sums<2>(ctx, "strata::LayerNorm::statistics_partials", "strata::LayerNorm::statistics",
+  // Each row's mean, then its variance from the squared deviations (two
+  // passes, as the variance of values far from zero needs), in double and
+  // two-stage (backends/segment_sums.hpp: rows x partials items, not one
+  // item per row); then the elementwise normalisation (rows x features).
+  const std::size_t partials = segment_sums_workspace(batch, n, 1);
+  double* work = sums_workspace(ctx, partials + batch);
+  double* mu = work + partials;
+  segment_sums<1>(ctx, "strata::LayerNorm::sum_partials", "strata::LayerNorm::means",
       Terms::contiguous, batch, 1, n, work,
       KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t j, double* acc) {
-        const double v = static_cast<double>(x(i, j));
-        acc[0] += v;
-        acc[1] += v * v;
+        acc[0] += static_cast<double>(x(i, j));
+      },
+      KOKKOS_LAMBDA(std::size_t i, const double* t) { mu[i] = t[0] / nd; });
+  segment_sums<1>(ctx, "strata::LayerNorm::square_partials", "strata::LayerNorm::statistics",
+      Terms::contiguous, batch, 1, n, work,
+      KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t j, double* acc) {
+        const double d = static_cast<double>(x(i, j)) - mu[i];
+        acc[0] += d * d;
       },
       KOKKOS_LAMBDA(std::size_t i, const double* t) {
-        const double mu = t[0] / nd, var = t[1] / nd - mu * mu;
-        mean(i) = static_cast<T>(mu);
-        rstd(i) = static_cast<T>(1.0 / kmath::sqrt((var > 0 ? var : 0.0) + eps));
+        mean(i) = static_cast<T>(mu[i]);
+        rstd(i) = static_cast<T>(1.0 / kmath::sqrt(t[0] / nd + eps));
       });
   for_elements(ctx, "strata::LayerNorm::forward", batch, n,
       KOKKOS_LAMBDA(const std::size_t i) { return LayerNormRow<T>{mean(i), rstd(i), 0, 0}; },

@@ -116,6 +116,7 @@ cxx="$(strata_flavour_cxx "$flavour" "$src")"
 build="$(strata_cache)/build-kokkos-$flavour"
 rm -rf "$build"
 echo "bootstrap: building Kokkos $version ($flavour) into $prefix" >&2
+rm -f "$prefix/.strata-complete"   # a failed rebuild must not pass for a finished one
 cmake -S "$src" -B "$build" -G Ninja \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_STANDARD=17 \
   -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=OFF \

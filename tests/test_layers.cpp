@@ -639,6 +639,33 @@ Sequential<float> every_layer_kind(std::size_t in, std::size_t width, std::size_
 // partial; and the same bits inline and through Kokkos with every thread.
 // Bound: a sum of n doubles in any order is within (n - 1) 2^-53 sum |t| of
 // the exact one, and the naive sum too: 2 n 2^-53 sum |t| covers both.
+// The sums of v and v^2 per segment of `a` (S segments of outer x inner
+// terms, laid out as `layout` says) through segment_sums. A free function:
+// CUDA refuses extended lambdas in gtest's private TestBody.
+std::vector<double> segment_sums_of(Terms layout, Kokkos::View<float*, MemSpace> a, std::size_t S,
+                                    std::size_t outer, std::size_t inner, bool inline_ok) {
+  Context ctx;
+  ctx.inline_ok = inline_ok;
+  const std::size_t terms = outer * inner;
+  Kokkos::View<double*, MemSpace> out("out", 2 * S);
+  Kokkos::View<double*, MemSpace> work(
+      "work", std::max<std::size_t>(segment_sums_workspace(S, terms, 2), 1));
+  const bool by_segment = layout == Terms::contiguous;
+  segment_sums<2>(ctx, "test::partials", "test::sums", layout, S, outer, inner, work.data(),
+      KOKKOS_LAMBDA(std::size_t s, std::size_t o, std::size_t i, double* acc) {
+        const std::size_t j = o * inner + i;
+        const double t = a(by_segment ? s * terms + j : j * S + s);
+        acc[0] += t;
+        acc[1] += t * t;
+      },
+      KOKKOS_LAMBDA(std::size_t s, const double* total) {
+        out(2 * s) = total[0];
+        out(2 * s + 1) = total[1];
+      });
+  Kokkos::fence();
+  return test::to_host(out);
+}
+
 TEST(SegmentSums, MatchANaiveDoubleSumInBothLayoutsAndAnyThreadCount) {
   struct Case {
     std::size_t segments, outer, inner;
@@ -655,27 +682,9 @@ TEST(SegmentSums, MatchANaiveDoubleSumInBothLayoutsAndAnyThreadCount) {
       for (std::size_t j = 0; j < terms; ++j) vi[j * S + s] = v[s * terms + j];
     auto interleaved = test::to_device(vi);
     for (const Terms layout : {Terms::contiguous, Terms::interleaved}) {
+      auto a = layout == Terms::contiguous ? contiguous : interleaved;
       auto run = [&](bool inline_ok) {
-        Context ctx;
-        ctx.inline_ok = inline_ok;
-        Kokkos::View<double*, MemSpace> out("out", 2 * S);
-        Kokkos::View<double*, MemSpace> work("work", std::max<std::size_t>(segment_sums_workspace(S, terms, 2), 1));
-        auto a = layout == Terms::contiguous ? contiguous : interleaved;
-        const std::size_t inner = c.inner;
-        const bool by_segment = layout == Terms::contiguous;
-        segment_sums<2>(ctx, "test::partials", "test::sums", layout, S, c.outer, c.inner, work.data(),
-            KOKKOS_LAMBDA(std::size_t s, std::size_t o, std::size_t i, double* acc) {
-              const std::size_t j = o * inner + i;
-              const double t = a(by_segment ? s * terms + j : j * S + s);
-              acc[0] += t;
-              acc[1] += t * t;
-            },
-            KOKKOS_LAMBDA(std::size_t s, const double* total) {
-              out(2 * s) = total[0];
-              out(2 * s + 1) = total[1];
-            });
-        Kokkos::fence();
-        return test::to_host(out);
+        return segment_sums_of(layout, a, S, c.outer, c.inner, inline_ok);
       };
       const std::vector<double> got = run(false);
       EXPECT_EQ(run(true), got) << "inline and launched differ";

@@ -158,12 +158,14 @@ def train(a, rank=0, size=1):
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        if a.autocast:
-            with torch.autocast(device_type=device.type, dtype=getattr(torch, a.autocast)):
-                out = model(xs[i % a.batches])
-        else:
+        def forward():
             out = model(xs[i % a.batches])
-        loss = loss_fn(out.reshape(-1, classes) if tokens else out, ys[i % a.batches].reshape(-1) if tokens else ys[i % a.batches])
+            return loss_fn(out.reshape(-1, classes) if tokens else out, ys[i % a.batches].reshape(-1) if tokens else ys[i % a.batches])
+        if a.autocast:  # the loss under autocast too (it upcasts to float32 there)
+            with torch.autocast(device_type=device.type, dtype=getattr(torch, a.autocast)):
+                loss = forward()
+        else:
+            loss = forward()
         loss.backward()
         opt.step()
         return loss
