@@ -226,6 +226,8 @@ strata_kokkos46_source() {
   sum="$(cat "$tarball" "$patch" | sha256sum | cut -c1-12)"
   src="$(strata_cache)/src/kokkos-4.6.01-$sum"
   if [ -f "$src/.strata-patched" ]; then echo "$src"; return 0; fi
+  command -v patch >/dev/null 2>&1 \
+    || { echo "strata: 'patch' not found: it applies $patch (Debian package patch)" >&2; return 1; }
   rm -rf "$src" "$src.tmp" && mkdir -p "$src.tmp"
   tar -xzf "$tarball" -C "$src.tmp" --strip-components=1 >&2 \
     || { echo "strata: cannot unpack $tarball" >&2; return 1; }
