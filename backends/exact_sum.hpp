@@ -71,7 +71,7 @@ KOKKOS_INLINE_FUNCTION double exact_value(double hi, double lo) {
 struct ExactSum {
   double hi = 0, lo = 0, big = 0;
 
-  KOKKOS_INLINE_FUNCTION ExactSum() = default;
+  KOKKOS_DEFAULTED_FUNCTION ExactSum() = default;
   KOKKOS_INLINE_FUNCTION void add(double x) {
     const double ax = x < 0 ? -x : x;
     if (!(ax < exact::term_limit)) {

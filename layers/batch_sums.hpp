@@ -46,6 +46,15 @@ template <class T, class Term>
 void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> grad,
                   const Term& term);
 
+// db(c) += the sum over the samples b and positions p of dy(b, c P + p), for
+// dy (batch, C P) whose rows hold C channels of P positions each (a
+// convolution's bias gradient): exact term by term during a reproducible
+// backward (add_row_sums), else two-stage in double over each channel's runs
+// of P values (Terms::contiguous). `partials` and `sums` name the stages.
+template <class T>
+void add_channel_sums(Context& ctx, const char* partials, const char* sums, ConstMatrix<T> dy,
+                      std::size_t positions, Vector<T> db);
+
 // The exact twin of a slice of the model's gradient buffer (hi, lo per
 // value) during a reproducible backward; throws runtime when `grad` is not
 // part of that buffer (a layer outside a model), config for double models.
@@ -78,6 +87,24 @@ void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> gr
         acc[0] += static_cast<double>(term(i, j));
       },
       KOKKOS_LAMBDA(std::size_t j, const double* total) { grad(j) += static_cast<T>(total[0]); });
+}
+
+template <class T>
+void add_channel_sums(Context& ctx, const char* partials, const char* sums, ConstMatrix<T> dy,
+                      std::size_t positions, Vector<T> db) {
+  const std::size_t P = positions, batch = dy.extent(0), channels = db.extent(0);
+  if (ctx.exact != nullptr) {  // samples, then positions, in order
+    add_row_sums<T>(ctx, sums, batch * P, db, KOKKOS_LAMBDA(const std::size_t i, const std::size_t c) {
+          return dy(i / P, c * P + i % P);
+        });
+    return;
+  }
+  double* work = sums_workspace(ctx, segment_sums_workspace(channels, batch * P, 1));
+  segment_sums<1>(ctx, partials, sums, Terms::contiguous, channels, batch, P, work,
+      KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t p, double* acc) {
+        acc[0] += static_cast<double>(dy(b, c * P + p));
+      },
+      KOKKOS_LAMBDA(std::size_t c, const double* total) { db(c) += static_cast<T>(total[0]); });
 }
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "layers/batch_sums.hpp"
+#include "layers/conv_unfold.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
 
@@ -178,163 +179,11 @@ std::size_t Conv2d<T>::workspace_bytes(std::size_t max_batch) const {
   return (w.col + w.yt + w.parts) * sizeof(T);
 }
 
-namespace {
-using I = std::int64_t;
-
-// The window geometry of one convolution in kernel-friendly integers, and the
-// output columns [lo, hi) whose input column ow SW + iw0 lies inside the image
-// (iw0 = kw DW - PW: the kernel column's offset).
-struct ConvGeometry {
-  I C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
-  KOKKOS_INLINE_FUNCTION I lo(I iw0) const {
-    const I l = iw0 >= 0 ? 0 : (-iw0 + SW - 1) / SW;  // the first ow with ow SW + iw0 >= 0
-    return l < OW ? l : OW;
-  }
-  KOKKOS_INLINE_FUNCTION I hi(I iw0) const {
-    if (W - iw0 <= 0) return 0;
-    const I h = (W - iw0 + SW - 1) / SW;  // the first ow with ow SW + iw0 >= W
-    return h < OW ? h : OW;
-  }
-  // Unit strides and as many output as input columns: the patch entry
-  // (kh, kw) of output position p = oh OW + ow reads input pixel p + ih0 W +
-  // iw0 (ih0 = kh DH - PH) whenever that pixel is inside the image, so a
-  // patch row is the input plane shifted (the "same" convolutions of CNNs).
-  KOKKOS_INLINE_FUNCTION bool shifted_plane() const { return SH == 1 && SW == 1 && OW == W; }
-  // The output rows [row_lo, row_hi) whose input row oh + ih0 is inside.
-  KOKKOS_INLINE_FUNCTION I row_lo(I ih0) const {
-    const I l = ih0 >= 0 ? 0 : -ih0;
-    return l < OH ? l : OH;
-  }
-  KOKKOS_INLINE_FUNCTION I row_hi(I ih0) const {
-    const I h = H - ih0 < OH ? H - ih0 : OH;
-    const I l = row_lo(ih0);
-    return h > l ? h : l;
-  }
-};
-
-ConvGeometry geometry(const Window2d& w, std::size_t c, std::size_t h, std::size_t wd,
-                      std::size_t oh, std::size_t ow) {
-  return {static_cast<I>(c),    static_cast<I>(h),    static_cast<I>(wd),   static_cast<I>(oh),
-          static_cast<I>(ow),   static_cast<I>(w.kh), static_cast<I>(w.kw), static_cast<I>(w.sh),
-          static_cast<I>(w.sw), static_cast<I>(w.ph), static_cast<I>(w.pw), static_cast<I>(w.dh),
-          static_cast<I>(w.dw)};
-}
-
-// Zeros the columns of rows [r0, r1) of a patch row outside [lo, hi).
-template <class T>
-KOKKOS_INLINE_FUNCTION void zero_outside(const ConvGeometry& g, T* out, I r0, I r1, I lo, I hi) {
-  if (lo == 0 && hi == g.OW) return;
-  for (I oh = r0; oh < r1; ++oh) {
-    T* row = out + oh * g.OW;
-    for (I i = 0; i < lo; ++i) row[i] = T(0);
-    for (I i = hi; i < g.OW; ++i) row[i] = T(0);
-  }
-}
-
-// Patch row (c, kh, kw) of one sample: its P = OH OW values, read from the
-// sample's channel plane c (zero where the window leaves the image).
-template <class T>
-KOKKOS_INLINE_FUNCTION void unfold_row(const ConvGeometry& g, const T* plane, I kh, I kw, T* out) {
-  const I P = g.OH * g.OW, iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
-  if (g.shifted_plane()) {
-    // The plane shifted by (ih0, iw0): one contiguous copy, then zeros where
-    // the window leaves the image (the rows above or below it, the columns
-    // that wrapped to the next row).
-    const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
-    const bool any = r1 > r0 && hi > lo;
-    const I begin = any ? r0 * g.OW + lo : 0, end = any ? (r1 - 1) * g.OW + hi : 0;
-    const I shift = ih0 * g.W + iw0;
-    for (I p = 0; p < begin; ++p) out[p] = T(0);
-    for (I p = begin; p < end; ++p) out[p] = plane[p + shift];
-    for (I p = end; p < P; ++p) out[p] = T(0);
-    if (any) zero_outside(g, out, r0, r1, lo, hi);
-    return;
-  }
-  // Each output row a (strided) copy of an input row.
-  for (I oh = 0; oh < g.OH; ++oh, out += g.OW) {
-    const I ih = oh * g.SH - g.PH + kh * g.DH;
-    if (ih < 0 || ih >= g.H || hi <= lo) {
-      for (I ow = 0; ow < g.OW; ++ow) out[ow] = T(0);
-      continue;
-    }
-    const I base = ih * g.W + iw0;  // may be negative; base + ow SW is not, from lo on
-    for (I ow = 0; ow < lo; ++ow) out[ow] = T(0);
-    if (g.SW == 1)
-      for (I ow = lo; ow < hi; ++ow) out[ow] = plane[base + ow];
-    else
-      for (I ow = lo; ow < hi; ++ow) out[ow] = plane[base + ow * g.SW];
-    for (I ow = hi; ow < g.OW; ++ow) out[ow] = T(0);
-  }
-}
-
-// Input row ih of one sample's channel plane folded from its patch rows:
-// `rows` points at the run of patch row (c, 0, 0) of the sample, patch rows
-// `stride` apart. The row starts at zero and adds, kernel rows then kernel
-// columns in order, the output row of each patch entry that reads it (a
-// gather: no atomics, a fixed order per pixel).
-template <class T>
-KOKKOS_INLINE_FUNCTION void fold_row(const ConvGeometry& g, const T* rows, I stride, I ih, T* row) {
-  for (I iw = 0; iw < g.W; ++iw) row[iw] = T(0);
-  for (I kh = 0; kh < g.KH; ++kh) {
-    const I th = ih + g.PH - kh * g.DH;  // = oh SH
-    if (th < 0 || th % g.SH != 0 || th / g.SH >= g.OH) continue;
-    const I oh = th / g.SH;
-    for (I kw = 0; kw < g.KW; ++kw) {
-      const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
-      const T* src = rows + (kh * g.KW + kw) * stride + oh * g.OW;
-      if (g.SW == 1)
-        for (I ow = lo; ow < hi; ++ow) row[ow + iw0] += src[ow];
-      else
-        for (I ow = lo; ow < hi; ++ow) row[ow * g.SW + iw0] += src[ow];
-    }
-  }
-}
-
-// The same for a whole plane of a shifted-plane convolution: each patch row
-// one contiguous shifted add, once its entries that fall outside the image
-// (those that would wrap to the next row) are zeroed in `rows`. Each pixel
-// sums the same terms in the same order as fold_row.
-template <class T>
-KOKKOS_INLINE_FUNCTION void fold_plane(const ConvGeometry& g, T* rows, I stride, T* plane) {
-  for (I p = 0; p < g.H * g.W; ++p) plane[p] = T(0);
-  for (I kh = 0; kh < g.KH; ++kh) {
-    const I ih0 = kh * g.DH - g.PH, r0 = g.row_lo(ih0), r1 = g.row_hi(ih0);
-    for (I kw = 0; kw < g.KW; ++kw) {
-      const I iw0 = kw * g.DW - g.PW, lo = g.lo(iw0), hi = g.hi(iw0);
-      if (r1 <= r0 || hi <= lo) continue;
-      T* src = rows + (kh * g.KW + kw) * stride;
-      zero_outside(g, src, r0, r1, lo, hi);
-      const I shift = ih0 * g.W + iw0;
-      for (I p = r0 * g.OW + lo; p < (r1 - 1) * g.OW + hi; ++p) plane[p + shift] += src[p];
-    }
-  }
-}
-
-// All C K patch rows of one sample (`x`: its C planes) into col(C K, P).
-template <class T>
-KOKKOS_INLINE_FUNCTION void unfold_sample(const ConvGeometry& g, const T* x, T* col) {
-  const I P = g.OH * g.OW;
-  for (I c = 0; c < g.C; ++c)
-    for (I kh = 0; kh < g.KH; ++kh)
-      for (I kw = 0; kw < g.KW; ++kw)
-        unfold_row(g, x + c * g.H * g.W, kh, kw, col + ((c * g.KH + kh) * g.KW + kw) * P);
-}
-
-// One sample's input gradient (`dx`: its C planes) folded from dcol(C K, P)
-// (whose wrapped entries fold_plane zeroes).
-template <class T>
-KOKKOS_INLINE_FUNCTION void fold_sample(const ConvGeometry& g, T* col, T* dx) {
-  const I P = g.OH * g.OW, K = g.KH * g.KW;
-  for (I c = 0; c < g.C; ++c) {
-    T* rows = col + c * K * P;
-    T* plane = dx + c * g.H * g.W;
-    if (g.shifted_plane())
-      fold_plane(g, rows, P, plane);
-    else
-      for (I ih = 0; ih < g.H; ++ih) fold_row(g, rows, P, ih, plane + ih * g.W);
-  }
-}
-}  // namespace
+using conv_unfold::ConvGeometry;
+using conv_unfold::I;
+using conv_unfold::fold_sample;
+using conv_unfold::geometry;
+using conv_unfold::unfold_sample;
 
 template <class T>
 void Conv2d<T>::im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::size_t n) const {
@@ -342,11 +191,22 @@ void Conv2d<T>::im2col(Context& ctx, ConstMatrix<T> x, std::size_t first, std::s
   const I K = g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P;
   const I b0 = static_cast<I>(first), nb = static_cast<I>(n);
   T* col = col_.data();
+  if constexpr (!host_kernels) {
+    // One item per value of col(C K, N): threads of a warp read neighbouring
+    // positions of one input plane.
+    for_range(ctx, "strata::Conv2d::im2col", n * patch_rows() * positions(),
+        KOKKOS_LAMBDA(const std::size_t item) {
+          const I i = static_cast<I>(item), ck = i / N, bp = i - ck * N, b = bp / P;
+          const I c = ck / K, kh = (ck / g.KW) % g.KH, kw = ck % g.KW;
+          col[i] = conv_unfold::unfold_value(g, &x(b0 + b, c * g.H * g.W), kh, kw, bp - b * P);
+        });
+    return;
+  }
   // One item per (patch row (c, kh, kw), sample): a run of P columns.
   for_range(ctx, "strata::Conv2d::im2col", n * patch_rows(), KOKKOS_LAMBDA(const std::size_t item) {
         const I ck = static_cast<I>(item) / nb, b = static_cast<I>(item) % nb;
         const I c = ck / K, kh = (ck / g.KW) % g.KH, kw = ck % g.KW;
-        unfold_row(g, &x(b0 + b, c * g.H * g.W), kh, kw, col + ck * N + b * P);
+        conv_unfold::unfold_row(g, &x(b0 + b, c * g.H * g.W), kh, kw, col + ck * N + b * P);
       },
       oh_ * ow_);
 }
@@ -356,10 +216,23 @@ void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_
   const ConvGeometry g = geometry(win_, in_, h_, w_, oh_, ow_);
   const I K = g.KH * g.KW, P = g.OH * g.OW, N = static_cast<I>(n) * P, b0 = static_cast<I>(first);
   T* col = col_.data();
+  if constexpr (!host_kernels) {
+    // One item per input pixel (sample, channel, ih, iw): a gather of the
+    // patch entries that read it.
+    const I HW = g.H * g.W;
+    for_range(ctx, "strata::Conv2d::col2im", n * in_ * h_ * w_,
+        KOKKOS_LAMBDA(const std::size_t item) {
+          const I i = static_cast<I>(item), bc = i / HW, hw = i - bc * HW;
+          const I b = bc / g.C, c = bc - b * g.C, ih = hw / g.W;
+          dx(b0 + b, c * HW + hw) =
+              conv_unfold::fold_value(g, col + c * K * N + b * P, N, ih, hw - ih * g.W);
+        });
+    return;
+  }
   if (g.shifted_plane()) {  // one item per input plane (sample, channel)
     for_range(ctx, "strata::Conv2d::col2im", n * in_, KOKKOS_LAMBDA(const std::size_t item) {
           const I b = static_cast<I>(item) / g.C, c = static_cast<I>(item) % g.C;
-          fold_plane(g, col + c * K * N + b * P, N, &dx(b0 + b, c * g.H * g.W));
+          conv_unfold::fold_plane(g, col + c * K * N + b * P, N, &dx(b0 + b, c * g.H * g.W));
         },
         w_ * h_ * win_.kh * win_.kw);
     return;
@@ -368,7 +241,7 @@ void Conv2d<T>::col2im(Context& ctx, Matrix<T> dx, std::size_t first, std::size_
   for_range(ctx, "strata::Conv2d::col2im", n * in_ * h_, KOKKOS_LAMBDA(const std::size_t item) {
         const I i = static_cast<I>(item);
         const I b = i / (g.C * g.H), c = (i / g.H) % g.C, ih = i % g.H;
-        fold_row(g, col + c * K * N + b * P, N, ih, &dx(b0 + b, (c * g.H + ih) * g.W));
+        conv_unfold::fold_row(g, col + c * K * N + b * P, N, ih, &dx(b0 + b, (c * g.H + ih) * g.W));
       },
       w_ * win_.kh * win_.kw);
 }
@@ -412,11 +285,9 @@ void Conv2d<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>&) 
 template <class T>
 void Conv2d<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
   const std::size_t batch = dy.extent(0), P = positions();
-  if (bias_)  // one item per channel: samples, then positions, in order
-    add_row_sums<T>(ctx, "strata::Conv2d::bias_grad", batch * P, db_,
-        KOKKOS_LAMBDA(const std::size_t i, const std::size_t c) {
-          return dy(i / P, c * P + i % P);
-        });
+  if (bias_)
+    add_channel_sums<T>(ctx, "strata::Conv2d::bias_grad_partials", "strata::Conv2d::bias_grad", dy,
+                        P, db_);
   if (runs_samples(ctx, batch)) {
     backward_samples(ctx, saved.x, dy, dx);
     return;

@@ -2,8 +2,8 @@
 
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/segment_sums.hpp"
 #include "backends/vmath.hpp"
-#include "layers/softmax_sum.hpp"
 
 namespace strata {
 
@@ -41,6 +41,27 @@ M per_label(const M& m, std::size_t labels) {
 }
 }  // namespace
 
+namespace {
+// What the gradient of one row shares: its largest value, 1 / its softmax's
+// denominator, its label.
+template <class T>
+struct SoftmaxRow {
+  T mx, inv;
+  int label;
+};
+}  // namespace
+
+// Shaped for a device as well as host threads (a row of a GPT's 50,257
+// classes is too much for one GPU thread, and 4,096 rows too few threads):
+//   1. the row maxima: rows x P items, each the largest value of a block of
+//      classes, then one item per row takes the largest of its P;
+//   2. the denominators, sum over j of exp(z(i, j) - mx(i)): two-stage in
+//      double (backends/segment_sums.hpp), or exact under --reproducible
+//      (each term split on the exact grid, so the grouping does not matter);
+//   3. the loss, one item per row added into an exact sum;
+//   4. the gradient, one item per value.
+// P = segment_partials(rows, width) and the order of every sum depend on the
+// shape alone: the same bits with any thread count and on any backend.
 template <class T>
 ExactSum SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> out,
                                                 const Targets<T>& t, Matrix<T> dout, T scale) {
@@ -51,32 +72,70 @@ ExactSum SoftmaxCrossEntropy<T>::forward_backward(Context& ctx, ConstMatrix<T> o
   scale *= weight;
   out = per_label(out, t.labels.extent(0));
   if (dout.data() != nullptr) dout = per_label(dout, t.labels.extent(0));
-  const int width = static_cast<int>(out.extent(1));
-  const bool grad = dout.data() != nullptr;
-  Labels labels = t.labels;
-  const bool exact = ctx.reproducible;  // the softmax's sum too (layers/softmax_sum.hpp)
-  ExactSum sum;
-  sum_range(ctx, "strata::SoftmaxCrossEntropy", out.extent(0),
-      KOKKOS_LAMBDA(const int i, ExactSum& acc) {
-        const int label = labels(i);
-        STRATA_EXPECT(label < width);
-        if (label < 0) {  // ignored
-          if (grad)
-            for (int j = 0; j < width; ++j) dout(i, j) = T(0);
-          return;
-        }
-        T mx = out(i, 0);
-        for (int j = 1; j < width; ++j) mx = out(i, j) > mx ? out(i, j) : mx;
-        const T s = exp_sum(out, i, width, mx, exact);
-        const T lse = mx + kmath::log(s);
-        acc.add(static_cast<double>((lse - out(i, label)) * weight));
-        if (grad) {
-          const T inv = T(1) / s;
-          for (int j = 0; j < width; ++j)
-            dout(i, j) = (vmath::exp(out(i, j) - mx) * inv - (j == label ? T(1) : T(0))) * scale;
+  const std::size_t rows = out.extent(0), width = out.extent(1);
+  if (rows == 0) return ExactSum();
+  const Labels labels = t.labels;
+  const bool exact = ctx.reproducible;  // the denominators exact too
+  const std::size_t P = segment_partials(rows, width), L = (width + P - 1) / P;
+  double* ws = sums_workspace(ctx, 2 * rows + segment_sums_workspace(rows, width, 2));
+  double* const mx = ws;             // rows: the row's largest value
+  double* const denom = ws + rows;   // rows: sum over j of exp(z - mx), as a T
+  double* const work = ws + 2 * rows;
+
+  for_range(ctx, "strata::SoftmaxCrossEntropy::max_partials", rows * P,
+      KOKKOS_LAMBDA(const std::size_t item) {
+        const std::size_t i = item / P, begin = item % P * L;
+        const std::size_t end = begin + L < width ? begin + L : width;
+        if (begin >= end) return;  // an empty last block (stage 2 skips it)
+        T m = out(i, begin);
+        for (std::size_t j = begin + 1; j < end; ++j) m = out(i, j) > m ? out(i, j) : m;
+        work[item] = static_cast<double>(m);
+      },
+      L);
+  for_range(ctx, "strata::SoftmaxCrossEntropy::max", rows, KOKKOS_LAMBDA(const std::size_t i) {
+        double m = work[i * P];
+        for (std::size_t p = 1; p < P && p * L < width; ++p)
+          m = work[i * P + p] > m ? work[i * P + p] : m;
+        mx[i] = m;
+      },
+      P);
+  segment_sums<2>(ctx, "strata::SoftmaxCrossEntropy::exp_partials",
+      "strata::SoftmaxCrossEntropy::exp_sums", Terms::contiguous, rows, 1, width, work,
+      KOKKOS_LAMBDA(const std::size_t i, std::size_t, const std::size_t j, double* acc) {
+        const double e = static_cast<double>(vmath::exp(out(i, j) - static_cast<T>(mx[i])));
+        if (exact) {
+          double h, l;
+          exact_split(e, h, l);
+          acc[0] += h;
+          acc[1] += l;
+        } else {
+          acc[0] += e;
         }
       },
-      sum, 3 * width);
+      KOKKOS_LAMBDA(const std::size_t i, const double* total) {
+        denom[i] = static_cast<double>(
+            static_cast<T>(exact ? exact_value(total[0], total[1]) : total[0]));
+      });
+
+  ExactSum sum;
+  sum_range(ctx, "strata::SoftmaxCrossEntropy", rows, KOKKOS_LAMBDA(const std::size_t i, ExactSum& acc) {
+        const int label = labels(i);
+        STRATA_EXPECT(label < static_cast<int>(width));
+        if (label < 0) return;  // ignored
+        const T lse = static_cast<T>(mx[i]) + kmath::log(static_cast<T>(denom[i]));
+        acc.add(static_cast<double>((lse - out(i, label)) * weight));
+      },
+      sum);
+  if (dout.data() == nullptr) return sum;
+  for_elements(ctx, "strata::SoftmaxCrossEntropy::grad", rows, width,
+      KOKKOS_LAMBDA(const std::size_t i) {
+        return SoftmaxRow<T>{static_cast<T>(mx[i]), T(1) / static_cast<T>(denom[i]), labels(i)};
+      },
+      KOKKOS_LAMBDA(const SoftmaxRow<T>& r, const std::size_t i, const std::size_t j) {
+        dout(i, j) = r.label < 0 ? T(0)
+                                 : (vmath::exp(out(i, j) - r.mx) * r.inv -
+                                    (static_cast<int>(j) == r.label ? T(1) : T(0))) * scale;
+      });
   return sum;
 }
 

@@ -13,13 +13,6 @@
 
 namespace strata {
 
-Schedule parse_schedule(const std::string& name) {
-  if (name == "gpipe") return Schedule::gpipe;
-  if (name == "1f1b") return Schedule::one_f_one_b;
-  STRATA_THROW(config, "unknown pipeline schedule '", name, "' (expected gpipe or 1f1b)");
-}
-
-const char* to_string(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
 
 Balance parse_balance(const std::string& name) {
   if (name == "params") return Balance::params;
@@ -108,7 +101,8 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
   const std::size_t M = options.micro_batches;
   const int S = options.mesh.pp;
   MemoryReport memory;
-  memory.slots = options.schedule == Schedule::gpipe ? M : std::min<std::size_t>(M, S - p);
+  memory.slots = schedule_slots(options.schedule, static_cast<std::size_t>(S),
+                                static_cast<std::size_t>(p), M);
   const std::size_t max_micro = (max_shard + M - 1) / M;
   const std::size_t dp = static_cast<std::size_t>(options.mesh.dp);
   const std::size_t pad = options.zero == 1 ? dp : 1;
@@ -472,19 +466,10 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     forward_micro(shard, m, first, count, scale, loss_sum);
   };
   auto Bk = [&](std::size_t m) { backward_micro(m, micro(m).second, m + 1 == M); };
-  if (options_.schedule == Schedule::gpipe) {
-    for (std::size_t m = 0; m < M; ++m) F(m);
-    for (std::size_t m = 0; m < M; ++m) Bk(m);
-  } else {
-    const std::size_t S = static_cast<std::size_t>(mesh_->shape().pp);
-    const std::size_t warmup = std::min(S - 1 - static_cast<std::size_t>(mesh_->pp_rank()), M);
-    for (std::size_t m = 0; m < warmup; ++m) F(m);
-    for (std::size_t i = 0; i + warmup < M; ++i) {
-      F(i + warmup);
-      Bk(i);
-    }
-    for (std::size_t m = M - warmup; m < M; ++m) Bk(m);
-  }
+  for (const PipelineAction& a :
+       schedule_actions(options_.schedule, static_cast<std::size_t>(mesh_->shape().pp),
+                        static_cast<std::size_t>(mesh_->pp_rank()), M))
+    a.kind == PipelineAction::forward ? F(a.micro) : Bk(a.micro);
   mesh_->pp().flush();  // a stage's last send may be held back (NCCL)
   sum_tied_gradients();
   const auto t1 = Clock::now();

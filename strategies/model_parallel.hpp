@@ -6,11 +6,8 @@
 // balanced by parameters or by FLOPs); stage p runs on pipeline rank p. Each
 // data-parallel shard of the global batch is split into M micro-batches;
 // activations go forward and their gradients backward with send/recv.
-// Schedules:
-//   gpipe  all M forwards, then all M backwards: M micro-batches of
-//          activations stored per stage;
-//   1f1b   stage p runs pp - p - 1 forwards, then alternates one forward and
-//          one backward, then drains: at most pp - p micro-batches stored.
+// The order of each stage's forwards and backwards: a schedule
+// (strategies/pipeline_schedule.hpp: gpipe, 1f1b).
 // The last stage computes the loss (scaled by 1 / global batch, so that
 // micro-batches and data-parallel shards add up to the mean).
 //
@@ -36,6 +33,7 @@
 #include "strategies/mesh.hpp"
 #include "strategies/gradient_sync.hpp"
 #include "strategies/mixed_precision.hpp"
+#include "strategies/pipeline_schedule.hpp"
 #include "strategies/tensor_parallel.hpp"
 
 #include <map>
@@ -44,10 +42,6 @@
 #include <vector>
 
 namespace strata {
-
-enum class Schedule { gpipe, one_f_one_b };
-Schedule parse_schedule(const std::string& name);  // "gpipe" | "1f1b"; throws config
-const char* to_string(Schedule schedule);
 
 enum class Balance { params, flops };
 Balance parse_balance(const std::string& name);  // throws config

@@ -6,6 +6,7 @@
 #include "backends/error.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/conv2d.hpp"
+#include "layers/conv_unfold.hpp"
 #include "layers/flatten.hpp"
 #include "layers/pool2d.hpp"
 #include "layers/registry.hpp"
@@ -123,6 +124,39 @@ TEST(Conv2d, ForwardMatchesDirectConvolution) {
       expect_near(b.forward(x), conv_reference(k, x, b.param_values()), 1e-12,
                   b.layer->name() + " forward (" + to_string(gemm) + ")");
     }
+  }
+}
+
+// The per-value unfold and fold that a device runs (one thread per patch
+// entry, one per input pixel) against the row forms the host runs, on the
+// host: the same values, bit for bit, for every window of conv_cases (both
+// forms copy the same pixels, and add a pixel's patch entries to zero in
+// kernel order).
+TEST(Conv2d, PerValueUnfoldAndFoldMatchTheRowForms) {
+  using conv_unfold::I;
+  std::size_t seed = 300;
+  for (const ConvCase& k : conv_cases()) {
+    const auto& w = k.win;
+    const std::size_t oh = w.out_h(k.h), ow = w.out_w(k.w);
+    const conv_unfold::ConvGeometry g = conv_unfold::geometry(w, k.c, k.h, k.w, oh, ow);
+    const I P = g.OH * g.OW, K = g.KH * g.KW, HW = g.H * g.W;
+    const Vec x = test::randn<double>(k.c * k.h * k.w, ++seed);
+    Vec rows(static_cast<std::size_t>(g.C * K * P)), values(rows.size());
+    conv_unfold::unfold_sample(g, x.data(), rows.data());
+    for (I ck = 0; ck < g.C * K; ++ck)
+      for (I p = 0; p < P; ++p)
+        values[ck * P + p] = conv_unfold::unfold_value(g, x.data() + ck / K * HW, ck % K / g.KW,
+                                                       ck % g.KW, p);
+    EXPECT_EQ(values, rows) << "unfold, case " << seed;
+
+    Vec col = test::randn<double>(rows.size(), ++seed), folded(x.size()), summed(x.size());
+    for (I c = 0; c < g.C; ++c)
+      for (I ih = 0; ih < g.H; ++ih)
+        for (I iw = 0; iw < g.W; ++iw)
+          summed[c * HW + ih * g.W + iw] =
+              conv_unfold::fold_value(g, col.data() + c * K * P, P, ih, iw);
+    conv_unfold::fold_sample(g, col.data(), folded.data());  // zeroes col's wrapped entries
+    EXPECT_EQ(summed, folded) << "fold, case " << seed;
   }
 }
 
@@ -397,26 +431,38 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
   check_gradients(flat, test::randn<double>(6 * 5, 11), 12);
 }
 
+// A BatchNorm of C channels over inputs of shape `in` bound to its own
+// parameters and gradients, with a step's saved state for `batch` samples
+// (x and y set by the test).
+template <class T>
+struct BoundBatchNorm {
+  BatchNorm<T> bn;
+  VectorBuffer<T> params, grads, scratch;
+  Saved<T> saved;
+  BoundBatchNorm(std::size_t C, const Shape& in, std::size_t batch)
+      : bn(C), params("p", 2 * C), grads("g", 2 * C) {
+    bn.set_input_shape(in);
+    bn.reserve(batch, in.numel());
+    scratch = VectorBuffer<T>("s", bn.saved_size(batch));
+    bn.bind(params, grads);
+    saved.scratch = scratch;
+  }
+};
+
 TEST(BatchNorm, RecomputationDoesNotUpdateTheRunningStatistics) {
-  BatchNorm<double> bn(2);
-  bn.set_input_shape(Shape{2, 2});
-  bn.reserve(3, 4);
-  VectorBuffer<double> params("p", 4), grads("g", 4), scratch("s", bn.saved_size(3));
-  bn.bind(params, grads);
-  Kokkos::deep_copy(params, 1.0);
+  BoundBatchNorm<double> b(2, Shape{2, 2}, 3);
+  Kokkos::deep_copy(b.params, 1.0);
   auto x = test::to_device(test::randn<double>(3 * 4, 13), 3, 4);
   MatrixBuffer<double> y("y", 3, 4);
-  Saved<double> saved;
-  saved.x = x;
-  saved.y = y;
-  saved.scratch = scratch;
+  b.saved.x = x;
+  b.saved.y = y;
   Context ctx;
-  bn.forward(ctx, x, y, saved);
-  const Vec after_one = bn.read_buffer(0);
-  saved.recomputing = true;
-  bn.forward(ctx, x, y, saved);
-  EXPECT_EQ(bn.read_buffer(0), after_one);
-  EXPECT_EQ(bn.batches_tracked(), 1u);
+  b.bn.forward(ctx, x, y, b.saved);
+  const Vec after_one = b.bn.read_buffer(0);
+  b.saved.recomputing = true;
+  b.bn.forward(ctx, x, y, b.saved);
+  EXPECT_EQ(b.bn.read_buffer(0), after_one);
+  EXPECT_EQ(b.bn.batches_tracked(), 1u);
 }
 
 // A float layer on the first BatchNorm of the CNN at batch 128 (32 channels
@@ -427,27 +473,21 @@ TEST(BatchNorm, RecomputationDoesNotUpdateTheRunningStatistics) {
 // layer did that until its sums went to double: y was off by ~1e-5).
 TEST(BatchNorm, FloatStatisticsOfALargeBatchMatchAFloat64Oracle) {
   const std::size_t batch = 128, C = 32, H = 28, W = 28, S = H * W, in = C * S, n = batch * S;
-  BatchNorm<float> bn(C);
-  bn.set_input_shape(Shape{C, H, W});
-  bn.reserve(batch, in);
-  VectorBuffer<float> params("p", 2 * C), grads("g", 2 * C), scratch("s", bn.saved_size(batch));
-  bn.bind(params, grads);
+  BoundBatchNorm<float> b(C, Shape{C, H, W}, batch);
   std::vector<float> p(2 * C);
   for (std::size_t c = 0; c < C; ++c) p[c] = 1.0f + 0.01f * static_cast<float>(c), p[C + c] = 0.1f;
-  Kokkos::deep_copy(params, test::to_device(p));
+  Kokkos::deep_copy(b.params, test::to_device(p));
   std::vector<float> x = test::randn<float>(batch * in, 21), dy = test::randn<float>(batch * in, 22);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += 4.0f + 0.05f * static_cast<float>(i / S % C);
   auto dx_in = test::to_device(x, batch, in);
   MatrixBuffer<float> y("y", batch, in), dx("dx", batch, in);
-  Saved<float> saved;
-  saved.x = dx_in;
-  saved.y = y;
-  saved.scratch = scratch;
+  b.saved.x = dx_in;
+  b.saved.y = y;
   Context ctx;
-  bn.forward(ctx, dx_in, y, saved);
-  bn.backward(ctx, test::to_device(dy, batch, in), dx, saved);
+  b.bn.forward(ctx, dx_in, y, b.saved);
+  b.bn.backward(ctx, test::to_device(dy, batch, in), dx, b.saved);
   Kokkos::fence();
-  const std::vector<float> got_y = test::to_host(y), got_g = test::to_host(grads);
+  const std::vector<float> got_y = test::to_host(y), got_g = test::to_host(b.grads);
 
   const Vec xd(x.begin(), x.end()), pd(p.begin(), p.end());
   Vec mean(C), var(C);

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <tuple>
 
 namespace strata {
@@ -89,6 +90,60 @@ INSTANTIATE_TEST_SUITE_P(StagesMicroBatchesSchedules, Pipeline,
                                   std::to_string(std::get<1>(info.param)) + "_" +
                                   (std::get<2>(info.param) == Schedule::gpipe ? "gpipe" : "1f1b");
                          });
+
+// Every schedule's action lists, by themselves: each stage runs each
+// micro-batch's forward once and its backward once after it; the slots are
+// the bound of the schedule (GPipe M, 1F1B min(M, S - p)); and the stages
+// running their lists at once finish, on a model of the pipeline's
+// dependencies (a forward needs the previous stage's forward of the same
+// micro-batch, a backward the next stage's backward; sends never block).
+TEST(PipelineSchedule, ListsRunEveryMicroBatchOnceWithoutADeadlock) {
+  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b})
+    for (std::size_t S = 1; S <= 5; ++S)
+      for (std::size_t M = 1; M <= 9; ++M) {
+        const std::string what = std::string(to_string(schedule)) + " S " + std::to_string(S) +
+                                 " M " + std::to_string(M);
+        std::vector<std::vector<PipelineAction>> lists;
+        for (std::size_t p = 0; p < S; ++p) {
+          lists.push_back(schedule_actions(schedule, S, p, M));
+          std::vector<int> forwards(M), backwards(M);
+          for (const PipelineAction& a : lists.back()) {
+            ASSERT_LT(a.micro, M) << what;
+            if (a.kind == PipelineAction::forward) ++forwards[a.micro];
+            else {
+              EXPECT_EQ(forwards[a.micro], 1) << what << ": backward before forward, stage " << p;
+              ++backwards[a.micro];
+            }
+          }
+          EXPECT_EQ(forwards, std::vector<int>(M, 1)) << what << ", stage " << p;
+          EXPECT_EQ(backwards, std::vector<int>(M, 1)) << what << ", stage " << p;
+          EXPECT_EQ(schedule_slots(schedule, S, p, M),
+                    schedule == Schedule::gpipe ? M : std::min(M, S - p))
+              << what << ", stage " << p;
+        }
+        // done[p][kind][m]; each round every stage runs its next action if
+        // what it receives has been sent.
+        std::vector<std::array<std::vector<bool>, 2>> done(S, {std::vector<bool>(M), std::vector<bool>(M)});
+        std::vector<std::size_t> next(S, 0);
+        for (bool progress = true; progress;) {
+          progress = false;
+          for (std::size_t p = 0; p < S; ++p) {
+            if (next[p] == lists[p].size()) continue;
+            const PipelineAction a = lists[p][next[p]];
+            const bool ready = a.kind == PipelineAction::forward
+                                   ? p == 0 || done[p - 1][0][a.micro]
+                                   : p + 1 == S || done[p + 1][1][a.micro];
+            if (!ready) continue;
+            done[p][a.kind == PipelineAction::forward ? 0 : 1][a.micro] = true;
+            ++next[p];
+            progress = true;
+          }
+        }
+        for (std::size_t p = 0; p < S; ++p)
+          EXPECT_EQ(next[p], lists[p].size()) << what << ": stage " << p << " waits forever";
+      }
+  EXPECT_THROW(parse_schedule("zero-bubble"), Error);
+}
 
 // The residual model file (6 top-level layers; the blocks stay whole on a
 // stage) through pipelines, ZeRO-1, a dp x pp mesh and tensor parallelism
