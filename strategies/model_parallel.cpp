@@ -155,32 +155,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     const TensorShard<T>* sharded = tensor_shard(*l);
     full_sizes_.push_back(sharded ? sharded->full_num_params() : l->num_params());
   }
-  // Ties whose two layers fall on different stages.
-  auto stage_of = [&](std::size_t layer) {
-    int s = 0;
-    while (bounds_[static_cast<std::size_t>(s) + 1] <= layer) ++s;
-    return s;
-  };
-  for (std::size_t j = 0; j < all.layers.size(); ++j) {
-    if (all.layers[j]->tied_to().empty()) continue;
-    std::size_t i = 0, full = 0;
-    auto name_of = [&](std::size_t k) { return all.names[k].empty() ? std::to_string(k) : all.names[k]; };
-    while (i < j && name_of(i) != all.layers[j]->tied_to()) full += full_sizes_[i++];
-    if (i == j || stage_of(i) == stage_of(j)) continue;
-    // Where this rank's part of the weight begins in the single-rank layout
-    // (a vocabulary shard of an embedding is one block of rows).
-    for (const auto& info : all.layers[i]->param_table())
-      if (info.name == "weight") {
-        std::size_t whole = info.offset;
-        if (const TensorShard<T>* s = tensor_shard(*all.layers[i])) {
-          std::vector<std::size_t> index(s->shard_size());
-          std::vector<std::uint8_t> replica(s->shard_size());
-          s->shard_map(mesh_->tp_rank(), index.data(), replica.data());
-          whole = index[info.offset];
-        }
-        ties_.push_back({i, j, info.shape.numel(), info.offset, full + whole, stage_of(i), stage_of(j)});
-      }
-  }
+  // Ties whose two layers fall on different stages (before the layers move into the stage).
+  std::vector<CrossTie> cross_ties = find_cross_ties(all, bounds_, full_sizes_, mesh_->tp_rank());
 
   // This rank's stage: the input shape at its first layer (whole: cuts only
   // fall where the activation is whole).
@@ -198,11 +174,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   memory_ = stage_memory(*stage_, options, optimizer, max_shard, p);
   slots_ = memory_.slots;
   max_micro_ = (max_shard + M - 1) / M;
-  const std::size_t dp = static_cast<std::size_t>(shape.dp);
-  const std::size_t pad = options.zero == 1 ? dp : 1;
-  const std::size_t n = stage_->num_params();
-  const std::size_t padded = (n + pad - 1) / pad * pad;
-  const std::size_t updated = options.zero == 1 ? padded / dp : n;
+  const std::size_t pad = options.zero == 1 ? static_cast<std::size_t>(shape.dp) : 1;
   if (options.memory_budget > 0) {
     const auto mine = static_cast<std::int64_t>(memory_.total());
     const auto worst = world.allreduce_value(mine, comm::ReduceOp::max);
@@ -226,36 +198,10 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
     stage_->set_reproducible(options.reproducible_chunk, options.reproducible_tp_chunk);
     enable_reproducible(ctx);
   }
-  // Buckets of a tied layer's gradient (and of the layers before it) wait
-  // for the sum of both stages' gradients (sum_tied_gradients).
-  for (const CrossTie& t : ties_) {
-    const std::size_t both[2] = {t.source, t.copy};
-    for (const std::size_t layer : both)
-      if (layer >= bounds_[p] && layer < bounds_[p + 1]) {
-        held_ = holds_grads_ ? std::max(held_, layer - bounds_[p]) : layer - bounds_[p];
-        holds_grads_ = true;
-      }
-  }
-  share_tied_weights();
-  // Gradient sums over the data-parallel group (buckets during the last
-  // backward; with ZeRO-1 a reduce-scatter onto this rank's block).
-  sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_->dp(), *stage_, options, options.zero == 1,
-                                            options.loss_scaling);
-  optimizer_ = std::make_unique<Optimizer<T>>(optimizer, updated);
-  // ZeRO-1: this rank's block of the padded buffers (the whole stage when dp is 1).
-  updated_ = sync_->owned();
-  const std::size_t first = updated_.first;
-  if (optimizer.no_decay_bias_norm)
-    optimizer_->set_no_decay(no_decay_ranges(stage_->parameters(), first, updated));
-  mixed_ = std::make_unique<MixedPrecision<T>>(
-      ctx, options, Kokkos::subview(stage_->padded_params(), updated_));
-  // The working weights outside this rank's block are rounded too (the
-  // block's owner rounds the same values the same way).
-  if (mixed) {
-    round_to_precision(ctx, options.precision, stage_->padded_params());
-    stage_->set_weights_rounded(true);  // 16-bit-input GEMMs (cuBLAS)
-  }
-  count_gradients();
+  ties_ = std::make_unique<StageTies<T>>(ctx, *mesh_, *stage_, bounds_, std::move(cross_ties));
+  ties_->share_weights();
+  sharded_ = std::make_unique<ShardedOptimizer<T>>(ctx, *mesh_, *stage_, options, options,
+                                                    options.zero, optimizer, *ties_);
   if (all.classes > 0)  // the logits split over the tensor group by class
     loss_ = std::make_unique<VocabParallelCrossEntropy<T>>(mesh_->tp(), all.first_class, all.classes);
   else
@@ -357,7 +303,7 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool las
   // The last backward of the step launches the gradient buckets it completes.
   if (last)
     stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) {
-      if (!holds_grads_ || k > held_) sync_->layer_done(k);
+      if (!ties_->holds_gradients() || k > ties_->held()) sharded_->layer_done(k);
     });
   else stage_->backward(ctx_, dy, dx, slot);
   if (!first_stage()) {
@@ -365,82 +311,6 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool las
     mesh_->pp().send(dx, p - 1, tag);
   }
   --in_flight_;
-}
-
-template <class T>
-void ModelParallel<T>::count_gradients() {
-  // Every gradient of the whole model once: replicas over the data-parallel
-  // group (summed gradients are identical there, unless ZeRO-1 gives each
-  // rank its own block) and over the tensor group (unsharded layers,
-  // RowParallelLinear's bias) count on rank 0 of the group only.
-  const bool dp_counts = options_.zero == 1 || mesh_->dp_rank() == 0;
-  const bool tp_first = mesh_->tp_rank() == 0;
-  counted_.clear();
-  if (!dp_counts) return;
-  auto count = [&](std::size_t first, std::size_t last) {
-    // Within this rank's ZeRO-1 block (the whole stage without ZeRO).
-    first = std::max(first, updated_.first);
-    last = std::min(last, updated_.second);
-    if (first >= last) return;
-    if (!counted_.empty() && counted_.back().second == first) counted_.back().second = last;
-    else counted_.push_back({first, last});
-  };
-  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
-    std::size_t first = stage_->param_offset(i);
-    const std::size_t last = stage_->param_offset(i + 1);
-    // A copy of a tied weight on another stage counts there.
-    if (const CrossTie* t = copy_at(i)) first += t->size;
-    const TensorShard<T>* sharded = tensor_shard(stage_->layer(i));
-    if (!sharded) {
-      if (tp_first) count(first, last);
-      continue;
-    }
-    const std::vector<std::uint8_t> once = counted_once(*sharded, mesh_->tp_rank());
-    for (std::size_t k = 0; k < once.size(); ++k)
-      if (once[k]) count(first + k, first + k + 1);
-  }
-}
-
-template <class T>
-double ModelParallel<T>::unique_sumsq() {
-  if (ctx_.reproducible) {
-    // The same scale on every rank (the largest gradient anywhere), then
-    // exact sums: the same bits however the model is cut.
-    double largest = 0;
-    for (const auto& r : counted_)
-      largest = std::max(largest, largest_magnitude<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r)));
-    largest = mesh_->world().allreduce_value(largest, comm::ReduceOp::max);
-    if (!(largest > 0) || !std::isfinite(largest)) return largest * largest;
-    const int e = squares_scale(largest);
-    ExactSum sum;
-    for (const auto& r : counted_)
-      sum += scaled_sum_of_squares<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r), e);
-    return std::ldexp(mesh_->world().allreduce_exact(sum).value(), 2 * e);
-  }
-  double sum = 0;
-  for (const auto& r : counted_)
-    sum += sum_of_squares<T>(ctx_, Kokkos::subview(stage_->padded_grads(), r));
-  return sum;
-}
-
-template <class T>
-void ModelParallel<T>::synchronize_and_update() {
-  comm::Communicator& dp = mesh_->dp();
-  Vector<T> params = stage_->padded_params();
-  Vector<T> my_grads = Kokkos::subview(stage_->padded_grads(), updated_);
-  // ZeRO-1: each rank has the sum of one block of the padded flat buffers,
-  // updates it, then everyone gathers the updated parameters.
-  sync_->finish();
-  // Clipping and the skip decision of loss scaling need the norm of the
-  // whole model's gradients: every rank adds its share, and all agree.
-  std::optional<double> sumsq;
-  if (mixed_->fused() && mesh_->world().size() > 1)
-    sumsq = ctx_.reproducible ? unique_sumsq() : mesh_->world().allreduce_value(unique_sumsq());
-  mixed_->step(ctx_, *optimizer_, my_grads, info_, sumsq);
-  if (options_.zero == 1 && dp.size() > 1) {
-    ctx_.exec.fence();
-    dp.allgather(Vector<T>(Kokkos::subview(params, updated_)), params);
-  }
 }
 
 template <class T>
@@ -452,12 +322,12 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   const std::size_t M = std::min(options_.micro_batches, B);
   info_ = StepInfo{};
   // With loss scaling the loss gradient is multiplied by the scale.
-  const T scale = static_cast<T>(mixed_->loss_scale()) / static_cast<T>(global_samples);
+  const T scale = static_cast<T>(sharded_->loss_scale()) / static_cast<T>(global_samples);
   const auto t0 = Clock::now();
   timing_ = Timing();
   stage_->zero_grad(ctx_);
   stage_->set_training(true);
-  sync_->begin(info_);
+  sharded_->begin(info_);
   in_flight_ = peak_in_flight_ = 0;
   ExactSum loss_sum;
   auto micro = [&](std::size_t m) { return data::BatchLoader<T>::shard(B, static_cast<int>(m), static_cast<int>(M)); };
@@ -471,11 +341,11 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
                         static_cast<std::size_t>(mesh_->pp_rank()), M))
     a.kind == PipelineAction::forward ? F(a.micro) : Bk(a.micro);
   mesh_->pp().flush();  // a stage's last send may be held back (NCCL)
-  sum_tied_gradients();
+  ties_->sum_gradients();
   const auto t1 = Clock::now();
   {
     STRATA_SPAN("compute", "gradient sync and optimizer step");
-    synchronize_and_update();
+    sharded_->step(info_);
   }
   timing_.sync_s = since(t1);
   // The loss: summed on the last stage of every pipeline (tensor rank 0).
@@ -502,108 +372,6 @@ void device_copy(const std::vector<T>& in, Vector<T> v) {
 }  // namespace
 
 template <class T>
-const typename ModelParallel<T>::CrossTie* ModelParallel<T>::copy_at(std::size_t l) const {
-  for (const CrossTie& t : ties_)
-    if (t.copy == bounds_[mesh_->pp_rank()] + l) return &t;
-  return nullptr;
-}
-
-template <class T>
-std::size_t ModelParallel<T>::tie_offset(const CrossTie& t) const {
-  const int p = mesh_->pp_rank();
-  return p == t.source_stage ? stage_->param_offset(t.source - bounds_[p]) + t.weight_offset
-                             : stage_->param_offset(t.copy - bounds_[p]);  // the copy's weight comes first
-}
-
-namespace pipeline_detail {
-// Tags of the tie exchanges (above every micro-batch tag).
-constexpr int kTieTag = 1 << 28;
-// g += other (a free function: device lambdas cannot live in private members).
-template <class T>
-void add_into(Context& ctx, Vector<T> g, ConstVector<T> other) {
-  for_range(ctx, "strata::pipeline::sum_tied", g.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
-    g(i) += other(i);
-  });
-}
-// e[i] += other[i] for the exact twins of a tied weight's gradient.
-void add_into_exact(Context& ctx, double* e, const double* other, std::size_t n) {
-  for_range(ctx, "strata::pipeline::sum_tied_exact", n,
-            KOKKOS_LAMBDA(const std::size_t i) { e[i] += other[i]; });
-}
-}  // namespace pipeline_detail
-using pipeline_detail::kTieTag;
-
-template <class T>
-void ModelParallel<T>::share_tied_weights() {
-  const int p = mesh_->pp_rank();
-  for (std::size_t k = 0; k < ties_.size(); ++k) {
-    const CrossTie& t = ties_[k];
-    if (p != t.source_stage && p != t.copy_stage) continue;
-    const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
-    Vector<T> w = Kokkos::subview(stage_->padded_params(), range);
-    ctx_.exec.fence();
-    if (p == t.source_stage) mesh_->pp().send(w, t.copy_stage, kTieTag + static_cast<int>(k));
-    else mesh_->pp().recv(w, t.source_stage, kTieTag + static_cast<int>(k));
-  }
-  mesh_->pp().flush();
-}
-
-template <class T>
-void ModelParallel<T>::sum_tied_gradients() {
-  const int p = mesh_->pp_rank();
-  for (std::size_t k = 0; k < ties_.size(); ++k) {
-    const CrossTie& t = ties_[k];
-    if (p != t.source_stage && p != t.copy_stage) continue;
-    STRATA_SPAN("comm", "tied weight gradients");
-    const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
-    if (stage_->reproducible_chunk() > 0) {
-      // The exact twins: each stage's exact sum, added exactly (the same on both).
-      double* e = stage_->exact_grads().data() + 2 * tie_offset(t);
-      const std::size_t n = 2 * t.size;
-      if (tie_exact_.extent(0) < n) tie_exact_ = Kokkos::View<double*, MemSpace>("strata::pipeline::tie_exact", n);
-      double* other = tie_exact_.data();
-      ctx_.exec.fence();
-      mesh_->pp().send(e, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
-      mesh_->pp().recv(other, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
-      pipeline_detail::add_into_exact(ctx_, e, other, n);
-      continue;
-    }
-    const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
-    Vector<T> g = Kokkos::subview(stage_->padded_grads(), range);
-    if (tie_buffer_.extent(0) < t.size) tie_buffer_ = VectorBuffer<T>("strata::pipeline::tie", t.size);
-    Vector<T> other(tie_buffer_.data(), t.size);
-    ctx_.exec.fence();
-    // Both send, then both receive (sends are buffered) and add: the same
-    // two terms on both stages, so the sums are bitwise equal.
-    mesh_->pp().send(g, peer, kTieTag + static_cast<int>(k));
-    mesh_->pp().recv(other, peer, kTieTag + static_cast<int>(k));
-    pipeline_detail::add_into<T>(ctx_, g, other);
-  }
-  mesh_->pp().flush();
-}
-
-template <class T>
-double ModelParallel<T>::tied_copy_deviation() {
-  double worst = 0;
-  const int p = mesh_->pp_rank();
-  for (std::size_t k = 0; k < ties_.size(); ++k) {
-    const CrossTie& t = ties_[k];
-    if (p != t.source_stage && p != t.copy_stage) continue;
-    const auto range = Kokkos::make_pair(tie_offset(t), tie_offset(t) + t.size);
-    std::vector<T> mine(t.size), theirs(t.size);
-    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(mine.data(), t.size),
-                      Kokkos::subview(stage_->padded_params(), range));
-    const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
-    mesh_->pp().send(mine.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
-    mesh_->pp().recv(theirs.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
-    for (std::size_t i = 0; i < t.size; ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - static_cast<double>(theirs[i])));
-  }
-  mesh_->pp().flush();
-  return mesh_->world().allreduce_value(worst, comm::ReduceOp::max);
-}
-
-template <class T>
 std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values) {
   // This stage's layers in single-rank layout (tensor shards gathered).
   std::vector<T> mine;
@@ -611,7 +379,7 @@ std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values
   for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
     const T* values = stage_values.data() + stage_->param_offset(i);
     std::size_t n = stage_->layer(i).num_params();
-    if (const CrossTie* t = copy_at(i)) {  // a copy of a tied weight: the original is in the layout
+    if (const CrossTie* t = ties_->copy_at(i)) {  // a copy of a tied weight: the original is in the layout
       values += t->size;
       n -= t->size;
     }
@@ -657,7 +425,7 @@ std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const
     T* shard = mine.data() + stage_->param_offset(i);
     const T* whole = full.data() + offset;
     std::size_t copied = 0;  // a copy of a tied weight: from the original's place
-    if (const CrossTie* t = copy_at(i)) {
+    if (const CrossTie* t = ties_->copy_at(i)) {
       std::copy(full.data() + t->full_offset, full.data() + t->full_offset + t->size, shard);
       copied = t->size;
     }
@@ -673,7 +441,7 @@ std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const
 template <class T>
 std::vector<T> ModelParallel<T>::full_params() {
   if (options_.precision == Precision::fp32) return gather_stage(host_copy(stage_->params()));
-  return gather_stage(stage_state(mixed_->master()));  // ZeRO-1: master blocks gathered
+  return gather_stage(stage_state(sharded_->precision().master()));  // ZeRO-1: master blocks gathered
 }
 
 template <class T>
@@ -681,7 +449,7 @@ void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
   const std::vector<T> mine = scatter_stage(full);
   device_copy(mine, stage_->params());
   if (options_.precision == Precision::fp32) return;
-  set_stage_state(mixed_->master(), mine);
+  set_stage_state(sharded_->precision().master(), mine);
   round_to_precision(ctx_, options_.precision, stage_->params());
 }
 
@@ -714,7 +482,7 @@ void ModelParallel<T>::set_stage_state(Vector<T> state, const std::vector<T>& st
 
 template <class T>
 std::vector<T> ModelParallel<T>::full_optimizer_state(int k) {
-  Vector<T> state = k == 0 ? optimizer_->state0() : optimizer_->state1();
+  Vector<T> state = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
   // Whether the optimizer keeps this buffer is the same on every rank.
   if (state.extent(0) == 0) return {};
   return gather_stage(stage_state(state));
@@ -722,7 +490,7 @@ std::vector<T> ModelParallel<T>::full_optimizer_state(int k) {
 
 template <class T>
 void ModelParallel<T>::set_full_optimizer_state(int k, const std::vector<T>& full) {
-  Vector<T> state = k == 0 ? optimizer_->state0() : optimizer_->state1();
+  Vector<T> state = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
   STRATA_REQUIRE(state.extent(0) > 0 || full.empty(), config,
                  "model parallel: optimizer state ", k, " given to an optimizer that keeps none");
   if (state.extent(0) == 0) return;
@@ -805,10 +573,10 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
   // state), not the working copy rounded to 16 bits.
   const std::vector<T> params = options_.precision == Precision::fp32
                                     ? part(stage_->params(), 0)
-                                    : part(mixed_->master(), options_.zero == 1 ? lo : 0);
+                                    : part(sharded_->precision().master(), options_.zero == 1 ? lo : 0);
   std::vector<T> state[2];
   for (int k = 0; k < 2; ++k) {
-    Vector<T> st = k == 0 ? optimizer_->state0() : optimizer_->state1();
+    Vector<T> st = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
     if (st.extent(0) > 0) state[k] = part(st, options_.zero == 1 ? lo : 0);
   }
   // Where each of them lies in the whole model, layer by layer.
@@ -822,7 +590,7 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
     const std::size_t a = std::max(lo, off), b = std::min(hi, off + count);
     if (a < b) {
       // A copy of a tied weight leads the layer's values: saved by the original's stage.
-      const std::size_t copied = copy_at(l) ? copy_at(l)->size : 0;
+      const std::size_t copied = ties_->copy_at(l) ? ties_->copy_at(l)->size : 0;
       index.assign(count, kReplica);
       if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(l))) {
         const std::vector<std::size_t> mine = checkpoint_index(*sharded, mesh_->tp_rank());

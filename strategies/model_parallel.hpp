@@ -34,6 +34,8 @@
 #include "strategies/gradient_sync.hpp"
 #include "strategies/mixed_precision.hpp"
 #include "strategies/pipeline_schedule.hpp"
+#include "strategies/sharded_optimizer.hpp"
+#include "strategies/stage_ties.hpp"
 #include "strategies/tensor_parallel.hpp"
 
 #include <map>
@@ -159,9 +161,9 @@ class ModelParallel {
   bool first_stage() const { return mesh_->pp_rank() == 0; }
   bool last_stage() const { return mesh_->pp_rank() + 1 == mesh_->shape().pp; }
   const std::vector<std::size_t>& stage_bounds() const { return bounds_; }
-  Optimizer<T>& optimizer() { return *optimizer_; }
+  Optimizer<T>& optimizer() { return sharded_->optimizer(); }
   // The loss scaler (nullptr without loss scaling).
-  DynamicLossScaler* scaler() { return mixed_->scaler(); }
+  DynamicLossScaler* scaler() { return sharded_->precision().scaler(); }
   // What the last step did: applied or skipped, gradient norm, loss scale.
   const StepInfo& last_info() const { return info_; }
   MemoryReport memory() const { return memory_; }
@@ -181,17 +183,12 @@ class ModelParallel {
   Evaluation evaluate(const data::Dataset& data);
   // Largest difference between a tied weight and its copy on another stage
   // (0 without such ties; collective over the world): 0 when they agree bitwise.
-  double tied_copy_deviation();
+  double tied_copy_deviation() { return ties_->copy_deviation(); }
 
  private:
   void forward_micro(const data::Batch<T>& shard, std::size_t m, std::size_t first,
                      std::size_t count, T scale, ExactSum& loss_sum);
   void backward_micro(std::size_t m, std::size_t count, bool last);
-  void synchronize_and_update();
-  void count_gradients();
-  // This rank's share of the sum of squares of the gradients, each gradient
-  // of the whole model counted on one rank only.
-  double unique_sumsq();
   // Stage layout (num_params() values, host) <-> single-rank layout of the whole model.
   std::vector<T> gather_stage(const std::vector<T>& stage_values);
   std::vector<T> scatter_stage(const std::vector<T>& full) const;
@@ -199,51 +196,23 @@ class ModelParallel {
   std::vector<T> stage_state(Vector<T> state);
   void set_stage_state(Vector<T> state, const std::vector<T>& stage_values);
   Matrix<T> rows(const VectorBuffer<T>& buf, std::size_t count, std::size_t width) const;
-  // Tied weights across stages (a GPT's head on the last stage, its token
-  // embedding on the first): the copy stage holds a copy of the weight, as
-  // Megatron-LM does. After init (and restore) the source stage sends the
-  // weight; after every backward the two stages add each other's gradient
-  // before the data-parallel sum, so both update identically.
-  struct CrossTie {
-    std::size_t source, copy;  // layers of the whole model
-    std::size_t size;          // values of the weight
-    std::size_t weight_offset; // of the weight in the source layer's slice
-    std::size_t full_offset;   // of the weight in the single-rank layout
-    int source_stage, copy_stage;
-  };
-  void share_tied_weights();
-  void sum_tied_gradients();
-  // This stage's slice of tie k's weight in a flat buffer of the stage layout.
-  std::size_t tie_offset(const CrossTie& t) const;
-  // The tie whose copy is local layer `l` of this stage (nullptr: none); its
-  // weight leads the layer's slice and is not part of the single-rank layout.
-  const CrossTie* copy_at(std::size_t l) const;
-
   Context& ctx_;
   std::unique_ptr<Mesh> mesh_;
   ModelParallelOptions options_;
   std::vector<std::size_t> bounds_;  // stage s: layers [bounds_[s], bounds_[s+1])
   std::vector<std::size_t> full_sizes_;  // single-rank parameter count of every layer
-  std::vector<CrossTie> ties_;            // ties between stages (this rank's pipeline)
-  bool holds_grads_ = false;              // a tied layer here: buckets of layers <= held_ wait
-  std::size_t held_ = 0;
   std::size_t max_micro_ = 0;
   std::unique_ptr<Sequential<T>> stage_;
+  std::unique_ptr<StageTies<T>> ties_;  // tied weights across stages (this rank's pipeline)
   std::unique_ptr<Loss<T>> loss_;
-  std::unique_ptr<Optimizer<T>> optimizer_;
-  std::unique_ptr<MixedPrecision<T>> mixed_;  // master weights, loss scaling, fused step
-  std::unique_ptr<GradientSync<T>> sync_;     // sums over the data-parallel group
-  std::pair<std::size_t, std::size_t> updated_;  // what this rank's optimizer updates (padded stage layout)
-  // Ranges of the stage's gradients this rank counts in the global norm.
-  std::vector<std::pair<std::size_t, std::size_t>> counted_;
+  // The data-parallel gradient sums and the update (ZeRO).
+  std::unique_ptr<ShardedOptimizer<T>> sharded_;
   StepInfo info_;
   std::size_t slots_ = 1, in_flight_ = 0, peak_in_flight_ = 0;
   // Received activations per slot (stages after the first), the received
   // output gradient and the input gradient sent back.
   std::vector<VectorBuffer<T>> inputs_;
   VectorBuffer<T> dy_, dx_;
-  VectorBuffer<T> tie_buffer_;  // the other stage's gradient of a tied weight
-  Kokkos::View<double*, MemSpace> tie_exact_;  // its exact twin (--reproducible)
   MemoryReport memory_;
   Timing timing_;
 };

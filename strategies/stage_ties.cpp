@@ -1,0 +1,173 @@
+#include "strategies/stage_ties.hpp"
+
+#include "backends/launch.hpp"
+#include "backends/trace.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata {
+
+template <class T>
+std::vector<CrossTie> find_cross_ties(const TensorParallelLayers<T>& all,
+                                      const std::vector<std::size_t>& bounds,
+                                      const std::vector<std::size_t>& full_sizes, int tp_rank) {
+  auto stage_of = [&](std::size_t layer) {
+    int s = 0;
+    while (bounds[static_cast<std::size_t>(s) + 1] <= layer) ++s;
+    return s;
+  };
+  auto name_of = [&](std::size_t k) { return all.names[k].empty() ? std::to_string(k) : all.names[k]; };
+  std::vector<CrossTie> ties;
+  for (std::size_t j = 0; j < all.layers.size(); ++j) {
+    if (all.layers[j]->tied_to().empty()) continue;
+    std::size_t i = 0, full = 0;
+    while (i < j && name_of(i) != all.layers[j]->tied_to()) full += full_sizes[i++];
+    if (i == j || stage_of(i) == stage_of(j)) continue;
+    // Where this rank's part of the weight begins in the single-rank layout
+    // (a vocabulary shard of an embedding is one block of rows).
+    for (const auto& info : all.layers[i]->param_table())
+      if (info.name == "weight") {
+        std::size_t whole = info.offset;
+        if (const TensorShard<T>* s = tensor_shard(*all.layers[i])) {
+          std::vector<std::size_t> index(s->shard_size());
+          std::vector<std::uint8_t> replica(s->shard_size());
+          s->shard_map(tp_rank, index.data(), replica.data());
+          whole = index[info.offset];
+        }
+        ties.push_back({i, j, info.shape.numel(), info.offset, full + whole, stage_of(i), stage_of(j)});
+      }
+  }
+  return ties;
+}
+
+template <class T>
+StageTies<T>::StageTies(Context& ctx, Mesh& mesh, Sequential<T>& stage,
+                        std::vector<std::size_t> bounds, std::vector<CrossTie> ties)
+    : ctx_(ctx), mesh_(mesh), stage_(stage), bounds_(std::move(bounds)), ties_(std::move(ties)) {
+  // Buckets of a tied layer's gradient (and of the layers before it) wait
+  // for the sum of both stages' gradients.
+  const std::size_t p = static_cast<std::size_t>(mesh_.pp_rank());
+  for (const CrossTie& t : ties_) {
+    const std::size_t both[2] = {t.source, t.copy};
+    for (const std::size_t layer : both)
+      if (layer >= bounds_[p] && layer < bounds_[p + 1]) {
+        held_ = holds_ ? std::max(held_, layer - bounds_[p]) : layer - bounds_[p];
+        holds_ = true;
+      }
+  }
+}
+
+template <class T>
+const CrossTie* StageTies<T>::copy_at(std::size_t l) const {
+  for (const CrossTie& t : ties_)
+    if (t.copy == bounds_[static_cast<std::size_t>(mesh_.pp_rank())] + l) return &t;
+  return nullptr;
+}
+
+template <class T>
+std::size_t StageTies<T>::offset(const CrossTie& t) const {
+  const int p = mesh_.pp_rank();
+  const std::size_t first = bounds_[static_cast<std::size_t>(p)];
+  return p == t.source_stage ? stage_.param_offset(t.source - first) + t.weight_offset
+                             : stage_.param_offset(t.copy - first);  // the copy's weight comes first
+}
+
+namespace {
+// Tags of the tie exchanges (above every micro-batch tag).
+constexpr int kTieTag = 1 << 28;
+// g += other (a free function: device lambdas cannot live in private members).
+template <class T>
+void add_into(Context& ctx, Vector<T> g, ConstVector<T> other) {
+  for_range(ctx, "strata::pipeline::sum_tied", g.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
+    g(i) += other(i);
+  });
+}
+// e[i] += other[i] for the exact twins of a tied weight's gradient.
+void add_into_exact(Context& ctx, double* e, const double* other, std::size_t n) {
+  for_range(ctx, "strata::pipeline::sum_tied_exact", n,
+            KOKKOS_LAMBDA(const std::size_t i) { e[i] += other[i]; });
+}
+}  // namespace
+
+template <class T>
+void StageTies<T>::share_weights() {
+  const int p = mesh_.pp_rank();
+  for (std::size_t k = 0; k < ties_.size(); ++k) {
+    const CrossTie& t = ties_[k];
+    if (p != t.source_stage && p != t.copy_stage) continue;
+    const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
+    Vector<T> w = Kokkos::subview(stage_.padded_params(), range);
+    ctx_.exec.fence();
+    if (p == t.source_stage) mesh_.pp().send(w, t.copy_stage, kTieTag + static_cast<int>(k));
+    else mesh_.pp().recv(w, t.source_stage, kTieTag + static_cast<int>(k));
+  }
+  mesh_.pp().flush();
+}
+
+template <class T>
+void StageTies<T>::sum_gradients() {
+  const int p = mesh_.pp_rank();
+  for (std::size_t k = 0; k < ties_.size(); ++k) {
+    const CrossTie& t = ties_[k];
+    if (p != t.source_stage && p != t.copy_stage) continue;
+    STRATA_SPAN("comm", "tied weight gradients");
+    const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
+    if (stage_.reproducible_chunk() > 0) {
+      // The exact twins: each stage's exact sum, added exactly (the same on both).
+      double* e = stage_.exact_grads().data() + 2 * offset(t);
+      const std::size_t n = 2 * t.size;
+      if (exact_.extent(0) < n) exact_ = Kokkos::View<double*, MemSpace>("strata::pipeline::tie_exact", n);
+      double* other = exact_.data();
+      ctx_.exec.fence();
+      mesh_.pp().send(e, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
+      mesh_.pp().recv(other, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
+      add_into_exact(ctx_, e, other, n);
+      continue;
+    }
+    const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
+    Vector<T> g = Kokkos::subview(stage_.padded_grads(), range);
+    if (buffer_.extent(0) < t.size) buffer_ = VectorBuffer<T>("strata::pipeline::tie", t.size);
+    Vector<T> other(buffer_.data(), t.size);
+    ctx_.exec.fence();
+    // Both send, then both receive (sends are buffered) and add: the same
+    // two terms on both stages, so the sums are bitwise equal.
+    mesh_.pp().send(g, peer, kTieTag + static_cast<int>(k));
+    mesh_.pp().recv(other, peer, kTieTag + static_cast<int>(k));
+    add_into<T>(ctx_, g, other);
+  }
+  mesh_.pp().flush();
+}
+
+template <class T>
+double StageTies<T>::copy_deviation() {
+  double worst = 0;
+  const int p = mesh_.pp_rank();
+  for (std::size_t k = 0; k < ties_.size(); ++k) {
+    const CrossTie& t = ties_[k];
+    if (p != t.source_stage && p != t.copy_stage) continue;
+    const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
+    std::vector<T> mine(t.size), theirs(t.size);
+    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(mine.data(), t.size),
+                      Kokkos::subview(stage_.padded_params(), range));
+    const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
+    mesh_.pp().send(mine.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
+    mesh_.pp().recv(theirs.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
+    for (std::size_t i = 0; i < t.size; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(mine[i]) - static_cast<double>(theirs[i])));
+  }
+  mesh_.pp().flush();
+  return mesh_.world().allreduce_value(worst, comm::ReduceOp::max);
+}
+
+
+template std::vector<CrossTie> find_cross_ties<float>(const TensorParallelLayers<float>&,
+                                                      const std::vector<std::size_t>&,
+                                                      const std::vector<std::size_t>&, int);
+template std::vector<CrossTie> find_cross_ties<double>(const TensorParallelLayers<double>&,
+                                                       const std::vector<std::size_t>&,
+                                                       const std::vector<std::size_t>&, int);
+template class StageTies<float>;
+template class StageTies<double>;
+
+}  // namespace strata
