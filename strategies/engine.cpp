@@ -1,6 +1,7 @@
 #include "strategies/engine.hpp"
 
 #include "backends/error.hpp"
+#include "backends/host_copy.hpp"
 #include "layers/registry.hpp"
 
 #include <cstdio>
@@ -10,19 +11,6 @@ namespace strata {
 namespace {
 
 using T = float;
-
-template <class View>
-std::vector<float> to_host_vector(const View& v) {
-  std::vector<float> out(v.size());
-  if (v.size() == 0) return out;
-  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Unmanaged>(out.data(), out.size()), v);
-  return out;
-}
-
-void from_host_vector(const std::vector<float>& in, Vector<T> v) {
-  if (!in.empty())
-    Kokkos::deep_copy(v, Kokkos::View<const float*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
-}
 
 std::string describe_mixed_precision(const MixedPrecisionOptions& o) {
   std::string s;
@@ -103,26 +91,26 @@ class DataParallelEngine final : public Engine {
     snap.buffers = model_.read_buffers();
     if (const DynamicLossScaler* scaler = strategy_->scaler()) snap.scaler = scaler->state();
     checkpoint::State s = checkpoint_state(target.config, p, snap, table_);
-    s.params = to_host_vector(strategy_->master_params());  // fp32 master weights
-    s.opt0 = to_host_vector(optimizer_->state0());
-    s.opt1 = to_host_vector(optimizer_->state1());
+    s.params = copy_to_host<float>(strategy_->master_params());  // fp32 master weights
+    s.opt0 = copy_to_host<float>(optimizer_->state0());
+    s.opt1 = copy_to_host<float>(optimizer_->state1());
     return checkpoint::save(target.dir, p.step, s, target.keep);
   }
   Weights weights() override {
-    return {to_host_vector(strategy_->master_params()), model_.read_buffers()};
+    return {copy_to_host<float>(strategy_->master_params()), model_.read_buffers()};
   }
   void set_weights(const Weights& w) override {
-    from_host_vector(w.params, strategy_->master_params());
+    copy_from_host<float>(w.params, strategy_->master_params());
     strategy_->sync_working_params();
     auto buffers = model_.read_buffers();
     for (const auto& [name, values] : w.buffers) buffers[name] = values;
     model_.write_buffers(buffers);
   }
   void restore(const Snapshot& s) override {
-    from_host_vector(s.params, strategy_->master_params());
+    copy_from_host<float>(s.params, strategy_->master_params());
     strategy_->sync_working_params();
-    from_host_vector(s.opt0, optimizer_->state0());
-    from_host_vector(s.opt1, optimizer_->state1());
+    copy_from_host<float>(s.opt0, optimizer_->state0());
+    copy_from_host<float>(s.opt1, optimizer_->state1());
     optimizer_->set_steps(s.optimizer_steps);
     model_.write_buffers(s.buffers);
     // A checkpoint without scaler state (of an fp32 run) leaves the scaler

@@ -1,6 +1,7 @@
 #include "strategies/model_parallel.hpp"
 
 #include "backends/error.hpp"
+#include "backends/host_copy.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
 #include "strategies/reproducible.hpp"
@@ -143,7 +144,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
 
   TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(model, seed), mesh_->tp(),
                                                         loss == LossKind::cross_entropy);
-  resolve_ties(all.layers, all.names);  // single-rank sizes (full_sizes_) of tied layers
+  resolve_ties(all.layers, all.names);  // single-rank sizes (full_sizes) of tied layers
   const std::vector<double>& flops = all.flops;
   std::vector<double> cost(all.layers.size());
   for (std::size_t i = 0; i < cost.size(); ++i)
@@ -151,12 +152,13 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                   ? flops[i]
                   : static_cast<double>(all.layers[i]->num_params());
   bounds_ = plan_stages(cost, all.cut_ok, S, options.cuts);
+  std::vector<std::size_t> full_sizes;  // single-rank parameter count of every layer
   for (auto& l : all.layers) {
     const TensorShard<T>* sharded = tensor_shard(*l);
-    full_sizes_.push_back(sharded ? sharded->full_num_params() : l->num_params());
+    full_sizes.push_back(sharded ? sharded->full_num_params() : l->num_params());
   }
   // Ties whose two layers fall on different stages (before the layers move into the stage).
-  std::vector<CrossTie> cross_ties = find_cross_ties(all, bounds_, full_sizes_, mesh_->tp_rank());
+  std::vector<CrossTie> cross_ties = find_cross_ties(all, bounds_, full_sizes, mesh_->tp_rank());
 
   // This rank's stage: the input shape at its first layer (whole: cuts only
   // fall where the activation is whole).
@@ -202,6 +204,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   ties_->share_weights();
   sharded_ = std::make_unique<ShardedOptimizer<T>>(ctx, *mesh_, *stage_, options, options,
                                                     options.zero, optimizer, *ties_);
+  layout_ = std::make_unique<StageLayout<T>>(*mesh_, *stage_, *ties_, bounds_, std::move(full_sizes),
+                                             options.zero == 1);
   if (all.classes > 0)  // the logits split over the tensor group by class
     loss_ = std::make_unique<VocabParallelCrossEntropy<T>>(mesh_->tp(), all.first_class, all.classes);
   else
@@ -356,128 +360,20 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   return total / static_cast<double>(global_samples);
 }
 
-namespace {
-template <class T>
-std::vector<T> host_copy(Vector<T> v) {
-  std::vector<T> out(v.extent(0));
-  if (!out.empty())
-    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(out.data(), out.size()), v);
-  return out;
-}
-template <class T>
-void device_copy(const std::vector<T>& in, Vector<T> v) {
-  if (!in.empty())
-    Kokkos::deep_copy(v, Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(in.data(), in.size()));
-}
-}  // namespace
-
-template <class T>
-std::vector<T> ModelParallel<T>::gather_stage(const std::vector<T>& stage_values) {
-  // This stage's layers in single-rank layout (tensor shards gathered).
-  std::vector<T> mine;
-  comm::Communicator& tp = mesh_->tp();
-  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
-    const T* values = stage_values.data() + stage_->param_offset(i);
-    std::size_t n = stage_->layer(i).num_params();
-    if (const CrossTie* t = ties_->copy_at(i)) {  // a copy of a tied weight: the original is in the layout
-      values += t->size;
-      n -= t->size;
-    }
-    if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(i))) {
-      std::vector<T> blocks(n * static_cast<std::size_t>(tp.size()));
-      tp.allgather(values, blocks.data(), n, comm::data_type_of<T>());
-      std::vector<T> full(sharded->full_num_params());
-      assemble_shards(*sharded, tp.size(), blocks.data(), full.data());
-      mine.insert(mine.end(), full.begin(), full.end());
-    } else {
-      mine.insert(mine.end(), values, values + n);
-    }
-  }
-  // The stages in order (padded to the longest for the allgather).
-  comm::Communicator& pp = mesh_->pp();
-  const auto S = static_cast<std::size_t>(pp.size());
-  std::vector<std::int64_t> lengths(S);
-  const auto len = static_cast<std::int64_t>(mine.size());
-  pp.allgather(&len, lengths.data(), 1, comm::DataType::i64);
-  const auto longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
-  mine.resize(longest);
-  std::vector<T> blocks(longest * S);
-  pp.allgather(mine.data(), blocks.data(), longest, comm::data_type_of<T>());
-  std::vector<T> full;
-  for (std::size_t s = 0; s < S; ++s)
-    full.insert(full.end(), blocks.begin() + s * longest,
-                blocks.begin() + s * longest + lengths[s]);
-  return full;
-}
-
-template <class T>
-std::vector<T> ModelParallel<T>::scatter_stage(const std::vector<T>& full) const {
-  std::size_t total = 0, offset = 0;
-  const std::size_t first = bounds_[mesh_->pp_rank()];
-  for (std::size_t i = 0; i < full_sizes_.size(); ++i) {
-    if (i == first) offset = total;
-    total += full_sizes_[i];
-  }
-  STRATA_REQUIRE(full.size() == total, config, "model parallel: ", full.size(),
-                 " values given for a model of ", total, " parameters");
-  std::vector<T> mine(stage_->num_params());
-  for (std::size_t i = 0; i < stage_->num_layers(); ++i) {
-    T* shard = mine.data() + stage_->param_offset(i);
-    const T* whole = full.data() + offset;
-    std::size_t copied = 0;  // a copy of a tied weight: from the original's place
-    if (const CrossTie* t = ties_->copy_at(i)) {
-      std::copy(full.data() + t->full_offset, full.data() + t->full_offset + t->size, shard);
-      copied = t->size;
-    }
-    if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(i)))
-      extract_shard(*sharded, mesh_->tp_rank(), whole, shard + copied);
-    else
-      std::copy(whole, whole + stage_->layer(i).num_params() - copied, shard + copied);
-    offset += full_sizes_[first + i];
-  }
-  return mine;
-}
 
 template <class T>
 std::vector<T> ModelParallel<T>::full_params() {
-  if (options_.precision == Precision::fp32) return gather_stage(host_copy(stage_->params()));
-  return gather_stage(stage_state(sharded_->precision().master()));  // ZeRO-1: master blocks gathered
+  if (options_.precision == Precision::fp32) return layout_->gather(copy_to_host<T>(stage_->params()));
+  return layout_->gather(layout_->stage_state(sharded_->precision().master()));  // ZeRO-1: master blocks gathered
 }
 
 template <class T>
 void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
-  const std::vector<T> mine = scatter_stage(full);
-  device_copy(mine, stage_->params());
+  const std::vector<T> mine = layout_->scatter(full);
+  copy_from_host<T>(mine, stage_->params());
   if (options_.precision == Precision::fp32) return;
-  set_stage_state(sharded_->precision().master(), mine);
+  layout_->set_stage_state(sharded_->precision().master(), mine);
   round_to_precision(ctx_, options_.precision, stage_->params());
-}
-
-template <class T>
-std::vector<T> ModelParallel<T>::stage_state(Vector<T> state) {
-  std::vector<T> mine = host_copy(state);
-  if (options_.zero == 1) {  // every rank's block of the padded buffer
-    comm::Communicator& dp = mesh_->dp();
-    std::vector<T> padded(mine.size() * static_cast<std::size_t>(dp.size()));
-    dp.allgather(mine.data(), padded.data(), mine.size(), comm::data_type_of<T>());
-    padded.resize(stage_->num_params());
-    return padded;
-  }
-  return mine;
-}
-
-template <class T>
-void ModelParallel<T>::set_stage_state(Vector<T> state, const std::vector<T>& stage_values) {
-  if (options_.zero == 1) {
-    const std::size_t per = state.extent(0);
-    std::vector<T> block(per, T(0));
-    const std::size_t first = per * static_cast<std::size_t>(mesh_->dp_rank());
-    for (std::size_t i = 0; i < per && first + i < stage_values.size(); ++i)
-      block[i] = stage_values[first + i];
-    device_copy(block, state);
-    return;
-  }
-  device_copy(stage_values, state);
 }
 
 template <class T>
@@ -485,7 +381,7 @@ std::vector<T> ModelParallel<T>::full_optimizer_state(int k) {
   Vector<T> state = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
   // Whether the optimizer keeps this buffer is the same on every rank.
   if (state.extent(0) == 0) return {};
-  return gather_stage(stage_state(state));
+  return layout_->gather(layout_->stage_state(state));
 }
 
 template <class T>
@@ -494,59 +390,7 @@ void ModelParallel<T>::set_full_optimizer_state(int k, const std::vector<T>& ful
   STRATA_REQUIRE(state.extent(0) > 0 || full.empty(), config,
                  "model parallel: optimizer state ", k, " given to an optimizer that keeps none");
   if (state.extent(0) == 0) return;
-  set_stage_state(state, scatter_stage(full));
-}
-
-template <class T>
-std::size_t ModelParallel<T>::full_num_params() const {
-  std::size_t n = 0;
-  for (std::size_t s : full_sizes_) n += s;
-  return n;
-}
-
-template <class T>
-std::map<std::string, std::vector<double>> ModelParallel<T>::full_buffers(
-    const std::vector<BufferInfo>& model_buffers) {
-  // Every buffer's values on the ranks whose stage holds it (identical on
-  // the replicas of a stage), -inf elsewhere: a max over the world fills in
-  // every rank's copy.
-  std::size_t total = 0;
-  for (const auto& b : model_buffers) total += b.size;
-  std::vector<double> flat(total, -std::numeric_limits<double>::infinity());
-  const auto mine = stage_->read_buffers();
-  std::size_t at = 0;
-  for (const auto& b : model_buffers) {
-    if (const auto it = mine.find(b.name); it != mine.end()) {
-      STRATA_REQUIRE(it->second.size() == b.size, config, "buffer '", b.name, "' has ",
-                     it->second.size(), " values on this stage, the model's ", b.size);
-      std::copy(it->second.begin(), it->second.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
-    }
-    at += b.size;
-  }
-  if (total > 0)
-    mesh_->world().allreduce(flat.data(), flat.data(), total, comm::DataType::f64, comm::ReduceOp::max);
-  std::map<std::string, std::vector<double>> all;
-  at = 0;
-  for (const auto& b : model_buffers) {
-    for (std::size_t k = 0; k < b.size; ++k)
-      STRATA_REQUIRE(flat[at + k] != -std::numeric_limits<double>::infinity(), runtime,
-                     "model parallel: no stage holds buffer '", b.name, "'");
-    all[b.name].assign(flat.begin() + static_cast<std::ptrdiff_t>(at),
-                       flat.begin() + static_cast<std::ptrdiff_t>(at + b.size));
-    at += b.size;
-  }
-  return all;
-}
-
-template <class T>
-void ModelParallel<T>::set_full_buffers(const std::map<std::string, std::vector<double>>& values) {
-  std::map<std::string, std::vector<double>> mine;
-  for (const auto& entry : stage_->read_buffers()) {
-    const auto it = values.find(entry.first);
-    STRATA_REQUIRE(it != values.end(), config, "no values for buffer '", entry.first, "'");
-    mine[entry.first] = it->second;
-  }
-  stage_->write_buffers(mine);
+  layout_->set_stage_state(state, layout_->scatter(full));
 }
 
 template <class T>
@@ -567,7 +411,7 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
   const std::size_t lo = std::min(n, per * static_cast<std::size_t>(mesh_->dp_rank()));
   const std::size_t hi = std::min(n, lo + per);
   auto part = [&](Vector<T> v, std::size_t first) {  // v's values [lo, hi); v starts at `first`
-    return host_copy(Vector<T>(Kokkos::subview(v, Kokkos::make_pair(lo - first, hi - first))));
+    return copy_to_host<T>(Vector<T>(Kokkos::subview(v, Kokkos::make_pair(lo - first, hi - first))));
   };
   // Mixed precision: the fp32 master weights (laid out like the optimizer
   // state), not the working copy rounded to 16 bits.
@@ -579,37 +423,15 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
     Vector<T> st = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
     if (st.extent(0) > 0) state[k] = part(st, options_.zero == 1 ? lo : 0);
   }
-  // Where each of them lies in the whole model, layer by layer.
+  // Where each of them lies in the whole model.
   CheckpointShard out;
-  const bool tp_root = mesh_->tp_rank() == 0;
-  std::size_t full_offset = 0;
-  for (std::size_t i = 0; i < bounds_[mesh_->pp_rank()]; ++i) full_offset += full_sizes_[i];
-  std::vector<std::size_t> index;
-  for (std::size_t l = 0; l < stage_->num_layers(); ++l) {
-    const std::size_t off = stage_->param_offset(l), count = stage_->layer(l).num_params();
-    const std::size_t a = std::max(lo, off), b = std::min(hi, off + count);
-    if (a < b) {
-      // A copy of a tied weight leads the layer's values: saved by the original's stage.
-      const std::size_t copied = ties_->copy_at(l) ? ties_->copy_at(l)->size : 0;
-      index.assign(count, kReplica);
-      if (const TensorShard<T>* sharded = tensor_shard(stage_->layer(l))) {
-        const std::vector<std::size_t> mine = checkpoint_index(*sharded, mesh_->tp_rank());
-        std::copy(mine.begin(), mine.end(), index.begin() + static_cast<std::ptrdiff_t>(copied));
-      } else if (tp_root) {  // whole and replicated over the tensor group
-        for (std::size_t k = copied; k < count; ++k) index[k] = k - copied;
-      }
-      for (std::size_t k = a; k < b; ++k) {
-        if (index[k - off] == kReplica) continue;
-        const std::size_t at = full_offset + index[k - off];
-        if (out.ranges.empty() || out.ranges.back().first + out.ranges.back().second != at)
-          out.ranges.emplace_back(at, 0);
-        ++out.ranges.back().second;
-        out.params.push_back(params[k - lo]);
-        for (int s = 0; s < 2; ++s)
-          if (!state[s].empty()) (s == 0 ? out.opt0 : out.opt1).push_back(state[s][k - lo]);
-      }
-    }
-    full_offset += full_sizes_[bounds_[mesh_->pp_rank()] + l];
+  for (const auto& [k, at] : layout_->written(lo, hi)) {
+    if (out.ranges.empty() || out.ranges.back().first + out.ranges.back().second != at)
+      out.ranges.emplace_back(at, 0);
+    ++out.ranges.back().second;
+    out.params.push_back(params[k - lo]);
+    for (int s = 0; s < 2; ++s)
+      if (!state[s].empty()) (s == 0 ? out.opt0 : out.opt1).push_back(state[s][k - lo]);
   }
   return out;
 }

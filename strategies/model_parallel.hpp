@@ -35,6 +35,7 @@
 #include "strategies/mixed_precision.hpp"
 #include "strategies/pipeline_schedule.hpp"
 #include "strategies/sharded_optimizer.hpp"
+#include "strategies/stage_layout.hpp"
 #include "strategies/stage_ties.hpp"
 #include "strategies/tensor_parallel.hpp"
 
@@ -148,12 +149,16 @@ class ModelParallel {
   // names; each read from a rank whose stage holds it), and back: every rank
   // writes those of its stage. Collective over world.
   std::map<std::string, std::vector<double>> full_buffers(
-      const std::vector<BufferInfo>& model_buffers);
-  void set_full_buffers(const std::map<std::string, std::vector<double>>& values);
+      const std::vector<BufferInfo>& model_buffers) {
+    return layout_->gather_buffers(model_buffers);
+  }
+  void set_full_buffers(const std::map<std::string, std::vector<double>>& values) {
+    layout_->scatter_buffers(values);
+  }
   // The mesh, ZeRO stage and stage cuts, as text (sharded checkpoints keep it).
   std::string layout() const;
   // Parameters of the whole model.
-  std::size_t full_num_params() const;
+  std::size_t full_num_params() const { return layout_->full_num_params(); }
 
   // The stage model: this rank's layers (sharded ones included).
   Sequential<T>& stage() { return *stage_; }
@@ -189,24 +194,19 @@ class ModelParallel {
   void forward_micro(const data::Batch<T>& shard, std::size_t m, std::size_t first,
                      std::size_t count, T scale, ExactSum& loss_sum);
   void backward_micro(std::size_t m, std::size_t count, bool last);
-  // Stage layout (num_params() values, host) <-> single-rank layout of the whole model.
-  std::vector<T> gather_stage(const std::vector<T>& stage_values);
-  std::vector<T> scatter_stage(const std::vector<T>& full) const;
-  // An optimizer state buffer in stage layout (ZeRO-1: gathered over dp) and back.
-  std::vector<T> stage_state(Vector<T> state);
-  void set_stage_state(Vector<T> state, const std::vector<T>& stage_values);
   Matrix<T> rows(const VectorBuffer<T>& buf, std::size_t count, std::size_t width) const;
   Context& ctx_;
   std::unique_ptr<Mesh> mesh_;
   ModelParallelOptions options_;
   std::vector<std::size_t> bounds_;  // stage s: layers [bounds_[s], bounds_[s+1])
-  std::vector<std::size_t> full_sizes_;  // single-rank parameter count of every layer
   std::size_t max_micro_ = 0;
   std::unique_ptr<Sequential<T>> stage_;
   std::unique_ptr<StageTies<T>> ties_;  // tied weights across stages (this rank's pipeline)
   std::unique_ptr<Loss<T>> loss_;
   // The data-parallel gradient sums and the update (ZeRO).
   std::unique_ptr<ShardedOptimizer<T>> sharded_;
+  // The stage's values <-> the whole model's single-rank layout.
+  std::unique_ptr<StageLayout<T>> layout_;
   StepInfo info_;
   std::size_t slots_ = 1, in_flight_ = 0, peak_in_flight_ = 0;
   // Received activations per slot (stages after the first), the received
