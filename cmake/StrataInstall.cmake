@@ -11,7 +11,7 @@ if(TARGET strata_nccl)
   install(TARGETS strata_nccl EXPORT StrataTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
-foreach(dir backends layers data strategies planner)
+foreach(dir backends layers data strategies planner training)
   install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir}
     FILES_MATCHING PATTERN "*.hpp")
 endforeach()

@@ -8,34 +8,26 @@
 #include "apps/train/metrics.hpp"
 #include "apps/train/setup.hpp"
 #include "apps/train/train_config.hpp"
-#include "backends/runtime.hpp"
-#include "backends/kernel_shapes.hpp"
-#include "backends/trace.hpp"
-#include "data/loader.hpp"
-#include "backends/comm/hierarchical.hpp"
 #include "backends/comm/registry.hpp"
-#include "backends/device.hpp"
+#include "backends/ranks.hpp"
+#include "backends/runtime.hpp"
+#include "backends/trace.hpp"
+#include "backends/world.hpp"
+#include "layers/registry.hpp"
 #include "strata_config.hpp"
 #if STRATA_HAS_NCCL
 #include "backends/comm/nccl.hpp"
 #endif
-#include "backends/ranks.hpp"
-#include "layers/registry.hpp"
 #include "strategies/engine.hpp"
+#include "training/trainer.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
-#include <cstdlib>
 #include <cstdio>
-#include <cstring>
-#include <thread>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <optional>
 
 namespace strata::app {
 namespace {
@@ -69,40 +61,12 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   const std::size_t batch = std::min(c.batch_size, d.train.size());
   const std::unique_ptr<Engine> engine =
       make_engine(ctx, comm, engine_options(c, model, comm.size()), batch);
-  // Every rank restores the same checkpoint (it holds the whole model in
-  // single-rank layout: any strategy and mesh resumes it).
+  // Every rank restores the same checkpoint, or reads the same weights.
   Position start;
-  const std::string resume_file =
-      !c.resume_from.empty() ? c.resume_from : c.resume ? checkpoint::latest(c.checkpoint_dir) : "";
-  if (!resume_file.empty()) {
-    auto [snapshot, position] = read_checkpoint(resume_file, checkpoint_config(c), engine->table());
-    engine->restore(snapshot);
-    start = position;
-  }
-  // Weights from a safetensors file (every rank reads it and sets the same).
-  std::string init_note;
-  if (!c.init_from.empty()) {
-    const ImportReport r = load_weights(*engine, c.init_from, c.strict);
-    init_note = "initialised from " + c.init_from + ": " + std::to_string(r.loaded) + " tensors";
-    auto add = [&](const std::vector<std::string>& v, const char* kind) {
-      for (const std::string& s : v) init_note += "\n" + rep.prefix + "  " + kind + ": " + s;
-    };
-    add(r.missing, "missing, kept the model's initialisation");
-    add(r.unexpected, "unexpected, skipped");
-    add(r.mismatched, "of another shape, skipped");
-  }
-  // One loader per micro-batch of an optimizer step (each keeps its batch alive).
-  std::vector<std::unique_ptr<data::BatchLoader<T>>> loaders;
-  for (std::size_t m = 0; m < c.accumulate; ++m)
-    loaders.push_back(std::make_unique<data::BatchLoader<T>>(
-        d.train, batch, c.shuffle, c.seed, /*drop_last=*/c.reproducible, engine->data_rank(),
-        engine->data_ranks()));
-  const data::Augment augment{c.random_crop, c.random_flip, d.train.zero};
-  for (auto& l : loaders) l->set_augment(augment);
-  const std::size_t per_epoch = loaders[0]->batches_per_epoch();  // micro-batches
-  const std::size_t steps_per_epoch = (per_epoch + c.accumulate - 1) / c.accumulate;
-  const std::size_t total = c.steps > 0 ? c.steps : c.epochs * steps_per_epoch;
-  const std::size_t epochs = (total + steps_per_epoch - 1) / steps_per_epoch;
+  std::string resume_file;
+  const std::string init_note = restore_or_import(c, *engine, rep.prefix, &start, &resume_file);
+  Trainer trainer(*engine, d, trainer_options(c, batch, d.train, resume_file), start, comm.rank());
+  const std::size_t total = trainer.total_steps(), epochs = trainer.epochs();
   progress.line(rep.prefix + build_summary() + ", " + std::to_string(comm.size()) + " rank(s) (" +
                 comm.name() + "), " + std::to_string(ctx.threads) + " thread(s) per rank");
   if (!resume_file.empty())
@@ -116,141 +80,63 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
                 "), global batch " + std::to_string(batch) +
                 (c.accumulate > 1 ? " x " + std::to_string(c.accumulate) + " accumulated" : "") +
                 ", " + std::to_string(total) + " steps in " + std::to_string(epochs) + " epoch(s)");
-
-  std::size_t step = start.step, timed_samples = 0, first_step = start.step;
-  STRATA_REQUIRE(step <= total, config, "checkpoint '", resume_file, "' is at step ", step,
-                 " but this run ends at step ", total, " (raise --steps or --epochs)");
-  if (!resume_file.empty() && step == total)
+  if (!resume_file.empty() && start.step == total)
     progress.line(rep.prefix + "nothing to train: the checkpoint is at step " +
-                  std::to_string(step) + ", where this run ends (raise --steps or --epochs); "
+                  std::to_string(start.step) + ", where this run ends (raise --steps or --epochs); "
                   "evaluating the restored model");
-  double timed_s = 0, timed_data_s = 0, last_loss = 0;  // timed: after the warm-up steps
-  std::size_t skipped_in_a_row = 0;
-  Evaluation eval;
-  const auto train0 = Clock::now();
-  const bool saves = !c.checkpoint_dir.empty();
-  const CheckpointTarget target{c.checkpoint_dir, c.keep_checkpoints, checkpoint_config(c)};
-  auto save = [&](const Position& p) { return engine->save(target, p); };
-  Position pos = start;
+
+  TrainerHooks hooks;
   const Fault fault = Fault::from_environment(comm.name() == "mpi");
-  std::vector<data::Batch<T>> micro(c.accumulate);
-  // Evaluation on the test split (end of each epoch, and every --eval-every
-  // steps). Data parallel: every rank holds the same parameters, rank 0
-  // evaluates and the others go on (they wait for it in the next step's
-  // collectives). Model parallel: every rank takes part.
-  auto evaluate_and_report = [&](std::size_t epoch, const std::string& when) {
-    if (!c.evaluate || d.test.size() == 0) return;
-    if (comm.rank() == 0 || engine->collective()) eval = engine->evaluate(d.test, batch);
-    if (comm.rank() != 0) return;
-    nlohmann::json j{{"step", step}, {"epoch", epoch + 1}, {"wall_s", seconds_since(wall0)}};
-    std::string text = when + ": ";
-    if (d.test.is_classification()) {
-      j["test_accuracy"] = eval.accuracy;
-      j["test_loss"] = eval.loss;
-      text += "test accuracy " + fmt("%.4f", eval.accuracy) + ", test loss " + fmt("%.4f", eval.loss);
+  hooks.after_step = [&](std::size_t step) { fault.maybe_fail(comm.rank(), step); };
+  hooks.on_evaluation = [&](const EvalStats& e) {
+    nlohmann::json j{{"step", e.step}, {"epoch", e.epoch + 1}, {"wall_s", seconds_since(wall0)}};
+    std::string text = e.when + ": ";
+    j["test_loss"] = e.result.loss;
+    if (e.classification) {
+      j["test_accuracy"] = e.result.accuracy;
+      text += "test accuracy " + fmt("%.4f", e.result.accuracy) + ", test loss " +
+              fmt("%.4f", e.result.loss);
     } else {
-      j["test_loss"] = eval.loss;
-      text += "test loss " + fmt("%.6f", eval.loss);
+      text += "test loss " + fmt("%.6f", e.result.loss);
     }
     if (rep.writes_metrics) metrics.write(j);
     progress.line(rep.prefix + text);
   };
-  for (std::size_t epoch = start.epoch; epoch < epochs && step < total; ++epoch) {
-    std::size_t index = epoch == start.epoch ? start.index : 0;
-    while (step < total && index < per_epoch) {
-      // The micro-batches of this step (the last step of an epoch may have fewer).
-      const std::size_t k = std::min(c.accumulate, per_epoch - index);
-      micro.resize(k);
-      std::size_t global = 0;
-      const auto data0 = Clock::now();
-      for (std::size_t m = 0; m < k; ++m) {
-        STRATA_SPAN("data", "next batch");
-        loaders[m]->seek(epoch, index++);
-        loaders[m]->next(micro[m]);
-        global += loaders[m]->global_size();
-      }
-      const double data_s = seconds_since(data0);
-      const auto t0 = Clock::now();
-      const double lr = scheduled_lr(c.lr_schedule, step, total);
-      engine->set_lr(lr);
-      last_loss = engine->step(micro, global);
-      ++step;
-      // "; the first non-finite values are in ..." (empty when none was found).
-      auto nonfinite_origin = [&] {
-        const std::string origin = engine->first_nonfinite();
-        return origin.empty() ? origin : "; the first non-finite values are in " + origin;
-      };
-      if (!std::isfinite(last_loss))
-        STRATA_THROW(runtime, "training diverged: the loss is ", last_loss, " at step ", step,
-                     " (epoch ", epoch + 1, ")", nonfinite_origin(), "; try a smaller --lr");
-      // Loss scaling skips steps whose gradients overflow; at the scale's
-      // floor that can go on forever with a finite loss.
-      skipped_in_a_row = engine->last_info().applied ? 0 : skipped_in_a_row + 1;
-      if (skipped_in_a_row >= c.max_skipped_steps)
-        STRATA_THROW(runtime, "loss scaling skipped ", skipped_in_a_row,
-                     " steps in a row for non-finite gradients, the last at step ", step,
-                     " (epoch ", epoch + 1, ") with the loss scale at ",
-                     engine->last_info().loss_scale, nonfinite_origin(),
-                     "; the gradients overflow even at that scale: try a smaller --lr, --precision "
-                     "bf16, or --clip-grad-norm");
-      fault.maybe_fail(comm.rank(), step);
-      if (c.eval_every > 0 && step % c.eval_every == 0 && index < per_epoch && step < total)
-        evaluate_and_report(epoch, "step " + std::to_string(step));
-      // Where the next step starts.
-      pos = index == per_epoch ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
-      if (saves && c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && step < total)
-        save(pos);
-      if (step > first_step + c.warmup_steps) {
-        timed_s += seconds_since(t0);
-        timed_data_s += data_s;
-        timed_samples += global;
-      }
-      const bool log = c.log_every > 0 && (step % c.log_every == 0 || step == total);
-      const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
-      if (log) {
-        if (rep.writes_metrics)
-          metrics.write({{"step", step},
-                         {"epoch", epoch + 1},
-                         {"loss", last_loss},
-                         {"lr", lr},
-                         {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
-                         {"wall_s", seconds_since(wall0)}});
-        if (!progress.tty())
-          progress.line(rep.prefix + "epoch " + std::to_string(epoch + 1) + " step " +
-                        std::to_string(step) + "/" + std::to_string(total) + " loss " +
-                        fmt("%.6f", last_loss) +
-                        (rate > 0 ? " " + fmt("%.0f", rate) + " samples/s" : ""));
-      }
-      if (progress.tty() && (step % 10 == 0 || step == total)) {
-        const double elapsed = seconds_since(train0);
-        progress.status("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs) +
-                        "  step " + std::to_string(step) + "/" + std::to_string(total) +
-                        "  loss " + fmt("%.4f", last_loss) + "  " + fmt("%.0f", rate) +
-                        " samples/s  ETA " + format_duration(elapsed / step * (total - step)));
-      }
+  hooks.on_step = [&](const StepStats& s) {
+    const double rate = s.samples_per_sec;
+    if (c.log_every > 0 && (s.step % c.log_every == 0 || s.step == total)) {
+      if (rep.writes_metrics)
+        metrics.write({{"step", s.step},
+                       {"epoch", s.epoch + 1},
+                       {"loss", s.loss},
+                       {"lr", s.lr},
+                       {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
+                       {"wall_s", seconds_since(wall0)}});
+      if (!progress.tty())
+        progress.line(rep.prefix + "epoch " + std::to_string(s.epoch + 1) + " step " +
+                      std::to_string(s.step) + "/" + std::to_string(total) + " loss " +
+                      fmt("%.6f", s.loss) + (rate > 0 ? " " + fmt("%.0f", rate) + " samples/s" : ""));
     }
-    if (saves && c.checkpoint_every == 0 && step < total && index == per_epoch) save(pos);
-    evaluate_and_report(epoch, "epoch " + std::to_string(epoch + 1));
-  }
-  // A resumed run that had nothing left to train evaluates what it restored
-  // and leaves the checkpoint as it is.
-  const bool trained = step > start.step;
-  if (!trained && c.evaluate && d.test.size() > 0 && (comm.rank() == 0 || engine->collective()))
-    eval = engine->evaluate(d.test, batch);
-  if (saves && trained) {
-    const std::string file = save(pos);
-    if (comm.rank() == 0) progress.line(rep.prefix + "checkpoint: " + file);
-  }
+    if (progress.tty() && (s.step % 10 == 0 || s.step == total))
+      progress.status("epoch " + std::to_string(s.epoch + 1) + "/" + std::to_string(epochs) +
+                      "  step " + std::to_string(s.step) + "/" + std::to_string(total) + "  loss " +
+                      fmt("%.4f", s.loss) + "  " + fmt("%.0f", rate) + " samples/s  ETA " +
+                      format_duration(s.elapsed_s / static_cast<double>(s.step) *
+                                      static_cast<double>(total - s.step)));
+  };
+  const TrainResult r = trainer.fit(hooks);
+  const std::size_t step = r.steps;
+  const bool trained = r.trained;
+  const double last_loss = r.last_loss;
+  const Evaluation& eval = r.eval;
+  if (!r.checkpoint.empty() && comm.rank() == 0) progress.line(rep.prefix + "checkpoint: " + r.checkpoint);
   if (!c.export_file.empty()) {  // with how the inputs were normalised, for whoever runs them
     save_weights(*engine, c.export_file, parse_weight_dtype(c.export_dtype, "--export-dtype"),
                  normalization_metadata(norm), comm.rank() == 0);
     if (comm.rank() == 0) progress.line(rep.prefix + "weights: " + c.export_file);
   }
   // No rate when no step ran after the warm-up steps (--warmup-steps).
-  const double rate = timed_s > 0 ? timed_samples / timed_s : 0;
-  // The share of a step spent waiting for the next batch (its gathering,
-  // augmentation and copy to the device beyond what overlapped the step).
-  const double data_wait = timed_s > 0 ? timed_data_s / (timed_s + timed_data_s) : 0;
+  const double rate = r.samples_per_sec, data_wait = r.data_wait_fraction;
   const double wall = seconds_since(wall0);
   const std::size_t tokens = d.train.label_width;  // labels per sample: a language model's tokens
   if (rep.writes_metrics)
@@ -260,7 +146,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
                    {"samples_per_sec", rate > 0 ? nlohmann::json(rate) : nlohmann::json()},
                    {"tokens_per_sec", rate > 0 && tokens > 1 ? nlohmann::json(rate * tokens)
                                                              : nlohmann::json()},
-                   {"data_wait_fraction", timed_s > 0 ? nlohmann::json(data_wait) : nlohmann::json()},
+                   {"data_wait_fraction", r.timed ? nlohmann::json(data_wait) : nlohmann::json()},
                    {"wall_s", wall}});
   if (!rep.active) return;
   std::string result = rep.prefix + "done: " + std::to_string(step) + " steps";
@@ -274,7 +160,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
               (tokens > 1 ? " (" + fmt("%.0f", rate * tokens) + " tokens/s)" : "") + " (" +
               fmt("%.1f", 100 * data_wait) + "% waiting for data)";
   else if (trained)
-    result += ", samples/s n/a (" + std::to_string(step - first_step) +
+    result += ", samples/s n/a (" + std::to_string(step - r.first_step) +
               " step(s), all of them warm-up: --warmup-steps " + std::to_string(c.warmup_steps) + ")";
   result += ", " + fmt("%.1f", wall) + " s";
   std::cout << result << std::endl;
@@ -301,54 +187,14 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   wait_policy_hint(c, world);
   // --comm: the name asked for must fit the ranks started (auto always does).
   const std::string chosen = comm::resolve_communicator(c.comm, c.ranks, world.size());
-  const bool multi = c.ranks > 1 || world.size() > 1;
-  STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
-                 "--strategy local runs one rank, but ", c.ranks * world.size(),
-                 " ranks were requested (use --strategy dp)");
-  STRATA_REQUIRE(c.accumulate == 1 || c.strategy != "local", config,
-                 "--accumulate needs --strategy dp (or auto)");
-  // Meshes split the world; thread ranks inside several MPI processes form a
-  // hierarchical communicator, which cannot be split.
-  STRATA_REQUIRE(!(model_parallel(c) && c.ranks > 1 && world.size() > 1), config,
-                 "--strategy ", c.strategy, " with --pp/--tp/--zero runs on thread ranks of one "
-                 "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
-                 " x ", world.size(), " processes");
   const ModelSpec model = model_spec(c);
-  if (model_parallel(c))
-    validate_mesh(engine_options(c, model, c.ranks * world.size()).mesh.mesh, c.ranks * world.size());
-  // Without a mesh every rank is a data-parallel rank: --dp can only agree.
-  STRATA_REQUIRE(model_parallel(c) || c.dp == 0 || c.dp == c.ranks * world.size(), config,
-                 "--dp ", c.dp, " but ", c.ranks * world.size(), " rank(s) were started (without "
-                 "--pp/--tp/--zero every rank is data parallel: start ", c.dp,
-                 " with --ranks or mpirun -np)");
-  // An unusable checkpoint directory fails now rather than after the first
-  // stretch of training.
-  if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
-  // So does an --export file that cannot be written (its temporary, tried now).
-  if (!c.export_file.empty() && world.rank() == 0) {
-    const std::string probe = c.export_file + ".tmp";
-    const bool existed = static_cast<bool>(std::ifstream(probe));
-    const bool ok = static_cast<bool>(std::ofstream(probe, std::ios::binary | std::ios::app));
-    if (!existed) std::remove(probe.c_str());
-    STRATA_REQUIRE(ok, runtime, "--export: cannot write '", c.export_file, "' (its directory "
-                   "must exist and be writable; checked before training)");
-  }
+  validate_layout(c, model, world.size());
+  prepare_outputs(c, world);
   data::Normalizer norm;  // what the inputs went through (exported with the weights)
   data::Split d = load_data(c, build_model<T>(model, c.seed), &norm);
   // Global rank 0 writes metrics; the file is opened before any rank starts.
-  const bool root_process = world.rank() == 0;
-  Metrics metrics(root_process ? c.metrics : std::string());
-  if (!c.trace.empty()) {
-    // Fail on an unwritable path now, not after training.
-    std::ofstream probe(trace_path(c.trace, world), std::ios::app);
-    STRATA_REQUIRE(probe.good(), config, "--trace: cannot write '", trace_path(c.trace, world), "'");
-    trace::start();
-  }
-  if (!c.kernel_shapes.empty()) {
-    std::ofstream probe(c.kernel_shapes, std::ios::app);
-    STRATA_REQUIRE(probe.good(), config, "--kernel-shapes: cannot write '", c.kernel_shapes, "'");
-    kernel_shapes::start();
-  }
+  Metrics metrics(world.rank() == 0 ? c.metrics : std::string());
+  start_recording(c, world);
   auto body = [&](Context& ctx, comm::Communicator& comm) {
     trace::set_lane(2 * comm.rank());
     if (trace::enabled()) {
@@ -359,34 +205,9 @@ int train(const TrainConfig& c, comm::Communicator& world) {
                  c.verbose_ranks ? "[rank " + std::to_string(comm.rank()) + "] " : ""};
     train_rank(c, model, d, norm, ctx, comm, rep, metrics);
   };
-  auto finish = [&] {
-    if (!c.trace.empty()) trace::write(trace_path(c.trace, world), world.rank());
-    if (!c.kernel_shapes.empty()) {
-      kernel_shapes::stop();
-      if (root_process) kernel_shapes::write(c.kernel_shapes);
-    }
-    return exit_ok;
-  };
-  if (c.ranks == 1) {
-    Context ctx(gemm_backend(c));
-    if (chosen == "nccl") {  // over the processes' world, on the kernels' stream
-      auto devices = comm::device_backend()->create(world, device::stream_of(ctx.exec));
-      body(ctx, *devices);
-    } else {
-      body(ctx, world);
-    }
-    return finish();
-  }
-  run_ranks(c.ranks, std::max(1, ctx_threads_per_rank(c)), [&](Context& ctx, comm::Communicator& local) {
-    Context mine(gemm_backend(c), ctx.exec);
-    if (world.size() == 1) {
-      body(mine, local);
-    } else {
-      comm::HierarchicalComm h(local, local.rank() == 0 ? &world : nullptr);
-      body(mine, h);
-    }
-  });
-  return finish();
+  run_world(world, chosen, c.ranks, ctx_threads_per_rank(c), gemm_backend(c), body);
+  finish_recording(c, world);
+  return exit_ok;
 }
 
 }  // namespace
@@ -401,23 +222,12 @@ int main(int argc, char** argv) {
     auto config = parse_train_args(args.program);
     if (!config) return exit_ok;
     if (config->describe) {  // the layer table; nothing is allocated or trained
-      const strata::ModelSpec spec = model_spec(*config);
-      std::cout << "model " << (spec.name.empty() ? spec.source : spec.name + " (" + spec.source + ")")
-                << "\n";
-      auto model = strata::build_model<float>(spec, config->seed);
-      if (config->recompute) model.set_recompute(true);
-      std::cout << model.describe();
+      describe_model(*config, std::cout);
       return exit_ok;
     }
     // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.
-    STRATA_REQUIRE(config->threads == 0 || !has_kokkos_threads_option(args.kokkos), config,
-                   "--threads and --kokkos-threads (--kokkos-num-threads) both set the threads; "
-                   "give one (--threads counts per rank)");
-    std::string threads;
-    if (!has_kokkos_threads_option(args.kokkos)) {
-      threads = strata::kokkos_threads_option(config->ranks * threads_per_rank(*config));
-      args.kokkos.insert(args.kokkos.end() - 1, threads.data());
-    }
+    std::string threads = kokkos_threads(*config, args.kokkos);  // alive while Kokkos starts
+    if (!threads.empty()) args.kokkos.insert(args.kokkos.end() - 1, threads.data());
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
 #if STRATA_HAS_NCCL
     strata::comm::use_device_backend(strata::comm::nccl_backend());

@@ -1,12 +1,15 @@
 #include "apps/train/setup.hpp"
 
 #include "backends/error.hpp"
+#include "backends/kernel_shapes.hpp"
 #include "backends/ranks.hpp"
+#include "backends/trace.hpp"
 #include "data/bpe.hpp"
 #include "data/loader.hpp"
 #include "data/text.hpp"
 #include "layers/embedding.hpp"
 #include "planner/search.hpp"
+#include "strategies/checkpoint.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -344,6 +347,127 @@ std::string trace_path(const std::string& path, const comm::Communicator& world)
   const std::string suffix = "-rank" + std::to_string(world.rank());
   const auto dot = path.rfind(".json");
   return dot == std::string::npos ? path + suffix : path.substr(0, dot) + suffix + ".json";
+}
+
+void validate_layout(const TrainConfig& c, const ModelSpec& model, int processes) {
+  const bool multi = c.ranks > 1 || processes > 1;
+  STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
+                 "--strategy local runs one rank, but ", c.ranks * processes,
+                 " ranks were requested (use --strategy dp)");
+  STRATA_REQUIRE(c.accumulate == 1 || c.strategy != "local", config,
+                 "--accumulate needs --strategy dp (or auto)");
+  // Meshes split the world; thread ranks inside several MPI processes form a
+  // hierarchical communicator, which cannot be split.
+  STRATA_REQUIRE(!(model_parallel(c) && c.ranks > 1 && processes > 1), config,
+                 "--strategy ", c.strategy, " with --pp/--tp/--zero runs on thread ranks of one "
+                 "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
+                 " x ", processes, " processes");
+  if (model_parallel(c))
+    validate_mesh(engine_options(c, model, c.ranks * processes).mesh.mesh, c.ranks * processes);
+  // Without a mesh every rank is a data-parallel rank: --dp can only agree.
+  STRATA_REQUIRE(model_parallel(c) || c.dp == 0 || c.dp == c.ranks * processes, config,
+                 "--dp ", c.dp, " but ", c.ranks * processes, " rank(s) were started (without "
+                 "--pp/--tp/--zero every rank is data parallel: start ", c.dp,
+                 " with --ranks or mpirun -np)");
+}
+
+void prepare_outputs(const TrainConfig& c, const comm::Communicator& world) {
+  // An unusable checkpoint directory fails now rather than after the first
+  // stretch of training.
+  if (!c.checkpoint_dir.empty() && world.rank() == 0) checkpoint::prepare_dir(c.checkpoint_dir);
+  // So does an --export file that cannot be written (its temporary, tried now).
+  if (!c.export_file.empty() && world.rank() == 0) {
+    const std::string probe = c.export_file + ".tmp";
+    const bool existed = static_cast<bool>(std::ifstream(probe));
+    const bool ok = static_cast<bool>(std::ofstream(probe, std::ios::binary | std::ios::app));
+    if (!existed) std::remove(probe.c_str());
+    STRATA_REQUIRE(ok, runtime, "--export: cannot write '", c.export_file, "' (its directory "
+                   "must exist and be writable; checked before training)");
+  }
+}
+
+void start_recording(const TrainConfig& c, const comm::Communicator& world) {
+  if (!c.trace.empty()) {
+    // Fail on an unwritable path now, not after training.
+    std::ofstream probe(trace_path(c.trace, world), std::ios::app);
+    STRATA_REQUIRE(probe.good(), config, "--trace: cannot write '", trace_path(c.trace, world), "'");
+    trace::start();
+  }
+  if (!c.kernel_shapes.empty()) {
+    std::ofstream probe(c.kernel_shapes, std::ios::app);
+    STRATA_REQUIRE(probe.good(), config, "--kernel-shapes: cannot write '", c.kernel_shapes, "'");
+    kernel_shapes::start();
+  }
+}
+
+void finish_recording(const TrainConfig& c, const comm::Communicator& world) {
+  if (!c.trace.empty()) trace::write(trace_path(c.trace, world), world.rank());
+  if (!c.kernel_shapes.empty()) {
+    kernel_shapes::stop();
+    if (world.rank() == 0) kernel_shapes::write(c.kernel_shapes);
+  }
+}
+
+std::string restore_or_import(const TrainConfig& c, Engine& engine, const std::string& prefix,
+                              Position* start, std::string* resume_file) {
+  // A checkpoint holds the whole model in single-rank layout: any strategy
+  // and mesh resumes it.
+  *resume_file =
+      !c.resume_from.empty() ? c.resume_from : c.resume ? checkpoint::latest(c.checkpoint_dir) : "";
+  if (!resume_file->empty()) {
+    auto [snapshot, position] = read_checkpoint(*resume_file, checkpoint_config(c), engine.table());
+    engine.restore(snapshot);
+    *start = position;
+  }
+  if (c.init_from.empty()) return "";
+  const ImportReport r = load_weights(engine, c.init_from, c.strict);
+  std::string note = "initialised from " + c.init_from + ": " + std::to_string(r.loaded) + " tensors";
+  auto add = [&](const std::vector<std::string>& v, const char* kind) {
+    for (const std::string& s : v) note += "\n" + prefix + "  " + kind + ": " + s;
+  };
+  add(r.missing, "missing, kept the model's initialisation");
+  add(r.unexpected, "unexpected, skipped");
+  add(r.mismatched, "of another shape, skipped");
+  return note;
+}
+
+TrainerOptions trainer_options(const TrainConfig& c, std::size_t batch, const data::Dataset& train,
+                               const std::string& resume_file) {
+  TrainerOptions o;
+  o.batch = batch;
+  o.accumulate = c.accumulate;
+  o.steps = c.steps;
+  o.epochs = c.epochs;
+  o.shuffle = c.shuffle;
+  o.seed = c.seed;
+  o.drop_last = c.reproducible;
+  o.augment = data::Augment{c.random_crop, c.random_flip, train.zero};
+  o.lr_schedule = c.lr_schedule;
+  o.evaluate = c.evaluate;
+  o.eval_every = c.eval_every;
+  if (!c.checkpoint_dir.empty())
+    o.checkpoint = CheckpointTarget{c.checkpoint_dir, c.keep_checkpoints, checkpoint_config(c)};
+  o.checkpoint_every = c.checkpoint_every;
+  o.warmup_steps = c.warmup_steps;
+  o.max_skipped_steps = c.max_skipped_steps;
+  o.resumed_from = resume_file;
+  return o;
+}
+
+void describe_model(const TrainConfig& c, std::ostream& out) {
+  const ModelSpec spec = model_spec(c);
+  out << "model " << (spec.name.empty() ? spec.source : spec.name + " (" + spec.source + ")") << "\n";
+  auto model = build_model<float>(spec, c.seed);
+  if (c.recompute) model.set_recompute(true);
+  out << model.describe();
+}
+
+std::string kokkos_threads(const TrainConfig& c, const std::vector<char*>& kokkos_args) {
+  const bool given = has_kokkos_threads_option(kokkos_args);
+  STRATA_REQUIRE(c.threads == 0 || !given, config,
+                 "--threads and --kokkos-threads (--kokkos-num-threads) both set the threads; "
+                 "give one (--threads counts per rank)");
+  return given ? "" : kokkos_threads_option(c.ranks * threads_per_rank(c));
 }
 
 }  // namespace strata::app

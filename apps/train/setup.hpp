@@ -9,7 +9,9 @@
 #include "data/dataset.hpp"
 #include "layers/sequential.hpp"
 #include "strategies/engine.hpp"
+#include "training/trainer.hpp"
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -51,5 +53,33 @@ std::string checkpoint_config(const TrainConfig& c);
 
 // --trace PATH, or PATH with -rankN before .json for each MPI process.
 std::string trace_path(const std::string& path, const comm::Communicator& world);
+
+// The cross-option rules that depend on the ranks started (`processes`
+// processes of c.ranks thread ranks each); throws config naming the options.
+void validate_layout(const TrainConfig& c, const ModelSpec& model, int processes);
+// Fails now, not after training, on an unusable checkpoint directory or
+// --export file (global rank 0 tries them).
+void prepare_outputs(const TrainConfig& c, const comm::Communicator& world);
+// Starts --trace and --kernel-shapes (their files tried now); finish_recording
+// writes them after training.
+void start_recording(const TrainConfig& c, const comm::Communicator& world);
+void finish_recording(const TrainConfig& c, const comm::Communicator& world);
+
+// Restores the checkpoint of --resume / --resume-from (*start: where it
+// stopped, *resume_file: which) or imports the weights of --init-from;
+// returns the import's note ("" without), its lines after the first
+// starting with `prefix`.
+std::string restore_or_import(const TrainConfig& c, Engine& engine, const std::string& prefix,
+                              Position* start, std::string* resume_file);
+// What the training loop (training/trainer.hpp) gets: batch is the global
+// batch, train the training set (its zero value pads random crops).
+TrainerOptions trainer_options(const TrainConfig& c, std::size_t batch, const data::Dataset& train,
+                               const std::string& resume_file);
+
+// --describe: the model's name and layer table (nothing allocated or trained).
+void describe_model(const TrainConfig& c, std::ostream& out);
+// The Kokkos option that gives it ranks x threads-per-rank host threads, or
+// "" when Kokkos' own options set them; throws config when --threads does too.
+std::string kokkos_threads(const TrainConfig& c, const std::vector<char*>& kokkos_args);
 
 }  // namespace strata::app
