@@ -12,6 +12,12 @@ const char* to_string(GemmBackend backend) {
   return backend == GemmBackend::portable ? "portable" : "vendor";
 }
 
+GemmBackend parse_gemm_backend(const std::string& name, const char* option) {
+  if (name == "portable") return GemmBackend::portable;
+  if (name == "vendor") return GemmBackend::vendor;
+  STRATA_THROW(config, option, ": unknown value '", name, "' (expected auto, vendor or portable)");
+}
+
 Blas::Blas() : Blas(detail::vendor_available() ? GemmBackend::vendor : GemmBackend::portable) {}
 
 Blas::Blas(GemmBackend backend, ExecSpace exec) : backend_(backend), exec_(exec) {

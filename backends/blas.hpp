@@ -25,6 +25,8 @@ enum class GemmBackend {
 };
 
 const char* to_string(GemmBackend backend);
+// "portable" or "vendor"; throws config naming `option` and the choices.
+GemmBackend parse_gemm_backend(const std::string& name, const char* option = "--gemm");
 
 class Blas {
  public:

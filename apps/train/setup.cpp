@@ -5,6 +5,7 @@
 #include "backends/ranks.hpp"
 #include "backends/trace.hpp"
 #include "data/bpe.hpp"
+#include "data/dataset_source.hpp"
 #include "data/loader.hpp"
 #include "data/text.hpp"
 #include "layers/embedding.hpp"
@@ -127,11 +128,14 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
                                                        : data::CsvTask::regression;
   data::Split s;
   Normalize norm = c.normalize;
-  if (c.dataset == "fashion-mnist") {
+  const data::DatasetSource source = data::parse_dataset_source(c.dataset);
+  const bool csv = source.kind == data::SourceKind::csv;
+  const bool synthetic = source.kind == data::SourceKind::synthetic;
+  if (source.kind == data::SourceKind::fashion_mnist) {
     s = data::load_fashion_mnist(c.data_dir.empty() ? data::default_fashion_mnist_dir()
                                                     : c.data_dir);
     if (norm == Normalize::automatic) norm = Normalize::global;
-  } else if (c.dataset == "synthetic") {
+  } else if (synthetic) {
     STRATA_REQUIRE(c.samples >= 2 || c.test_fraction == 0, config,
                    "--samples must be at least 2 to hold out a test set");
     const auto* e = dynamic_cast<const Embedding<float>*>(&model.layer(0));
@@ -140,8 +144,8 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
                              : data::make_synthetic(c.samples, in, task, out, c.seed),
                          c.evaluate ? c.test_fraction : 0.0);
     if (norm == Normalize::automatic) norm = Normalize::none;
-  } else if (text_data(c)) {
-    const std::string path = c.dataset == "fortunes" ? data::default_fortunes_dir() : c.dataset.substr(5);
+  } else if (source.kind == data::SourceKind::text) {
+    const std::string& path = source.path;
     STRATA_REQUIRE(model.shape(0).rank() == 1, config, first,
                    ": text data gives windows of token ids, input = [T]");
     // Byte tokens, or the ids of a BPE file; the model must embed exactly that vocabulary.
@@ -164,8 +168,7 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
     s = data::text_windows(tokens, in, vocab, c.evaluate ? c.test_fraction : 0.0, path);
     norm = Normalize::none;  // token ids
   } else {
-    const std::string path = c.dataset.substr(4);
-    s = data::split_tail(data::read_csv(path, task, 0, out), c.evaluate ? c.test_fraction : 0.0);
+    s = data::split_tail(data::read_csv(source.path, task, 0, out), c.evaluate ? c.test_fraction : 0.0);
     if (norm == Normalize::automatic) norm = Normalize::per_feature;
   }
   if (norm != Normalize::none) {
@@ -178,18 +181,18 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
   // synthetic data the model's.
   const Shape& model_in = model.shape(0);
   if (!c.input_shape.empty()) {
-    STRATA_REQUIRE(c.dataset.rfind("csv:", 0) == 0, config, "--input-shape gives CSV data a "
+    STRATA_REQUIRE(csv, config, "--input-shape gives CSV data a "
                    "shape; ", s.train.name, " has samples of shape ", data::shape_str(s.train),
-                   c.dataset == "synthetic" ? " (synthetic data takes the model's input shape)" : "");
+                   synthetic ? " (synthetic data takes the model's input shape)" : "");
     data::set_shape(s.train, c.input_shape, "--input-shape");
     s.test.shape = s.train.shape;
-  } else if (c.dataset == "synthetic" && model_in.rank() > 1) {
+  } else if (synthetic && model_in.rank() > 1) {
     s.train.shape = s.test.shape = model_in.dims();
   }
   // The model must fit the data.
   STRATA_REQUIRE(s.train.features == in, config, first, " but ",
                  s.train.name, " has ", s.train.features, " features per sample",
-                 task == data::CsvTask::regression && c.dataset.rfind("csv:", 0) == 0
+                 task == data::CsvTask::regression && csv
                      ? " (with --loss mse the last " + std::to_string(out) +
                            " columns of the CSV are the targets: as many as the output width)"
                      : std::string());
@@ -198,7 +201,7 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
                      s.train.shape == model_in.dims(),
                  config, first, " but ", s.train.name, " has samples of shape ",
                  data::shape_str(s.train),
-                 c.dataset.rfind("csv:", 0) == 0 ? " (--input-shape)" : "",
+                 csv ? " (--input-shape)" : "",
                  " (the model file's input = [...] must be the data's shape)");
   if (task == data::CsvTask::classification && s.train.label_width > 1) {
     const std::size_t p = s.train.label_width;  // labels per sample: one per position
@@ -217,9 +220,8 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
 }
 
 GemmBackend gemm_backend(const TrainConfig& c) {
-  if (c.gemm == "portable") return GemmBackend::portable;
-  if (c.gemm == "vendor" || Blas::vendor_available()) return GemmBackend::vendor;
-  return GemmBackend::portable;
+  if (c.gemm) return *c.gemm;
+  return Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable;
 }
 
 // What must match for a checkpoint to be resumed by this configuration.

@@ -4,6 +4,7 @@
 
 #include "backends/error.hpp"
 #include "backends/runtime.hpp"
+#include "data/dataset_source.hpp"
 #include "layers/mlp.hpp"
 #include "strategies/gradient_sync.hpp"
 #include "strategies/weights.hpp"
@@ -51,7 +52,7 @@ bool loss_scaling(const TrainConfig& c) {
 }
 
 bool text_data(const TrainConfig& c) {
-  return c.dataset == "fortunes" || c.dataset.rfind("text:", 0) == 0;
+  return data::parse_dataset_source(c.dataset).kind == data::SourceKind::text;
 }
 
 ModelSpec model_spec(const TrainConfig& c) {
@@ -210,7 +211,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--warmup-steps", c.warmup_steps, "steps excluded from samples_per_sec")
       ->capture_default_str()
       ->check(whole_number());
-  app.add_option("--gemm", c.gemm, "auto | vendor | portable")->capture_default_str();
+  std::string gemm = "auto";
+  app.add_option("--gemm", gemm, "auto | vendor | portable")->capture_default_str();
   app.add_option("--strategy", c.strategy,
                  "auto | local | dp | pipeline | tensor | hybrid | plan (auto: dp when there is "
                  "more than one rank, hybrid when --pp, --tp or --zero is given; plan: the layout "
@@ -352,12 +354,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   c.shuffle = !no_shuffle;
   c.overlap = !no_overlap;
   c.evaluate = !no_eval;
-  STRATA_REQUIRE(c.dataset == "fashion-mnist" || c.dataset == "synthetic" ||
-                     c.dataset.rfind("csv:", 0) == 0 || text_data(c),
-                 config, "--dataset: unknown data set '", c.dataset,
-                 "' (expected fashion-mnist, synthetic, csv:PATH, text:PATH or fortunes)");
-  STRATA_REQUIRE(c.dataset != "csv:", config, "--dataset csv:PATH needs a path");
-  STRATA_REQUIRE(c.dataset != "text:", config, "--dataset text:PATH needs a path");
+  const data::DatasetSource source = data::parse_dataset_source(c.dataset);  // throws config
   STRATA_REQUIRE(c.tokenizer.empty() || text_data(c), config,
                  "--tokenizer applies to text data (--dataset text:PATH or fortunes)");
   STRATA_REQUIRE(c.seq_len == 0 || text_data(c), config,
@@ -412,16 +409,15 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  " splits each batch of --batch-size ", c.batch_size,
                  " samples: there would be empty micro-batches (give at most ", c.batch_size,
                  ", or a larger --batch-size)");
-  STRATA_REQUIRE(c.gemm == "auto" || c.gemm == "vendor" || c.gemm == "portable", config,
-                 "--gemm: unknown value '", c.gemm, "' (expected auto, vendor or portable)");
-  STRATA_REQUIRE(c.data_dir.empty() || c.dataset == "fashion-mnist", config,
+  STRATA_REQUIRE(c.data_dir.empty() || source.kind == data::SourceKind::fashion_mnist, config,
                  "--data-dir applies to --dataset fashion-mnist only");
-  STRATA_REQUIRE(c.loss != LossKind::mse || c.dataset != "fashion-mnist", config,
+  STRATA_REQUIRE(c.loss != LossKind::mse || source.kind != data::SourceKind::fashion_mnist, config,
                  "--loss mse needs regression targets, but fashion-mnist has class labels "
                  "(use --loss cross-entropy)");
   STRATA_REQUIRE(precision == "fp32" || precision == "bf16" || precision == "fp16", config,
                  "--precision: unknown value '", precision, "' (expected fp32, bf16 or fp16)");
   c.precision = parse_precision(precision);
+  if (gemm != "auto") c.gemm = parse_gemm_backend(gemm);
   STRATA_REQUIRE(c.grad_compression == "none" || c.grad_compression == "bf16" ||
                      c.grad_compression == "fp16",
                  config, "--grad-compression: unknown value '", c.grad_compression,

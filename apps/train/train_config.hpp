@@ -1,6 +1,7 @@
 // Options of strata-train, parsed and validated before any work starts.
 #pragma once
 
+#include "backends/blas.hpp"
 #include "backends/precision.hpp"
 #include "layers/layer.hpp"
 #include "layers/activation.hpp"
@@ -56,7 +57,7 @@ struct TrainConfig {
   std::size_t warmup_steps = 5;  // excluded from samples_per_sec
   bool evaluate = true;
   bool quiet = false;
-  std::string gemm = "auto";  // auto | vendor | portable
+  std::optional<GemmBackend> gemm;  // --gemm vendor | portable; auto: none (the vendor's when compiled in)
   // Parallelism.
   std::string strategy = "auto";  // auto | local | dp | pipeline | tensor | hybrid | plan
   std::string plan_profile;       // --strategy plan: the machine profile (strata-plan calibrate)
