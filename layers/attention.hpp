@@ -45,6 +45,11 @@ class CausalAttention final : public Layer<T> {
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
   double flops() const override;
+  // Two GEMMs per head and sample (scores, values), too small to batch.
+  void add_costs(std::vector<LayerCost>& out) const override {
+    Layer<T>::add_costs(out);
+    out.back().small_gemms = 2.0 * static_cast<double>(heads_);
+  }
   void reserve(std::size_t batch, std::size_t in) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   std::size_t saved_size(std::size_t batch) const override;

@@ -92,6 +92,13 @@ void Block<T>::write_buffer(std::size_t k, const std::vector<double>& values) {
 }
 
 template <class T>
+void Block<T>::add_costs(std::vector<LayerCost>& out) const {
+  const std::size_t first = out.size();
+  for (const auto& l : layers_) l->add_costs(out);
+  for (std::size_t i = first; i < out.size(); ++i) out[i].in_block = true;
+}
+
+template <class T>
 double Block<T>::flops() const {
   double f = residual_ ? static_cast<double>(this->in_shape_.numel()) : 0.0;
   for (const auto& l : layers_) f += l->flops();

@@ -47,6 +47,8 @@ class Block : public Layer<T> {
   std::vector<double> read_buffer(std::size_t k) const override;
   void write_buffer(std::size_t k, const std::vector<double>& values) override;
   double flops() const override;
+  // The inner layers' costs one by one, marked in_block.
+  void add_costs(std::vector<LayerCost>& out) const override;
   void set_storage(Precision p) override;
   void bind(Vector<T> params, Vector<T> grads) override;
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,

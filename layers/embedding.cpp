@@ -124,7 +124,15 @@ void Embedding<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   if (dx.data() != nullptr) Kokkos::deep_copy(ctx.exec, dx, T(0));  // ids have no gradient
 }
 
+template <class T>
+std::size_t embedding_vocabulary(const Layer<T>& layer) {
+  const auto* e = dynamic_cast<const Embedding<T>*>(&layer);
+  return e != nullptr ? e->vocab() : 0;
+}
+
 template class Embedding<float>;
 template class Embedding<double>;
+template std::size_t embedding_vocabulary<float>(const Layer<float>&);
+template std::size_t embedding_vocabulary<double>(const Layer<double>&);
 
 }  // namespace strata

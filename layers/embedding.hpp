@@ -58,4 +58,9 @@ class Embedding final : public Layer<T> {
   Matrix<T> weight_, dweight_;  // (vocab, dim)
 };
 
+// The vocabulary of `layer` when it is an Embedding (a language model's
+// first layer), else 0: what data readers check token ids against.
+template <class T>
+std::size_t embedding_vocabulary(const Layer<T>& layer);
+
 }  // namespace strata

@@ -16,6 +16,7 @@
 #include "backends/context.hpp"
 #include "backends/kokkos.hpp"
 #include "backends/precision.hpp"
+#include "layers/layer_cost.hpp"
 #include "layers/saved.hpp"
 #include "layers/shape.hpp"
 
@@ -108,6 +109,15 @@ class Layer {
   // Forward floating-point operations per sample for the input shape set
   // (--describe; a multiply-add counts 2); default: one per output element.
   virtual double flops() const { return static_cast<double>(output_shape(in_shape_).numel()); }
+  // What the layer computes per sample for the input shape set, as entries
+  // appended to `out` (layers/layer_cost.hpp); default: flops() and the
+  // input and output values, no GEMM.
+  virtual void add_costs(std::vector<LayerCost>& out) const {
+    LayerCost c;
+    c.flops = flops();
+    c.values = static_cast<double>(in_shape_.numel() + output_shape(in_shape_).numel());
+    out.push_back(c);
+  }
   // Storage precision of activations (Sequential::set_storage): blocks round
   // the activations between their inner layers to it.
   virtual void set_storage(Precision /*p*/) {}

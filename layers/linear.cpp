@@ -73,6 +73,13 @@ std::vector<ParamInfo> Linear<T>::param_table() const {
 }
 
 template <class T>
+void Linear<T>::add_costs(std::vector<LayerCost>& out) const {
+  Layer<T>::add_costs(out);
+  const Shape& in = this->input_shape();
+  out.back().gemm = features_last_gemm(in.numel(), in.back(), output_shape(in).back());
+}
+
+template <class T>
 double Linear<T>::flops() const {
   const std::size_t positions = this->in_shape_.rank() ? this->in_shape_.numel() / in_ : 1;
   return 2.0 * static_cast<double>(positions) * static_cast<double>(in_ * out_);

@@ -39,6 +39,7 @@ class Linear final : public Layer<T> {
   std::size_t num_params() const override { return (tied_ ? 0 : out_ * in_) + (bias_ ? out_ : 0); }
   std::vector<ParamInfo> param_table() const override;
   double flops() const override;
+  void add_costs(std::vector<LayerCost>& out) const override;
   void bind(Vector<T> params, Vector<T> grads) override;
   std::string tied_to() const override { return tie_; }
   void tie_weight(const Shape& shape) override;

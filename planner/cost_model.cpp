@@ -1,13 +1,10 @@
 #include "planner/cost_model.hpp"
 
 #include "backends/error.hpp"
-#include "layers/attention.hpp"
-#include "layers/block.hpp"
 #include "layers/registry.hpp"
 #include "layers/sequential.hpp"
 #include "planner/planning_comm.hpp"
 #include "strategies/tensor_parallel.hpp"
-#include "strategies/vocab_parallel.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -27,30 +24,6 @@ std::string Layout::str() const {
 }
 
 namespace {
-// Values (per sample) a tensor-parallel layer sums over its group: in
-// forward (a row-parallel output, a vocabulary-parallel embedding's) and in
-// backward (a column-parallel input gradient, unless it is the model's
-// first layer, whose input gradient nobody needs). Blocks: their inner layers.
-void tensor_sums(const Layer<float>& l, bool first, double& fwd, double& bwd, int& fwd_n,
-                 int& bwd_n) {
-  const Shape& in = l.input_shape();
-  if (dynamic_cast<const RowParallelLinear<float>*>(&l) ||
-      dynamic_cast<const VocabParallelEmbedding<float>*>(&l)) {
-    fwd += static_cast<double>(l.output_shape(in).numel());
-    ++fwd_n;
-  } else if (dynamic_cast<const ColumnParallelLinear<float>*>(&l)) {
-    if (!first) {
-      bwd += static_cast<double>(in.numel());
-      ++bwd_n;
-    }
-  } else if (const auto* b = dynamic_cast<const Block<float>*>(&l)) {
-    for (std::size_t j = 0; j < b->num_layers(); ++j)
-      tensor_sums(b->layer(j), first && j == 0, fwd, bwd, fwd_n, bwd_n);
-  }
-}
-}  // namespace
-
-namespace {
 // What a stage computes and sends per sample.
 struct StageCost {
   // Per layer (a block's inner layers one by one): forward FLOP and input
@@ -67,30 +40,6 @@ struct StageCost {
   double send = 0;                    // values per sample sent to the next stage
 };
 
-// Appends a layer's cost to c: a block's inner layers one by one (their
-// GEMMs are as small as they are), an attention core as two GEMMs per head
-// and sample.
-void add_layer_cost(const Layer<float>& l, std::size_t top, bool in_block, StageCost& c) {
-  if (const auto* b = dynamic_cast<const Block<float>*>(&l)) {
-    for (std::size_t j = 0; j < b->num_layers(); ++j) add_layer_cost(b->layer(j), top, true, c);
-    return;
-  }
-  c.top.push_back(top);
-  const Shape& in = l.input_shape();
-  // A Linear (whole or a tensor-parallel shard): features last, the rest rows.
-  GemmShape g;
-  if (dynamic_cast<const Linear<float>*>(&l) || dynamic_cast<const TensorParallelLinear<float>*>(&l)) {
-    g.k = in.back();
-    g.n = l.output_shape(in).back();
-    g.rows = in.numel() / g.k;
-  }
-  c.gemm.push_back(g);
-  c.flops.push_back(l.flops());
-  c.values.push_back(static_cast<double>(in.numel() + l.output_shape(in).numel()));
-  const auto* core = dynamic_cast<const CausalAttention<float>*>(&l);
-  c.gemms.push_back(core ? 2.0 * static_cast<double>(core->heads()) : 0.0);
-  c.in_block.push_back(in_block);
-}
 }  // namespace
 
 // The layers of one tensor rank cut into pp stages, and what each stage
@@ -159,9 +108,21 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
       StageCost c;
       for (std::size_t i = 0; i < stage->num_layers(); ++i) {
         const Layer<float>& l = stage->layer(i);
-        add_layer_cost(l, i, false, c);
+        std::vector<LayerCost> costs;  // a block's inner layers one by one
+        l.add_costs(costs);
+        for (std::size_t e = 0; e < costs.size(); ++e) {
+          const LayerCost& k = costs[e];
+          c.top.push_back(i);
+          c.gemm.push_back(k.gemm);
+          c.flops.push_back(k.flops);
+          c.values.push_back(k.values);
+          c.gemms.push_back(k.small_gemms);
+          c.in_block.push_back(k.in_block);
+          if (k.tp_forward > 0) c.tp_fwd += k.tp_forward, ++c.tp_fwd_n;
+          // The model's first layer's input gradient is needed by nobody.
+          if (k.tp_backward > 0 && !(p == 0 && i == 0 && e == 0)) c.tp_bwd += k.tp_backward, ++c.tp_bwd_n;
+        }
         c.params.push_back(static_cast<double>(l.num_params()));
-        tensor_sums(l, p == 0 && i == 0, c.tp_fwd, c.tp_bwd, c.tp_fwd_n, c.tp_bwd_n);
       }
       c.send = p + 1 < pp ? static_cast<double>(stage->out_features()) : 0.0;
       s.cost.push_back(c);

@@ -39,6 +39,7 @@
 // contention between the ranks' transfers on a shared link, stragglers.
 #pragma once
 
+#include "layers/layer_cost.hpp"
 #include "layers/loss.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/optimizer.hpp"
@@ -69,13 +70,7 @@ struct Layout {
   std::string str() const;
 };
 
-// A Linear's GEMM as a layout runs it: (rows x k) times (k x n).
-struct GemmShape {
-  std::size_t rows = 0, n = 0, k = 0;
-  bool operator<(const GemmShape& o) const {
-    return rows != o.rows ? rows < o.rows : n != o.n ? n < o.n : k < o.k;
-  }
-};
+// GemmShape (a GEMM as a layout runs it): layers/layer_cost.hpp.
 
 struct Prediction {
   Layout layout;

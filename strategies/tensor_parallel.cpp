@@ -94,6 +94,17 @@ std::string TensorParallelLinear<T>::describe(const char* kind) const {
 }
 
 template <class T>
+void TensorParallelLinear<T>::add_shard_costs(std::vector<LayerCost>& out, bool row) const {
+  Layer<T>::add_costs(out);
+  const Shape& in = this->input_shape();
+  const Shape o = this->output_shape(in);
+  LayerCost& c = out.back();
+  c.gemm = features_last_gemm(in.numel(), in.back(), o.back());
+  if (row) c.tp_forward = static_cast<double>(o.numel());
+  else c.tp_backward = static_cast<double>(in.numel());
+}
+
+template <class T>
 void TensorParallelLinear<T>::set_input_shape(const Shape& in) {
   Layer<T>::set_input_shape(in);
   local_.set_input_shape(in);

@@ -111,6 +111,10 @@ class TensorParallelLinear : public Layer<T>, public TensorShard<T> {
   TensorParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp,
                        std::size_t local_in, std::size_t local_out, bool local_bias);
   std::string describe(const char* kind) const;
+  // The shard's cost with its GEMM, and what the group sums: a row-parallel
+  // shard's output in forward, a column-parallel shard's input gradient in
+  // backward.
+  void add_shard_costs(std::vector<LayerCost>& out, bool row) const;
 
   std::unique_ptr<Linear<T>> whole_;
   comm::Communicator& tp_;
@@ -125,6 +129,7 @@ class ColumnParallelLinear final : public TensorParallelLinear<T> {
                        std::size_t groups = 1);
 
   std::string name() const override { return this->describe("ColumnParallelLinear"); }
+  void add_costs(std::vector<LayerCost>& out) const override { this->add_shard_costs(out, false); }
   Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override { return this->local_.num_params(); }
   std::vector<ParamInfo> param_table() const override { return this->local_.param_table(); }
@@ -154,6 +159,7 @@ class RowParallelLinear final : public TensorParallelLinear<T> {
   RowParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp);
 
   std::string name() const override { return this->describe("RowParallelLinear"); }
+  void add_costs(std::vector<LayerCost>& out) const override { this->add_shard_costs(out, true); }
   Shape output_shape(const Shape& in) const override;
   std::size_t num_params() const override;
   std::vector<ParamInfo> param_table() const override;

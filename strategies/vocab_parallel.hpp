@@ -40,6 +40,11 @@ class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T> {
   std::size_t num_params() const override { return local_.num_params(); }
   std::vector<ParamInfo> param_table() const override { return local_.param_table(); }
   double flops() const override { return 0; }
+  // Each rank's rows of the output, summed over the group in forward.
+  void add_costs(std::vector<LayerCost>& out) const override {
+    Layer<T>::add_costs(out);
+    out.back().tp_forward = static_cast<double>(this->output_shape(this->input_shape()).numel());
+  }
   void bind(Vector<T> params, Vector<T> grads) override { local_.bind(params, grads); }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;

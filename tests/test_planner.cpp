@@ -25,7 +25,7 @@ namespace strata {
 namespace {
 
 using planner::CostModel;
-using planner::GemmShape;
+using strata::GemmShape;
 using planner::Layout;
 using planner::MachineProfile;
 using planner::PlanRequest;

@@ -98,13 +98,13 @@ int generate(const GenerateConfig& c) {
     spec.input = Shape{c.seq_len};
   }
   Sequential<float> model = build_model<float>(spec, 1);
-  const auto* embedding = model.num_layers() ? dynamic_cast<const Embedding<float>*>(&model.layer(0)) : nullptr;
-  STRATA_REQUIRE(embedding != nullptr, config, c.model_file,
+  const std::size_t embeds = model.num_layers() ? embedding_vocabulary(model.layer(0)) : 0;
+  STRATA_REQUIRE(embeds > 0, config, c.model_file,
                  " does not start with an embedding: strata-generate needs a language model");
   data::Bpe bpe;  // no merges: bytes
   if (!c.tokenizer.empty()) bpe = data::read_bpe(c.tokenizer);
-  STRATA_REQUIRE(embedding->vocab() == bpe.vocab(), config, c.model_file, " embeds ",
-                 embedding->vocab(), " token ids, but ",
+  STRATA_REQUIRE(embeds == bpe.vocab(), config, c.model_file, " embeds ",
+                 embeds, " token ids, but ",
                  c.tokenizer.empty() ? std::string("byte-level text has 256 (give the --tokenizer it was trained with)")
                                      : "the tokenizer " + c.tokenizer + " has " + std::to_string(bpe.vocab()));
   const std::size_t vocab = model.shape(model.num_layers()).numel() / model.shape(0)[0];

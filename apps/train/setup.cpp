@@ -138,9 +138,9 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
   } else if (synthetic) {
     STRATA_REQUIRE(c.samples >= 2 || c.test_fraction == 0, config,
                    "--samples must be at least 2 to hold out a test set");
-    const auto* e = dynamic_cast<const Embedding<float>*>(&model.layer(0));
-    s = data::split_tail(e != nullptr && task == data::CsvTask::classification && out % in == 0
-                             ? data::make_synthetic_tokens(c.samples, in, std::min(e->vocab(), out / in), c.seed)
+    const std::size_t vocab = embedding_vocabulary(model.layer(0));
+    s = data::split_tail(vocab > 0 && task == data::CsvTask::classification && out % in == 0
+                             ? data::make_synthetic_tokens(c.samples, in, std::min(vocab, out / in), c.seed)
                              : data::make_synthetic(c.samples, in, task, out, c.seed),
                          c.evaluate ? c.test_fraction : 0.0);
     if (norm == Normalize::automatic) norm = Normalize::none;
@@ -161,8 +161,8 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
     } else {
       tokens = data::byte_tokens(text);
     }
-    if (const auto* e = dynamic_cast<const Embedding<float>*>(&model.layer(0)))
-      STRATA_REQUIRE(e->vocab() == vocab, config, first, " and embeds a vocabulary of ", e->vocab(),
+    if (const std::size_t embeds = embedding_vocabulary(model.layer(0)))
+      STRATA_REQUIRE(embeds == vocab, config, first, " and embeds a vocabulary of ", embeds,
                      ", but ", source, " (the model file's vocab must be ", vocab,
                      c.tokenizer.empty() ? "; a model for a BPE vocabulary needs --tokenizer)" : ")");
     s = data::text_windows(tokens, in, vocab, c.evaluate ? c.test_fraction : 0.0, path);
