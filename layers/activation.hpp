@@ -7,7 +7,7 @@
 // kept). dx may alias dy (elementwise).
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <vector>
 
@@ -19,7 +19,7 @@ ActivationKind parse_activation(const std::string& name);  // throws config
 const char* to_string(ActivationKind kind);
 
 template <class T>
-class Activation final : public Layer<T> {
+class Activation final : public Layer<T>, public TensorShardable {
  public:
   explicit Activation(ActivationKind kind) : kind_(kind) {}
 

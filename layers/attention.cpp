@@ -226,9 +226,10 @@ Shape CausalAttention<T>::output_shape(const Shape& in) const {
 }
 
 template <class T>
-double CausalAttention<T>::flops() const {
+void CausalAttention<T>::add_costs(std::vector<LayerCost>& out) const {
   const double t = static_cast<double>(positions());
-  return 4.0 * static_cast<double>(heads_ * head_size_) * t * t;  // q k^T and P v, unmasked
+  out.push_back(this->cost(4.0 * static_cast<double>(heads_ * head_size_) * t * t));
+  out.back().small_gemms = 2.0 * static_cast<double>(heads_);
 }
 
 template <class T>

@@ -33,23 +33,19 @@
 //     for the scores and softmax, one per output value for the products.
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 namespace strata {
 
 template <class T>
-class CausalAttention final : public Layer<T> {
+class CausalAttention final : public Layer<T>, public TensorShardable, public Decodable<T> {
  public:
   CausalAttention(std::size_t heads, std::size_t head_size);
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
-  double flops() const override;
-  // Two GEMMs per head and sample (scores, values), too small to batch.
-  void add_costs(std::vector<LayerCost>& out) const override {
-    Layer<T>::add_costs(out);
-    out.back().small_gemms = 2.0 * static_cast<double>(heads_);
-  }
+  // q k^T and P v (unmasked), two GEMMs per head and sample too small to batch.
+  void add_costs(std::vector<LayerCost>& out) const override;
   void reserve(std::size_t batch, std::size_t in) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   std::size_t saved_size(std::size_t batch) const override;

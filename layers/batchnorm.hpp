@@ -30,7 +30,7 @@
 #pragma once
 
 #include "layers/batch_group.hpp"
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -38,7 +38,10 @@
 namespace strata {
 
 template <class T>
-class BatchNorm final : public Layer<T> {
+class BatchNorm final : public Layer<T>,
+                        public Buffers<T>,
+                        public ExactSums,
+                        public BatchStatistics<T> {
  public:
   // sync: SyncBatchNorm, with the BatchGroup data parallelism gives it.
   BatchNorm(std::size_t channels, double eps = 1e-5, double momentum = 0.1, bool sync = false);
@@ -48,15 +51,18 @@ class BatchNorm final : public Layer<T> {
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
-  std::vector<ParamInfo> param_table() const override;
-  std::size_t num_params() const override { return 2 * channels_; }
+  // weight (ones) and bias (zeros), one per channel.
+  std::vector<ParamSpec> params() const override {
+    return {{"weight", Shape{channels_}, ParamGroup::no_decay, ParamInit::constant(1)},
+            {"bias", Shape{channels_}, ParamGroup::no_decay, ParamInit::constant(0)}};
+  }
   void bind(Vector<T> params, Vector<T> grads) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
   std::vector<BufferInfo> buffer_table() const override;
   std::vector<double> read_buffer(std::size_t k) const override;
   void write_buffer(std::size_t k, const std::vector<double>& values) override;
-  double flops() const override { return 4.0 * static_cast<double>(this->in_shape_.numel()); }
+  void add_costs(std::vector<LayerCost>& out) const override {
+    out.push_back(this->cost(4.0 * static_cast<double>(this->in_shape_.numel())));
+  }
   // Kept per micro-batch: the mean and 1 / sqrt(var + eps) of each channel.
   std::size_t saved_size(std::size_t batch) const override { return batch > 0 ? 2 * channels_ : 0; }
   void reserve(std::size_t batch, std::size_t in) override;
@@ -71,10 +77,10 @@ class BatchNorm final : public Layer<T> {
                  : "normalises each rank's samples by their own statistics, which change with the "
                    "split; use SyncBatchNorm (--sync-bn, or sync_batchnorm = true in the model file)";
   }
-  std::size_t set_batch_group(BatchGroup<T>* group) override {
-    if (!sync_) return 0;
+  bool set_batch_group(BatchGroup<T>* group) override {
+    if (!sync_) return false;
     group_ = group;
-    return 1;
+    return true;
   }
 
   std::uint64_t batches_tracked() const { return tracked_; }

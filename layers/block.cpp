@@ -58,21 +58,21 @@ void Block<T>::set_input_shape(const Shape& in) {
 }
 
 template <class T>
-std::vector<ParamInfo> Block<T>::param_table() const {
-  return detail::joined_tables<ParamInfo>(layers_, names_, offsets_,
-                                          [](const Layer<T>& l) { return l.param_table(); });
+std::vector<ParamSpec> Block<T>::params() const {
+  return detail::joined_tables<ParamSpec>(layers_, names_, offsets_,
+                                          [](const Layer<T>& l) { return l.params(); });
 }
 
 template <class T>
 std::vector<BufferInfo> Block<T>::buffer_table() const {
   return detail::joined_tables<BufferInfo>(layers_, names_, offsets_,
-                                           [](const Layer<T>& l) { return l.buffer_table(); });
+                                           [](const Layer<T>& l) { return strata::buffer_table(l); });
 }
 
 template <class T>
 std::pair<std::size_t, std::size_t> Block<T>::buffer_owner(std::size_t k) const {
   for (std::size_t j = 0; j < layers_.size(); ++j) {
-    const std::size_t n = layers_[j]->buffer_table().size();
+    const std::size_t n = strata::buffer_table(*layers_[j]).size();
     if (k < n) return {j, k};
     k -= n;
   }
@@ -82,33 +82,28 @@ std::pair<std::size_t, std::size_t> Block<T>::buffer_owner(std::size_t k) const 
 template <class T>
 std::vector<double> Block<T>::read_buffer(std::size_t k) const {
   const auto [j, kj] = buffer_owner(k);
-  return layers_[j]->read_buffer(kj);
+  return capability<Buffers<T>>(*layers_[j])->read_buffer(kj);
 }
 
 template <class T>
 void Block<T>::write_buffer(std::size_t k, const std::vector<double>& values) {
   const auto [j, kj] = buffer_owner(k);
-  layers_[j]->write_buffer(kj, values);
+  capability<Buffers<T>>(*layers_[j])->write_buffer(kj, values);
 }
 
 template <class T>
 void Block<T>::add_costs(std::vector<LayerCost>& out) const {
   const std::size_t first = out.size();
   for (const auto& l : layers_) l->add_costs(out);
+  if (residual_) out.push_back(this->cost(static_cast<double>(this->in_shape_.numel())));
   for (std::size_t i = first; i < out.size(); ++i) out[i].in_block = true;
-}
-
-template <class T>
-double Block<T>::flops() const {
-  double f = residual_ ? static_cast<double>(this->in_shape_.numel()) : 0.0;
-  for (const auto& l : layers_) f += l->flops();
-  return f;
 }
 
 template <class T>
 void Block<T>::set_storage(Precision p) {
   storage_ = p;
-  for (auto& l : layers_) l->set_storage(p);
+  for (auto& l : layers_)
+    if (auto* c = capability<Composite<T>>(*l)) c->set_storage(p);
 }
 
 template <class T>
@@ -120,17 +115,17 @@ void Block<T>::bind(Vector<T> params, Vector<T> grads) {
 }
 
 template <class T>
-std::uint64_t Block<T>::inner_index(std::uint64_t layer_index, std::size_t j) {
-  return (std::uint64_t(1) << 63) |
-         (random::mix64(random::mix64(layer_index) + j + 1) >> 1);
-}
-
-template <class T>
 void Block<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
                     std::uint64_t layer_index) const {
   for (std::size_t j = 0; j < layers_.size(); ++j)
     layers_[j]->init(HostVector<T>(params.data() + offsets_[j], offsets_[j + 1] - offsets_[j]),
                      scheme, seed, inner_index(layer_index, j));
+}
+
+template <class T>
+std::uint64_t Block<T>::inner_index(std::uint64_t layer_index, std::size_t j) {
+  return (std::uint64_t(1) << 63) |
+         (random::mix64(random::mix64(layer_index) + j + 1) >> 1);
 }
 
 template <class T>
@@ -267,7 +262,7 @@ template <class T>
 std::size_t Block<T>::decode_size(std::size_t max_positions) const {
   std::size_t n = 0;
   for (std::size_t j = 0; j < layers_.size(); ++j)
-    n += layers_[j]->decode_size(max_positions) + row_width(j + 1);
+    n += strata::decode_size(*layers_[j], max_positions) + row_width(j + 1);
   return n;
 }
 
@@ -289,9 +284,9 @@ void Block<T>::decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t p
   ConstMatrix<T> in = x;
   for (std::size_t j = 0; j < n; ++j) {
     Saved<T>& s = state.inner[j];
-    s.scratch = take(layers_[j]->decode_size(max_positions));
+    s.scratch = take(strata::decode_size(*layers_[j], max_positions));
     Matrix<T> out = reshape(take(row_width(j + 1)), 0, 1, row_width(j + 1));
-    layers_[j]->decode(ctx, in, out, position, max_positions, s);
+    decode_layer(ctx, *layers_[j], in, out, position, max_positions, s);
     in = out;
   }
   if (residual_) {
@@ -326,32 +321,6 @@ void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>&
   }
   // The skip connection: its gradient is dy itself (the caller rounds dx).
   if (residual_ && dx.data() != nullptr) detail::add<T>(ctx, dx, dy, dx);
-}
-
-template <class T>
-void Block<T>::begin_pass() {
-  for (auto& l : layers_) l->begin_pass();
-}
-
-template <class T>
-std::string Block<T>::reproducibility_issue() const {
-  for (const auto& l : layers_)
-    if (const std::string issue = l->reproducibility_issue(); !issue.empty())
-      return l->name() + " " + issue;
-  return "";
-}
-
-template <class T>
-void Block<T>::set_training(bool training) {
-  Layer<T>::set_training(training);
-  for (auto& l : layers_) l->set_training(training);
-}
-
-template <class T>
-std::size_t Block<T>::set_batch_group(BatchGroup<T>* group) {
-  std::size_t n = 0;
-  for (auto& l : layers_) n += l->set_batch_group(group);
-  return n;
 }
 
 template class Block<float>;

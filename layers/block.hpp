@@ -25,7 +25,7 @@
 // block and micro-batch in flight, for one more inner forward.
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <string>
 #include <vector>
@@ -33,7 +33,7 @@
 namespace strata {
 
 template <class T>
-class Block : public Layer<T> {
+class Block : public Layer<T>, public Composite<T>, public Buffers<T>, public Decodable<T> {
  public:
   // names: parameter-name prefixes of the inner layers (empty: positions).
   Block(std::vector<LayerPtr<T>> layers, bool residual, std::vector<std::string> names = {});
@@ -41,13 +41,12 @@ class Block : public Layer<T> {
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
   void set_input_shape(const Shape& in) override;
-  std::size_t num_params() const override { return offsets_.back(); }
-  std::vector<ParamInfo> param_table() const override;
+  // The inner layers' tensors, their names prefixed ("1.weight").
+  std::vector<ParamSpec> params() const override;
   std::vector<BufferInfo> buffer_table() const override;
   std::vector<double> read_buffer(std::size_t k) const override;
   void write_buffer(std::size_t k, const std::vector<double>& values) override;
-  double flops() const override;
-  // The inner layers' costs one by one, marked in_block.
+  // The inner layers' costs one by one, marked in_block (and a residual's sum).
   void add_costs(std::vector<LayerCost>& out) const override;
   void set_storage(Precision p) override;
   void bind(Vector<T> params, Vector<T> grads) override;
@@ -61,13 +60,6 @@ class Block : public Layer<T> {
     return recompute_ || layers_.front()->backward_reads_input();
   }
   bool backward_reads_output() const override { return false; }
-  void begin_pass() override;
-  void set_training(bool training) override;
-  std::string reproducibility_issue() const override;
-  void set_inner_chunk(std::size_t s) override {
-    for (auto& l : layers_) l->set_inner_chunk(s);
-  }
-  std::size_t set_batch_group(BatchGroup<T>* group) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   void set_recompute(bool on) override { recompute_ = on; }
   // Decoding: the inner layers' states, then one output row per inner layer.
@@ -79,9 +71,9 @@ class Block : public Layer<T> {
 
   bool residual() const { return residual_; }
   bool recomputes() const { return recompute_; }
-  std::size_t num_layers() const { return layers_.size(); }
-  Layer<T>& layer(std::size_t j) { return *layers_[j]; }
-  const Layer<T>& layer(std::size_t j) const { return *layers_[j]; }
+  std::size_t num_layers() const override { return layers_.size(); }
+  Layer<T>& layer(std::size_t j) override { return *layers_[j]; }
+  const Layer<T>& layer(std::size_t j) const override { return *layers_[j]; }
   const std::vector<std::string>& names() const { return names_; }
   // Hands the inner layers over (tensor parallelism rebuilds a block of
   // their shards); the block is empty afterwards and must not be used.

@@ -80,39 +80,34 @@ void Conv2d<T>::set_input_shape(const Shape& in) {
 }
 
 template <class T>
-std::vector<ParamInfo> Conv2d<T>::param_table() const {
-  std::vector<ParamInfo> t{
-      {"weight", Shape{out_, in_ / groups_, win_.kh, win_.kw}, 0, ParamGroup::decay}};
-  if (bias_) t.push_back({"bias", Shape{out_}, weights(), ParamGroup::no_decay});
+std::vector<ParamSpec> Conv2d<T>::params() const {
+  // PyTorch's fans (torch.nn.init._calculate_fan_in_and_fan_out): fan_in =
+  // in / groups x kernel area, fan_out = out x kernel area.
+  const double kernel = static_cast<double>(win_.kh * win_.kw);
+  const double fan_in = static_cast<double>(patch()), fan_out = static_cast<double>(out_) * kernel;
+  std::vector<ParamSpec> t{{"weight", Shape{out_, in_ / groups_, win_.kh, win_.kw}, ParamGroup::decay,
+                            ParamInit::weights(fan_in, fan_out)}};
+  if (bias_) t.push_back({"bias", Shape{out_}, ParamGroup::no_decay, ParamInit::bias(fan_in)});
   return t;
 }
 
 template <class T>
-double Conv2d<T>::flops() const {
-  return 2.0 * static_cast<double>(out_) * static_cast<double>(positions()) *
-         static_cast<double>(patch());
+void Conv2d<T>::add_costs(std::vector<LayerCost>& out) const {
+  out.push_back(this->cost(2.0 * static_cast<double>(out_) * static_cast<double>(positions()) *
+                           static_cast<double>(patch())));
+  if (groups_ == 1) out.back().gemm = GemmShape{positions(), out_, patch()};
+  else out.back().small_gemms = static_cast<double>(groups_);
 }
 
 template <class T>
 void Conv2d<T>::bind(Vector<T> params, Vector<T> grads) {
-  const auto w = Kokkos::make_pair(std::size_t(0), weights());
-  weight_ = Kokkos::subview(params, w);
-  dweight_ = Kokkos::subview(grads, w);
+  const auto s = this->slices(params, grads);
+  weight_ = s[0].value;
+  dweight_ = s[0].grad;
   if (bias_) {
-    const auto b = Kokkos::make_pair(weights(), weights() + out_);
-    b_ = Kokkos::subview(params, b);
-    db_ = Kokkos::subview(grads, b);
+    b_ = s[1].value;
+    db_ = s[1].grad;
   }
-}
-
-template <class T>
-void Conv2d<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
-                     std::uint64_t layer_index) const {
-  // PyTorch's fans (torch.nn.init._calculate_fan_in_and_fan_out): fan_in =
-  // in / groups x kernel area, fan_out = out x kernel area.
-  const double kernel = static_cast<double>(win_.kh * win_.kw);
-  detail::init_dense(params, scheme, seed, layer_index, weights(), static_cast<double>(patch()),
-                     static_cast<double>(out_) * kernel, bias_ ? out_ : 0);
 }
 
 template <class T>

@@ -31,7 +31,7 @@
 // runs chunks of 2^20 values, sized to stay in the last-level cache.
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 #include "layers/window2d.hpp"
 
 #include <vector>
@@ -50,7 +50,7 @@ enum class ConvAlgorithm {
 ConvAlgorithm default_conv_algorithm();
 
 template <class T>
-class Conv2d final : public Layer<T> {
+class Conv2d final : public Layer<T>, public ExactSums {
  public:
   Conv2d(std::size_t in_channels, std::size_t out_channels, const Window2d& window,
          std::size_t groups = 1, bool bias = true);
@@ -63,12 +63,12 @@ class Conv2d final : public Layer<T> {
   std::string reproducibility_issue() const override { return ""; }
   Shape output_shape(const Shape& in) const override;
   void set_input_shape(const Shape& in) override;
-  std::size_t num_params() const override { return weights() + (bias_ ? out_ : 0); }
-  std::vector<ParamInfo> param_table() const override;
-  double flops() const override;
+  // weight (out, in / groups, kh, kw) by the model's scheme with PyTorch's
+  // fans, then bias (out) if any.
+  std::vector<ParamSpec> params() const override;
+  // The GEMM of each group: (positions x patch) times (patch x out / groups).
+  void add_costs(std::vector<LayerCost>& out) const override;
   void bind(Vector<T> params, Vector<T> grads) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
   void reserve(std::size_t batch, std::size_t in) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;

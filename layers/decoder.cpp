@@ -20,12 +20,12 @@ Decoder<T>::Decoder(Sequential<T>& model, std::size_t max_positions)
                    model.layer(i).name(), ") has output shape ", out.str(),
                    "; generation needs {", positions, ", ...} shapes (one row per position)");
     rows_.emplace_back("strata::Decoder::row", 1, out.numel() / positions);
-    total += model.layer(i).decode_size(max_positions);
+    total += decode_size(model.layer(i), max_positions);
   }
   memory_ = VectorBuffer<T>("strata::Decoder::state", total);
   states_.assign(n, Saved<T>());
   for (std::size_t i = 0, at = 0; i < n; ++i) {
-    const std::size_t k = model.layer(i).decode_size(max_positions);
+    const std::size_t k = decode_size(model.layer(i), max_positions);
     states_[i].scratch = Vector<T>(memory_.data() + at, k);
     at += k;
   }
@@ -44,7 +44,7 @@ ConstMatrix<T> Decoder<T>::step(Context& ctx, int token) {
   Kokkos::deep_copy(ctx.exec, token_, static_cast<T>(token));
   ConstMatrix<T> in = token_;
   for (std::size_t i = 0; i < model_.num_layers(); ++i) {
-    model_.layer(i).decode(ctx, in, rows_[i], position_, max_positions_, states_[i]);
+    decode_layer(ctx, model_.layer(i), in, Matrix<T>(rows_[i]), position_, max_positions_, states_[i]);
     in = rows_[i];
   }
   ++position_;

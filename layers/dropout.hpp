@@ -10,14 +10,17 @@
 // the layer is the identity.
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <vector>
 
 namespace strata {
 
 template <class T>
-class Dropout final : public Layer<T> {
+class Dropout final : public Layer<T>,
+                      public TensorShardable,
+                      public Buffers<T>,
+                      public PerPass {
  public:
   // p in [0, 1): probability of dropping an element.
   Dropout(double p, std::uint64_t seed);

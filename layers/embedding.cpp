@@ -49,20 +49,10 @@ void Embedding<T>::set_vocab_shard(std::size_t first, std::size_t total) {
 }
 
 template <class T>
-std::vector<ParamInfo> Embedding<T>::param_table() const {
-  return {{"weight", Shape{vocab_, dim_}, 0, ParamGroup::decay}};
-}
-
-template <class T>
 void Embedding<T>::bind(Vector<T> params, Vector<T> grads) {
-  weight_ = reshape(params, 0, vocab_, dim_);
-  dweight_ = reshape(grads, 0, vocab_, dim_);
-}
-
-template <class T>
-void Embedding<T>::init(HostVector<T> params, Init, std::uint64_t seed,
-                        std::uint64_t layer_index) const {
-  detail::init_normal(params, vocab_ * dim_, std_, seed, layer_index);
+  const auto s = this->slices(params, grads);
+  weight_ = s[0].value_matrix();
+  dweight_ = s[0].grad_matrix();
 }
 
 template <class T>

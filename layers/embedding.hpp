@@ -16,12 +16,12 @@
 // parallelism a layer holds a block of rows (set_vocab_shard).
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 namespace strata {
 
 template <class T>
-class Embedding final : public Layer<T> {
+class Embedding final : public Layer<T>, public ExactSums, public TensorShardable {
  public:
   Embedding(std::size_t vocab, std::size_t dim, double std = 0.02);
 
@@ -31,12 +31,12 @@ class Embedding final : public Layer<T> {
   std::string name() const override;
   std::string reproducibility_issue() const override { return ""; }
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override { return vocab_ * dim_; }
-  std::vector<ParamInfo> param_table() const override;
-  double flops() const override { return 0; }
+  // weight (vocab, dim) from N(0, std^2).
+  std::vector<ParamSpec> params() const override {
+    return {{"weight", Shape{vocab_, dim_}, ParamGroup::decay, ParamInit::normal(std_)}};
+  }
+  void add_costs(std::vector<LayerCost>& out) const override { out.push_back(this->cost(0)); }
   void bind(Vector<T> params, Vector<T> grads) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }

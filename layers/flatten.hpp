@@ -14,12 +14,11 @@ class Flatten final : public Layer<T> {
 
   std::string name() const override { return "Flatten"; }
   Shape output_shape(const Shape& in) const override { return Shape{in.numel()}; }
-  double flops() const override { return 0; }
+  void add_costs(std::vector<LayerCost>& out) const override { out.push_back(this->cost(0)); }
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_input() const override { return false; }
   bool backward_reads_output() const override { return false; }
-  TensorSplit tensor_split() const override { return TensorSplit::none; }
 };
 
 }  // namespace strata

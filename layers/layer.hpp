@@ -48,9 +48,43 @@ class BatchGroup;     // layers/batch_group.hpp: the ranks sharing a batch
 // optimizer is told to spare the others (biases and normalisation scales).
 enum class ParamGroup { decay, no_decay };
 
-// One named parameter tensor of a layer: `offset` into the layer's slice of
-// the flat buffers, `shape.numel()` values, row-major. Names follow PyTorch
-// ("weight", "bias"); models prefix them with the layer's path ("3.1.weight").
+// How a parameter tensor starts (Layer::init): value i of the tensor that
+// starts at `offset` in the layer's slice draws counter offset + i of the
+// layer's random stream, so the layer's values are the same whatever
+// backend, and a layer's tensors draw from one stream without overlap.
+struct ParamInit {
+  enum class Kind {
+    scheme,    // the model's Init (kaiming, xavier, torch_default) for these fans
+    bias,      // zero; U(-1/sqrt(fan_in), +) under torch_default (PyTorch's Linear, Conv2d)
+    normal,    // N(0, value^2): embeddings, GPT-2's weights (`std` in a model file)
+    constant,  // every value `value`: normalisation scales and shifts
+  };
+  Kind kind = Kind::constant;
+  double fan_in = 1, fan_out = 1;  // scheme, bias
+  double value = 0;                // normal: the standard deviation; constant: the value
+  static ParamInit weights(double fan_in, double fan_out) {
+    return {Kind::scheme, fan_in, fan_out, 0};
+  }
+  static ParamInit bias(double fan_in) { return {Kind::bias, fan_in, 1, 0}; }
+  static ParamInit normal(double sd) { return {Kind::normal, 1, 1, sd}; }
+  static ParamInit constant(double v) { return {Kind::constant, 1, 1, v}; }
+};
+
+// One parameter tensor as a layer declares it (Layer::params): its name
+// (PyTorch's: "weight", "bias"), shape (row-major), optimizer group and
+// initialiser. The list is the layer's parameter layout: the tensors follow
+// each other in the layer's slice of the flat buffers in this order, and the
+// counts, the table, the binding and the initialisation follow from it.
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  ParamGroup group = ParamGroup::decay;
+  ParamInit init;
+};
+
+// One named parameter tensor of a layer's slice (param_table(), from
+// params()): `offset` into the slice, `shape.numel()` values, row-major.
+// Models prefix the names with the layer's path ("3.1.weight").
 struct ParamInfo {
   std::string name;
   Shape shape;
@@ -58,11 +92,29 @@ struct ParamInfo {
   ParamGroup group = ParamGroup::decay;
 };
 
+// The parameter and gradient values of one tensor of a layer's slice
+// (Layer::slices): bind() keeps them as the views it computes with.
+template <class T>
+struct ParamSlice {
+  Vector<T> value, grad;
+  Shape shape;
+  // Rows of the first dimension, the others flattened.
+  Matrix<T> value_matrix() const { return as_matrix(value); }
+  Matrix<T> grad_matrix() const { return as_matrix(grad); }
+
+ private:
+  Matrix<T> as_matrix(Vector<T> v) const {
+    const std::size_t rows = shape.rank() ? shape[0] : 1;
+    return Matrix<T>(v.data(), rows, rows ? v.extent(0) / rows : 0);
+  }
+};
+
 // A non-trainable tensor a layer keeps across steps (running statistics,
-// random-stream counters): checkpoints store and restore it by name.
-// state_dict: PyTorch keeps it in the module's state_dict too (BatchNorm's
-// running statistics; exported with the weights), unlike Strata's own
-// bookkeeping (Dropout's pass counter); integer: an integer there (int64).
+// random-stream counters): checkpoints store and restore it by name
+// (layers/capabilities.hpp: Buffers). state_dict: PyTorch keeps it in the
+// module's state_dict too (BatchNorm's running statistics; exported with the
+// weights), unlike Strata's own bookkeeping (Dropout's pass counter);
+// integer: an integer there (int64).
 struct BufferInfo {
   std::string name;
   std::size_t size = 0;
@@ -70,7 +122,8 @@ struct BufferInfo {
   bool integer = false;
 };
 
-// How tensor parallelism (strategies/tensor_parallel.hpp) may split a layer.
+// How tensor parallelism (strategies/tensor_parallel.hpp) may split a layer
+// (layers/capabilities.hpp: TensorShardable).
 enum class TensorSplit {
   none,         // stays whole, replicated on every tensor rank
   elementwise,  // acts on each value alone: runs unchanged on a column shard
@@ -83,6 +136,11 @@ enum class TensorSplit {
 template <class T>
 using HostVector = Kokkos::View<T*, Kokkos::LayoutRight, Kokkos::HostSpace, Unmanaged>;
 
+// The core every layer implements (15 virtual functions). What only some
+// layers do (buffers, weight tying, decoding, tensor sharding, batch-wide
+// statistics, per-pass randomness, exact sums, holding other layers) are
+// interfaces a layer adds as further bases, found with capability<>()
+// (layers/capabilities.hpp).
 template <class T>
 class Layer {
  public:
@@ -97,60 +155,39 @@ class Layer {
   // `in`: the shape forward will see.
   virtual void set_input_shape(const Shape& in) { in_shape_ = in; }
   const Shape& input_shape() const { return in_shape_; }
-  // Number of parameters (0 for parameter-free layers).
-  virtual std::size_t num_params() const { return 0; }
-  // The named tensors of the parameter slice, covering it exactly.
-  virtual std::vector<ParamInfo> param_table() const { return {}; }
-  // Non-trainable buffers; read_buffer(k) / write_buffer(k, v) move buffer k
-  // (buffer_table()[k].size values) through host memory.
-  virtual std::vector<BufferInfo> buffer_table() const { return {}; }
-  virtual std::vector<double> read_buffer(std::size_t /*k*/) const { return {}; }
-  virtual void write_buffer(std::size_t /*k*/, const std::vector<double>& /*values*/) {}
-  // Forward floating-point operations per sample for the input shape set
-  // (--describe; a multiply-add counts 2); default: one per output element.
-  virtual double flops() const { return static_cast<double>(output_shape(in_shape_).numel()); }
-  // What the layer computes per sample for the input shape set, as entries
-  // appended to `out` (layers/layer_cost.hpp); default: flops() and the
-  // input and output values, no GEMM.
-  virtual void add_costs(std::vector<LayerCost>& out) const {
-    LayerCost c;
-    c.flops = flops();
-    c.values = static_cast<double>(in_shape_.numel() + output_shape(in_shape_).numel());
-    out.push_back(c);
-  }
-  // Storage precision of activations (Sequential::set_storage): blocks round
-  // the activations between their inner layers to it.
-  virtual void set_storage(Precision /*p*/) {}
-  // Activation recomputation (blocks): forward keeps only the layer's input,
-  // backward computes the inside again in a scratch arena that the model
-  // shares among all such layers. arena_bytes(max_batch): the arena this
-  // layer needs (0: none); use_arena gives it, after reserve().
-  virtual void set_recompute(bool /*on*/) {}
-  virtual std::size_t arena_bytes(std::size_t /*max_batch*/) const { return 0; }
-  virtual void use_arena(Vector<T> /*arena*/) {}
-  // Binds the layer's slices of the flat parameter and gradient buffers.
+
+  // Parameters, declared: the layer's tensors in slice order (none for
+  // parameter-free layers). num_params(), param_table(), slices() and the
+  // default init() follow from it.
+  virtual std::vector<ParamSpec> params() const { return {}; }
+  std::size_t num_params() const;
+  std::vector<ParamInfo> param_table() const;
+  // Binds the layer's slices of the flat parameter and gradient buffers
+  // (slices() cuts them by params()).
   virtual void bind(Vector<T> /*params*/, Vector<T> /*grads*/) {}
-  // Weight tying (a language-model head on the token embedding's weight):
-  // the name of the earlier layer whose "weight" this layer uses, "" for
-  // none. Sequential::add finds that tensor in the same model and calls
-  // tie_weight(shape): from then on num_params() and param_table() leave the
-  // weight out, and bind_tied() gives the layer the shared parameter and
-  // gradient slices (both layers add into the one gradient). tie_weight
-  // throws config when the shape is not the one the layer needs.
-  virtual std::string tied_to() const { return ""; }
-  virtual void tie_weight(const Shape& /*shape*/) {}
-  // A pipeline stage without the tied layer (Sequential::set_tie_copies):
-  // the layer keeps a copy of the weight in its own slice again, which the
-  // model-parallel engine keeps equal to the original.
-  virtual void untie_weight() {}
-  virtual void bind_tied(Vector<T> /*weight*/, Vector<T> /*grad*/) {}
-  // Writes initial parameters into `params` (host memory, this layer's slice).
-  // `layer_index` makes each layer's random stream distinct.
-  virtual void init(HostVector<T> /*params*/, Init /*scheme*/, std::uint64_t /*seed*/,
-                    std::uint64_t /*layer_index*/) const {}
+  // Writes initial parameters into `params` (host memory, this layer's
+  // slice) from params()' initialisers; `layer_index` makes each layer's
+  // random stream distinct. Layers override it only to initialise as
+  // another layout would (a block's inner streams, a shard of a whole
+  // layer).
+  virtual void init(HostVector<T> params, Init scheme, std::uint64_t seed,
+                    std::uint64_t layer_index) const;
+
+  // What the layer computes per sample for the input shape set, as entries
+  // appended to `out` (layers/layer_cost.hpp): the planner's cost model and
+  // --describe read it. Default: one FLOP per output value, the input and
+  // output values moved, no GEMM.
+  virtual void add_costs(std::vector<LayerCost>& out) const { out.push_back(cost(output_values())); }
+  // Forward floating-point operations per sample (a multiply-add counts 2):
+  // the sum of add_costs' entries.
+  double flops() const;
+
   // Workspace the layer needs for a batch of `batch` rows (allocated once,
-  // shared by every micro-batch: scratch that backward does not read).
+  // shared by every micro-batch: scratch that backward does not read), and
+  // the bytes reserve(max_batch, .) allocates (memory accounting; the per-
+  // micro-batch scratch is saved_size's, counted by the caller).
   virtual void reserve(std::size_t /*batch*/, std::size_t /*in*/) {}
+  virtual std::size_t workspace_bytes(std::size_t /*max_batch*/) const { return 0; }
   // What a micro-batch's forward keeps for its backward beyond its input and
   // output (layers/saved.hpp): saved_size(batch) values of Saved::scratch
   // for a micro-batch of `batch` samples (0: none). Proportional to batch.
@@ -168,62 +205,19 @@ class Layer {
   // that says false must not read that view in backward.
   virtual bool backward_reads_input() const { return true; }
   virtual bool backward_reads_output() const { return true; }
-  // A new training pass (one per optimizer step; the micro-batches of a
-  // pipeline step belong to the same pass): Dropout draws new masks here, so
-  // that splitting a batch into micro-batches draws what the whole batch would.
-  virtual void begin_pass() {}
-  // Bytes of workspace reserve(max_batch, .) allocates (memory accounting;
-  // the per-micro-batch scratch is saved_size's, counted by the caller).
-  virtual std::size_t workspace_bytes(std::size_t /*max_batch*/) const { return 0; }
-  // Tensor parallelism: how the layer splits, and (elementwise layers) that
-  // it sees columns [first, first + its width) of the last dimension of an
-  // activation whose last dimension is `total` wide: a layer that indexes
-  // values by position (Dropout's masks) uses it.
-  virtual TensorSplit tensor_split() const { return TensorSplit::none; }
-  virtual void set_column_shard(std::size_t /*first*/, std::size_t /*total*/) {}
-  // Generation one position at a time (layers/decoder.hpp, a KV cache):
-  // y = this layer's output at `position` (< max_positions) for x, the input
-  // row of that position alone (one row of the per-position width), given
-  // what earlier positions left in `state` (its scratch holds
-  // decode_size(max_positions) values, zeroed before position 0; a block
-  // keeps its inner layers' states in state.inner). The default runs
-  // forward on the row: right for layers
-  // that act on each position alone (Linear, LayerNorm, activations,
-  // Dropout in evaluation, Embedding); layers that look at the position or
-  // at other positions (PositionEmbedding, CausalAttention, blocks)
-  // override both.
-  virtual std::size_t decode_size(std::size_t /*max_positions*/) const { return saved_size(1); }
-  virtual void decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t /*position*/,
-                      std::size_t /*max_positions*/, Saved<T>& state) {
-    state.x = x;
-    state.y = y;
-    state.training = false;
-    forward(ctx, x, y, state);
-  }
-  // --reproducible (layers/batch_sums.hpp): "" when every sum over the
-  // batch the layer takes (its parameter gradients; statistics) is exact, so
-  // that its results do not depend on how the batch is split; else why not
-  // (a model with such a layer refuses the mode, naming it and the reason).
-  // Default: layers without parameters take no such sum.
-  virtual std::string reproducibility_issue() const {
-    return num_params() == 0 ? "" : "does not sum its gradients exactly yet";
-  }
-  // --reproducible with tensor parallelism (strategies/reproducible.hpp): the
-  // sums over an inner dimension that tensor parallelism may split (a
-  // Linear's input features in forward, its output features for the input
-  // gradient) in chunks of s values, each a fixed chain, added exactly; a
-  // dimension that s does not divide keeps the plain chain. A layer holding
-  // a shard throws config unless its shard is whole chunks. 0: off. Layers
-  // without such sums ignore it; a block passes it on.
-  virtual void set_inner_chunk(std::size_t /*s*/) {}
-  virtual void set_training(bool training) { training_ = training; }
-  // The data-parallel ranks sharing the batch (layers/batch_group.hpp), for
-  // layers whose forward needs statistics of the whole batch (SyncBatchNorm);
-  // nullptr: this rank's samples alone. Returns the layers that use it.
-  virtual std::size_t set_batch_group(BatchGroup<T>* /*group*/) { return 0; }
+
+  // Training or evaluation (Dropout, BatchNorm read it); a model sets it on
+  // every layer of its tree (for_each_layer).
+  void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
 
  protected:
+  // The tensors of params() as views of the slices `params` and `grads`.
+  std::vector<ParamSlice<T>> slices(Vector<T> params, Vector<T> grads) const;
+  // One cost entry: `flops` and the input and output values.
+  LayerCost cost(double flops) const;
+  double output_values() const { return static_cast<double>(output_shape(in_shape_).numel()); }
+
   bool training_ = true;
   Shape in_shape_;
 };
@@ -232,19 +226,12 @@ template <class T>
 using LayerPtr = std::unique_ptr<Layer<T>>;
 
 namespace detail {
-// Writes `weights` weights drawn by `scheme` for a layer of the given fans,
-// then `biases` biases (zero, or U(-1/sqrt(fan_in), +) for torch_default as
-// PyTorch's Linear and Conv2d), into params (weights first). Stream
-// `layer_index` of `seed`: the same values on every backend.
+// Writes the tensors of `specs` into params (host memory, in order) from
+// their initialisers: stream `layer_index` of `seed`, the same values on
+// every backend.
 template <class T>
-void init_dense(HostVector<T> params, Init scheme, std::uint64_t seed, std::uint64_t layer_index,
-                std::size_t weights, double fan_in, double fan_out, std::size_t biases);
-// Writes `count` values drawn from N(0, sd^2) into params (stream
-// `layer_index` of `seed`): embeddings and layers given `std` in a model file
-// (GPT-2 initialises its weights with sd 0.02).
-template <class T>
-void init_normal(HostVector<T> params, std::size_t count, double sd, std::uint64_t seed,
-                 std::uint64_t layer_index);
+void init_params(HostVector<T> params, const std::vector<ParamSpec>& specs, Init scheme,
+                 std::uint64_t seed, std::uint64_t layer_index);
 }  // namespace detail
 
 }  // namespace strata

@@ -41,27 +41,12 @@ Shape LayerNorm<T>::output_shape(const Shape& in) const {
 }
 
 template <class T>
-std::vector<ParamInfo> LayerNorm<T>::param_table() const {
-  return {{"weight", Shape{features_}, 0, ParamGroup::no_decay},
-          {"bias", Shape{features_}, features_, ParamGroup::no_decay}};
-}
-
-template <class T>
 void LayerNorm<T>::bind(Vector<T> params, Vector<T> grads) {
-  const auto g = Kokkos::make_pair(std::size_t(0), features_);
-  const auto b = Kokkos::make_pair(features_, 2 * features_);
-  gamma_ = Kokkos::subview(params, g);
-  beta_ = Kokkos::subview(params, b);
-  dgamma_ = Kokkos::subview(grads, g);
-  dbeta_ = Kokkos::subview(grads, b);
-}
-
-template <class T>
-void LayerNorm<T>::init(HostVector<T> params, Init, std::uint64_t, std::uint64_t) const {
-  for (std::size_t i = 0; i < features_; ++i) {
-    params(i) = T(1);
-    params(features_ + i) = T(0);
-  }
+  const auto s = this->slices(params, grads);
+  gamma_ = s[0].value;
+  dgamma_ = s[0].grad;
+  beta_ = s[1].value;
+  dbeta_ = s[1].grad;
 }
 
 template <class T>

@@ -8,14 +8,14 @@
 //           dx = rstd * (dy*gamma - mean(dy*gamma) - xhat * mean(dy*gamma*xhat))
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <vector>
 
 namespace strata {
 
 template <class T>
-class LayerNorm final : public Layer<T> {
+class LayerNorm final : public Layer<T>, public ExactSums {
  public:
   explicit LayerNorm(std::size_t features, double eps = 1e-5);
 
@@ -25,11 +25,12 @@ class LayerNorm final : public Layer<T> {
   std::string name() const override;
   std::string reproducibility_issue() const override { return ""; }
   Shape output_shape(const Shape& in) const override;
-  std::vector<ParamInfo> param_table() const override;
-  std::size_t num_params() const override { return 2 * features_; }
+  // weight (ones) and bias (zeros), features values each.
+  std::vector<ParamSpec> params() const override {
+    return {{"weight", Shape{features_}, ParamGroup::no_decay, ParamInit::constant(1)},
+            {"bias", Shape{features_}, ParamGroup::no_decay, ParamInit::constant(0)}};
+  }
   void bind(Vector<T> params, Vector<T> grads) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }  // mean, rstd and x

@@ -65,54 +65,40 @@ Shape Linear<T>::output_shape(const Shape& in) const {
 }
 
 template <class T>
-std::vector<ParamInfo> Linear<T>::param_table() const {
-  std::vector<ParamInfo> t;
-  if (!tied_) t.push_back({"weight", Shape{out_, in_}, 0, ParamGroup::decay});
-  if (bias_) t.push_back({"bias", Shape{out_}, tied_ ? 0 : out_ * in_, ParamGroup::no_decay});
+std::vector<ParamSpec> Linear<T>::params() const {
+  // Weights by the model's scheme with fans (in, out), or N(0, std^2) with
+  // `std`; biases zero (U(-1/sqrt(in), +) under torch-default), zero with
+  // `std` or a tied weight, as PyTorch's tied heads have none or zero.
+  std::vector<ParamSpec> t;
+  const double in = static_cast<double>(in_), out = static_cast<double>(out_);
+  if (!tied_)
+    t.push_back({"weight", Shape{out_, in_}, ParamGroup::decay,
+                 std_ > 0 ? ParamInit::normal(std_) : ParamInit::weights(in, out)});
+  if (bias_)
+    t.push_back({"bias", Shape{out_}, ParamGroup::no_decay,
+                 tied_ || std_ > 0 ? ParamInit::constant(0) : ParamInit::bias(in)});
   return t;
 }
 
 template <class T>
 void Linear<T>::add_costs(std::vector<LayerCost>& out) const {
-  Layer<T>::add_costs(out);
   const Shape& in = this->input_shape();
+  const std::size_t positions = in.rank() ? in.numel() / in_ : 1;
+  out.push_back(this->cost(2.0 * static_cast<double>(positions) * static_cast<double>(in_ * out_)));
   out.back().gemm = features_last_gemm(in.numel(), in.back(), output_shape(in).back());
 }
 
 template <class T>
-double Linear<T>::flops() const {
-  const std::size_t positions = this->in_shape_.rank() ? this->in_shape_.numel() / in_ : 1;
-  return 2.0 * static_cast<double>(positions) * static_cast<double>(in_ * out_);
-}
-
-
-template <class T>
 void Linear<T>::bind(Vector<T> params, Vector<T> grads) {
-  const std::size_t nw = tied_ ? 0 : out_ * in_;  // tied: bind_tied gives the weight
-  if (!tied_) {
-    weight_ = reshape(params, 0, out_, in_);
-    dweight_ = reshape(grads, 0, out_, in_);
+  const auto s = this->slices(params, grads);
+  if (!tied_) {  // tied: bind_tied gives the weight
+    weight_ = s[0].value_matrix();
+    dweight_ = s[0].grad_matrix();
   }
   if (bias_) {
-    b_ = Kokkos::subview(params, Kokkos::make_pair(nw, nw + out_));
-    db_ = Kokkos::subview(grads, Kokkos::make_pair(nw, nw + out_));
+    b_ = s.back().value;
+    db_ = s.back().grad;
   }
-}
-
-template <class T>
-void Linear<T>::init(HostVector<T> params, Init scheme, std::uint64_t seed,
-                     std::uint64_t layer_index) const {
-  if (tied_) {  // the bias alone: zero, as PyTorch's tied heads have none or zero
-    for (std::size_t i = 0; bias_ && i < out_; ++i) params(i) = T(0);
-    return;
-  }
-  if (std_ > 0) {
-    detail::init_normal(params, out_ * in_, std_, seed, layer_index);
-    for (std::size_t i = 0; bias_ && i < out_; ++i) params(out_ * in_ + i) = T(0);
-    return;
-  }
-  detail::init_dense(params, scheme, seed, layer_index, out_ * in_, static_cast<double>(in_),
-                     static_cast<double>(out_), bias_ ? out_ : 0);
 }
 
 template <class T>

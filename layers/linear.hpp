@@ -12,7 +12,7 @@
 // (gemm_exact_chunks), so that a split of it over ranks gives the same bits.
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <string>
 #include <vector>
@@ -20,7 +20,10 @@
 namespace strata {
 
 template <class T>
-class Linear final : public Layer<T> {
+class Linear final : public Layer<T>,
+                     public ExactSums,
+                     public TensorShardable,
+                     public TiedWeight<T> {
  public:
   // std > 0: weights drawn from N(0, std^2) and zero biases (GPT-2's
   // initialisation, `std` in a model file) instead of the model's scheme.
@@ -36,17 +39,14 @@ class Linear final : public Layer<T> {
   std::string reproducibility_issue() const override { return ""; }
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override { return (tied_ ? 0 : out_ * in_) + (bias_ ? out_ : 0); }
-  std::vector<ParamInfo> param_table() const override;
-  double flops() const override;
+  // weight (out, in) unless tied, then bias (out) if any.
+  std::vector<ParamSpec> params() const override;
   void add_costs(std::vector<LayerCost>& out) const override;
   void bind(Vector<T> params, Vector<T> grads) override;
   std::string tied_to() const override { return tie_; }
   void tie_weight(const Shape& shape) override;
   void untie_weight() override { tied_ = false; }
   void bind_tied(Vector<T> weight, Vector<T> grad) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_output() const override { return false; }

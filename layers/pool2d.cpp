@@ -78,9 +78,9 @@ void Pool2d<T>::set_input_shape(const Shape& in) {
 }
 
 template <class T>
-double Pool2d<T>::flops() const {
+void Pool2d<T>::add_costs(std::vector<LayerCost>& out) const {
   const Window2d w = window(h_, w_);
-  return static_cast<double>(c_ * oh_ * ow_ * w.kh * w.kw);
+  out.push_back(this->cost(static_cast<double>(c_ * oh_ * ow_ * w.kh * w.kw)));
 }
 
 namespace {

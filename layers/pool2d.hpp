@@ -33,7 +33,7 @@ class Pool2d final : public Layer<T> {
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
   void set_input_shape(const Shape& in) override;
-  double flops() const override;
+  void add_costs(std::vector<LayerCost>& out) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_input() const override { return kind_ == PoolKind::max; }

@@ -40,20 +40,10 @@ Shape PositionEmbedding<T>::output_shape(const Shape& in) const {
 }
 
 template <class T>
-std::vector<ParamInfo> PositionEmbedding<T>::param_table() const {
-  return {{"weight", Shape{context_, dim_}, 0, ParamGroup::decay}};
-}
-
-template <class T>
 void PositionEmbedding<T>::bind(Vector<T> params, Vector<T> grads) {
-  weight_ = params;
-  dweight_ = grads;
-}
-
-template <class T>
-void PositionEmbedding<T>::init(HostVector<T> params, Init, std::uint64_t seed,
-                                std::uint64_t layer_index) const {
-  detail::init_normal(params, context_ * dim_, std_, seed, layer_index);
+  const auto s = this->slices(params, grads);
+  weight_ = s[0].value;
+  dweight_ = s[0].grad;
 }
 
 template <class T>

@@ -9,12 +9,12 @@
 // backward: dW(t, :) += sum over b of dy(b, t, :) (samples in order); dx = dy
 #pragma once
 
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 namespace strata {
 
 template <class T>
-class PositionEmbedding final : public Layer<T> {
+class PositionEmbedding final : public Layer<T>, public ExactSums, public Decodable<T> {
  public:
   PositionEmbedding(std::size_t context, std::size_t dim, double std = 0.02);
 
@@ -24,16 +24,15 @@ class PositionEmbedding final : public Layer<T> {
   std::string name() const override;
   std::string reproducibility_issue() const override { return ""; }
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override { return context_ * dim_; }
-  std::vector<ParamInfo> param_table() const override;
+  // weight (context, dim) from N(0, std^2).
+  std::vector<ParamSpec> params() const override {
+    return {{"weight", Shape{context_, dim_}, ParamGroup::decay, ParamInit::normal(std_)}};
+  }
   void bind(Vector<T> params, Vector<T> grads) override;
-  void init(HostVector<T> params, Init scheme, std::uint64_t seed,
-            std::uint64_t layer_index) const override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   bool backward_reads_input() const override { return false; }
   bool backward_reads_output() const override { return false; }
-  TensorSplit tensor_split() const override { return TensorSplit::none; }
   std::size_t decode_size(std::size_t) const override { return 0; }
   void decode(Context& ctx, ConstMatrix<T> x, Matrix<T> y, std::size_t position,
               std::size_t max_positions, Saved<T>& state) override;

@@ -78,7 +78,7 @@ LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build, bo
                    ": only a top-level block recomputes (it recomputes the blocks inside it)");
     args.finish();
     layer = std::make_unique<Block<T>>(std::move(inner), s.type == "residual", std::move(names));
-    layer->set_recompute(recompute);
+    set_recompute(*layer, recompute);
   } else {
     const auto& registry = layer_registry<T>();
     const auto it = registry.find(s.type);

@@ -58,21 +58,21 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
                  shapes_.back().str(), ": ", e.message());
   }
   layer->set_input_shape(shapes_.back());
-  layer->set_storage(storage_);
-  if (!layer->tied_to().empty()) {
-    const std::string wanted = layer->tied_to() + ".weight";
+  strata::set_storage(*layer, storage_);
+  if (auto* tie = capability<TiedWeight<T>>(*layer); tie && !tie->tied_to().empty()) {
+    const std::string wanted = tie->tied_to() + ".weight";
     const auto params = parameters();
     const auto it = std::find_if(params.begin(), params.end(),
                                  [&](const ParamInfo& p) { return p.name == wanted; });
     if (it == params.end() && tie_copies_allowed_) {  // on another pipeline stage: a copy
-      layer->untie_weight();
-      tie_copies_.emplace_back(layers_.size(), layer->tied_to());
+      tie->untie_weight();
+      tie_copies_.emplace_back(layers_.size(), tie->tied_to());
     } else {
       STRATA_REQUIRE(it != params.end(), config, where, ": ties its weight to '", wanted,
                      "', which no earlier layer of this model has (tie names an earlier "
                      "top-level layer with a weight)");
       try {
-        layer->tie_weight(it->shape);
+        tie->tie_weight(it->shape);
       } catch (const Error& e) {
         STRATA_THROW(config, where, ": ", e.message());
       }
@@ -97,12 +97,12 @@ void resolve_ties(std::vector<LayerPtr<T>>& layers, const std::vector<std::strin
   std::map<std::string, Shape> weights;  // "name.weight" of the layers so far
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const std::string name = i < names.size() && !names[i].empty() ? names[i] : std::to_string(i);
-    if (!layers[i]->tied_to().empty()) {
-      const auto it = weights.find(layers[i]->tied_to() + ".weight");
+    if (auto* tie = capability<TiedWeight<T>>(*layers[i]); tie && !tie->tied_to().empty()) {
+      const auto it = weights.find(tie->tied_to() + ".weight");
       STRATA_REQUIRE(it != weights.end(), config, "layer ", i, " (", layers[i]->name(),
-                     "): ties its weight to '", layers[i]->tied_to(),
+                     "): ties its weight to '", tie->tied_to(),
                      ".weight', which no earlier layer of the model has");
-      layers[i]->tie_weight(it->second);
+      tie->tie_weight(it->second);
     }
     for (const auto& p : layers[i]->param_table()) weights[name + "." + p.name] = p.shape;
   }
@@ -120,14 +120,14 @@ std::vector<ParamInfo> Sequential<T>::parameters() const {
 template <class T>
 std::vector<BufferInfo> Sequential<T>::buffers() const {
   return detail::joined_tables<BufferInfo>(layers_, names_, offsets_,
-                                           [](const Layer<T>& l) { return l.buffer_table(); });
+                                           [](const Layer<T>& l) { return strata::buffer_table(l); });
 }
 
 template <class T>
 std::vector<std::pair<std::string, std::string>> Sequential<T>::tied_weights() const {
   std::vector<std::pair<std::string, std::string>> ties;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const std::string to = layers_[i]->tied_to();
+    const std::string to = strata::tied_to(*layers_[i]);
     // A pipeline stage's copy (untied) holds its weight itself.
     if (to.empty() || (!layers_[i]->param_table().empty() &&
                        layers_[i]->param_table().front().name == "weight"))
@@ -141,9 +141,11 @@ template <class T>
 std::map<std::string, std::vector<double>> Sequential<T>::read_buffers() const {
   std::map<std::string, std::vector<double>> all;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const auto table = layers_[i]->buffer_table();
+    const auto* b = capability<Buffers<T>>(*layers_[i]);
+    if (!b) continue;
+    const auto table = b->buffer_table();
     for (std::size_t k = 0; k < table.size(); ++k)
-      all[names_[i] + "." + table[k].name] = layers_[i]->read_buffer(k);
+      all[names_[i] + "." + table[k].name] = b->read_buffer(k);
   }
   return all;
 }
@@ -152,7 +154,9 @@ template <class T>
 void Sequential<T>::write_buffers(const std::map<std::string, std::vector<double>>& values) {
   std::size_t known = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const auto table = layers_[i]->buffer_table();
+    auto* b = capability<Buffers<T>>(*layers_[i]);
+    if (!b) continue;
+    const auto table = b->buffer_table();
     for (std::size_t k = 0; k < table.size(); ++k, ++known) {
       const std::string name = names_[i] + "." + table[k].name;
       const auto it = values.find(name);
@@ -160,7 +164,7 @@ void Sequential<T>::write_buffers(const std::map<std::string, std::vector<double
                      first_index_ + i, " (", layers_[i]->name(), ")");
       STRATA_REQUIRE(it->second.size() == table[k].size, config, "buffer '", name, "' has ",
                      table[k].size, " values, not ", it->second.size());
-      layers_[i]->write_buffer(k, it->second);
+      b->write_buffer(k, it->second);
     }
   }
   // Every name of the model was found: more names means unknown ones.
@@ -189,7 +193,7 @@ std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t s
   std::size_t workspace = slots * saved_per_slot(max_batch) * sizeof(T), arena = 0;
   for (const auto& l : layers_) {
     workspace += l->workspace_bytes(max_batch);
-    arena = std::max(arena, l->arena_bytes(max_batch));
+    arena = std::max(arena, strata::arena_bytes(*l, max_batch));
   }
   // Loss gradients per slot and the input-gradient ping-pong buffers.
   const std::size_t gradients = (slots * max_batch * widths_.back() + 2 * max_batch * widest) * sizeof(T);
@@ -244,9 +248,9 @@ void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t 
     }
   // One arena for every recomputing layer (they compute in it in turn).
   std::size_t arena = 0;
-  for (const auto& l : layers_) arena = std::max(arena, l->arena_bytes(max_batch));
+  for (const auto& l : layers_) arena = std::max(arena, strata::arena_bytes(*l, max_batch));
   arena_ = VectorBuffer<T>("strata::recompute_arena", (arena + sizeof(T) - 1) / sizeof(T));
-  for (auto& l : layers_) l->use_arena(arena_);
+  for (auto& l : layers_) strata::use_arena(*l, Vector<T>(arena_));
   batch_.assign(slots, 0);
   // Input gradients of layers 1..L-1 (layer 0's is never needed).
   std::size_t widest = 0;
@@ -278,7 +282,7 @@ void Sequential<T>::bind_layers() {
   }
   for (const Tie& t : ties_) {
     const auto slice = Kokkos::make_pair(t.offset, t.offset + t.size);
-    layers_[t.layer]->bind_tied(Kokkos::subview(Vector<T>(params_), slice),
+    capability<TiedWeight<T>>(*layers_[t.layer])->bind_tied(Kokkos::subview(Vector<T>(params_), slice),
                                 Kokkos::subview(grads_, slice));
   }
 }
@@ -314,7 +318,7 @@ void Sequential<T>::set_storage(Precision p, bool emulated) {
   const bool was16 = storage16();
   storage_ = p;
   emulated_ = emulated;
-  for (auto& l : layers_) l->set_storage(p);
+  for (auto& l : layers_) strata::set_storage(*l, p);
   if (built_ && was16 != storage16()) allocate_activations();
 }
 
@@ -338,7 +342,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   ConstMatrix<T> in = x;
   const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
-    if (new_pass) layers_[i]->begin_pass();
+    if (new_pass) strata::begin_pass(*layers_[i]);
     Matrix<T> out = real16 ? store_.output(i, batch)
                            : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
@@ -438,7 +442,7 @@ void Sequential<T>::set_reproducible(std::size_t chunk, std::size_t inner_chunk)
   STRATA_REQUIRE(inner_chunk == 0 || chunk > 0, config, "--tp-chunk applies to --reproducible runs");
   if (chunk > 0)
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const std::string issue = layers_[i]->reproducibility_issue();
+      const std::string issue = strata::reproducibility_issue(*layers_[i]);
       STRATA_REQUIRE(issue.empty(), config, "--reproducible: layer ",
                      names_[i].empty() ? std::to_string(first_index_ + i) : names_[i], " (",
                      layers_[i]->name(), ") ", issue);
@@ -447,7 +451,7 @@ void Sequential<T>::set_reproducible(std::size_t chunk, std::size_t inner_chunk)
                  "--reproducible trains float models");
   chunk_ = chunk;
   inner_chunk_ = inner_chunk;
-  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->set_inner_chunk(inner_chunk);
+  for (auto& l : layers_) strata::set_inner_chunk(*l, inner_chunk);
   if (chunk == 0) exact_ = Kokkos::View<double*, MemSpace>();
   else if (built_ && exact_.extent(0) != 2 * grads_.extent(0))
     exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * grads_.extent(0));
@@ -481,20 +485,20 @@ std::size_t Sequential<T>::saved_per_slot(std::size_t max_batch) const {
 template <class T>
 void Sequential<T>::set_recompute(bool on) {
   STRATA_REQUIRE(!built_, config, "Sequential: set_recompute() after build()");
-  for (auto& l : layers_) l->set_recompute(on);
+  for (auto& l : layers_) strata::set_recompute(*l, on);
 }
 
 template <class T>
 std::size_t Sequential<T>::set_batch_group(BatchGroup<T>* group) {
   std::size_t n = 0;
-  for (auto& l : layers_) n += l->set_batch_group(group);
+  for (auto& l : layers_) n += strata::set_batch_group(*l, group);
   return n;
 }
 
 template <class T>
 void Sequential<T>::set_training(bool training) {
   training_ = training;
-  for (auto& l : layers_) l->set_training(training);
+  for (auto& l : layers_) strata::set_training(*l, training);
 }
 
 namespace {
@@ -536,7 +540,7 @@ std::string Sequential<T>::describe() const {
                     std::to_string(offsets_[i + 1] - offsets_[i]), human_count(f), human_bytes(a)});
   }
   std::size_t arena = 0;  // recomputed blocks' shared inner activations
-  for (const auto& l : layers_) arena = std::max(arena, l->arena_bytes(1));
+  for (const auto& l : layers_) arena = std::max(arena, strata::arena_bytes(*l, 1));
   if (arena > 0) {
     acts += static_cast<double>(arena);
     rows.push_back({"", "recomputation arena", "", "", "", human_bytes(static_cast<double>(arena))});

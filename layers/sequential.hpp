@@ -15,7 +15,7 @@
 
 #include "backends/precision.hpp"
 #include "layers/activation_store.hpp"
-#include "layers/layer.hpp"
+#include "layers/capabilities.hpp"
 
 #include <functional>
 #include <map>

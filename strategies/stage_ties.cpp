@@ -20,9 +20,10 @@ std::vector<CrossTie> find_cross_ties(const TensorParallelLayers<T>& all,
   auto name_of = [&](std::size_t k) { return all.names[k].empty() ? std::to_string(k) : all.names[k]; };
   std::vector<CrossTie> ties;
   for (std::size_t j = 0; j < all.layers.size(); ++j) {
-    if (all.layers[j]->tied_to().empty()) continue;
+    const std::string to = tied_to(*all.layers[j]);
+    if (to.empty()) continue;
     std::size_t i = 0, full = 0;
-    while (i < j && name_of(i) != all.layers[j]->tied_to()) full += full_sizes[i++];
+    while (i < j && name_of(i) != to) full += full_sizes[i++];
     if (i == j || stage_of(i) == stage_of(j)) continue;
     // Where this rank's part of the weight begins in the single-rank layout
     // (a vocabulary shard of an embedding is one block of rows).

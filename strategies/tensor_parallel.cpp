@@ -95,7 +95,7 @@ std::string TensorParallelLinear<T>::describe(const char* kind) const {
 
 template <class T>
 void TensorParallelLinear<T>::add_shard_costs(std::vector<LayerCost>& out, bool row) const {
-  Layer<T>::add_costs(out);
+  out.push_back(this->cost(local_.flops()));
   const Shape& in = this->input_shape();
   const Shape o = this->output_shape(in);
   LayerCost& c = out.back();
@@ -218,15 +218,13 @@ RowParallelLinear<T>::RowParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm
       local_in_(this->local_.in()) {}
 
 template <class T>
-std::size_t RowParallelLinear<T>::num_params() const {
-  return this->whole_->out() * local_in_ + (this->whole_->has_bias() ? this->whole_->out() : 0);
-}
-
-template <class T>
-std::vector<ParamInfo> RowParallelLinear<T>::param_table() const {
-  const std::size_t out = this->whole_->out();
-  std::vector<ParamInfo> t{{"weight", Shape{out, local_in_}, 0, ParamGroup::decay}};
-  if (this->whole_->has_bias()) t.push_back({"bias", Shape{out}, out * local_in_, ParamGroup::no_decay});
+std::vector<ParamSpec> RowParallelLinear<T>::params() const {
+  // The whole layer's initialisers (init() cuts the shard out of the whole's values).
+  const Linear<T>& w = *this->whole_;
+  const double in = static_cast<double>(w.in()), out = static_cast<double>(w.out());
+  std::vector<ParamSpec> t{{"weight", Shape{w.out(), local_in_}, ParamGroup::decay,
+                            ParamInit::weights(in, out)}};
+  if (w.has_bias()) t.push_back({"bias", Shape{w.out()}, ParamGroup::no_decay, ParamInit::bias(in)});
   return t;
 }
 
@@ -239,7 +237,7 @@ void RowParallelLinear<T>::shard_map(int r, std::size_t* index, std::uint8_t* re
     index[k] = (k / local_in_) * in + first + k % local_in_;
     replica[k] = 0;
   }
-  for (std::size_t k = weights; k < num_params(); ++k) {
+  for (std::size_t k = weights; k < this->num_params(); ++k) {
     index[k] = out * in + (k - weights);
     replica[k] = 1;
   }
@@ -254,12 +252,11 @@ Shape RowParallelLinear<T>::output_shape(const Shape& in) const {
 
 template <class T>
 void RowParallelLinear<T>::bind(Vector<T> params, Vector<T> grads) {
-  const std::size_t nw = this->whole_->out() * local_in_, out = this->whole_->out();
-  this->local_.bind(Kokkos::subview(params, Kokkos::make_pair(std::size_t(0), nw)),
-                    Kokkos::subview(grads, Kokkos::make_pair(std::size_t(0), nw)));
+  const auto s = this->slices(params, grads);
+  this->local_.bind(s[0].value, s[0].grad);
   if (!this->whole_->has_bias()) return;
-  b_ = Kokkos::subview(params, Kokkos::make_pair(nw, nw + out));
-  db_ = Kokkos::subview(grads, Kokkos::make_pair(nw, nw + out));
+  b_ = s[1].value;
+  db_ = s[1].grad;
 }
 
 template <class T>
@@ -334,7 +331,7 @@ class Splitter {
   void split(std::vector<LayerPtr<T>>& layers, const std::vector<Shape>& shapes,
              const std::vector<std::string>& names) {
     const std::size_t n = layers.size();
-    auto is = [&](std::size_t i, TensorSplit s) { return layers[i]->tensor_split() == s; };
+    auto is = [&](std::size_t i, TensorSplit s) { return tensor_split(*layers[i]) == s; };
     auto label = [&](std::size_t i) { return names[i] + " (" + layers[i]->name() + ")"; };
     for (std::size_t i = 0; i < n; ++i) {
       if (auto* block = dynamic_cast<Block<T>*>(layers[i].get())) {
@@ -376,7 +373,7 @@ class Splitter {
       // activation's last dimension (after a core: this rank's heads).
       for (std::size_t k = (heads_at != n ? heads_at : i) + 1; k < j; ++k) {
         const std::size_t whole = shapes[k].back(), local = whole / static_cast<std::size_t>(tp_.size());
-        layers[k]->set_column_shard(local * static_cast<std::size_t>(tp_.rank()), whole);
+        capability<TensorShardable>(*layers[k])->set_column_shard(local * static_cast<std::size_t>(tp_.rank()), whole);
       }
       i = j;
     }
@@ -402,7 +399,7 @@ class Splitter {
     for (const auto& l : inner) sharded = sharded || tensor_shard(*l) != nullptr;
     LayerPtr<T> rebuilt = sharded ? std::make_unique<ShardedBlock<T>>(std::move(inner), residual, names)
                                   : std::make_unique<Block<T>>(std::move(inner), residual, names);
-    rebuilt->set_recompute(recompute);  // a model file's `recompute = true` on the block
+    set_recompute(*rebuilt, recompute);  // a model file's `recompute = true` on the block
     return rebuilt;
   }
 

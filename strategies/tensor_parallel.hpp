@@ -94,15 +94,19 @@ void init_shard(const Layer<T>& whole, const TensorShard<T>& s, int r, T* shard,
 // initialisation and tie), this rank's shard as a local Linear, and the
 // communicator.
 template <class T>
-class TensorParallelLinear : public Layer<T>, public TensorShard<T> {
+class TensorParallelLinear : public Layer<T>,
+                             public TensorShard<T>,
+                             public ExactSums,
+                             public TensorShardable {
  public:
   std::size_t full_num_params() const override { return whole_->num_params(); }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
             std::uint64_t layer_index) const override;
   std::string reproducibility_issue() const override { return local_.reproducibility_issue(); }
+  // A shard is not split again.
+  TensorSplit tensor_split() const override { return TensorSplit::none; }
   std::size_t saved_size(std::size_t batch) const override { return local_.saved_size(batch); }
   bool backward_reads_output() const override { return false; }
-  double flops() const override { return local_.flops(); }
   void set_input_shape(const Shape& in) override;
 
  protected:
@@ -122,7 +126,7 @@ class TensorParallelLinear : public Layer<T>, public TensorShard<T> {
 };
 
 template <class T>
-class ColumnParallelLinear final : public TensorParallelLinear<T> {
+class ColumnParallelLinear final : public TensorParallelLinear<T>, public TiedWeight<T> {
  public:
   // groups: the output is that many equal parts, each split over the ranks.
   ColumnParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp,
@@ -131,8 +135,7 @@ class ColumnParallelLinear final : public TensorParallelLinear<T> {
   std::string name() const override { return this->describe("ColumnParallelLinear"); }
   void add_costs(std::vector<LayerCost>& out) const override { this->add_shard_costs(out, false); }
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override { return this->local_.num_params(); }
-  std::vector<ParamInfo> param_table() const override { return this->local_.param_table(); }
+  std::vector<ParamSpec> params() const override { return this->local_.params(); }
   void bind(Vector<T> params, Vector<T> grads) override { this->local_.bind(params, grads); }
   std::string tied_to() const override { return this->local_.tied_to(); }
   void tie_weight(const Shape& shape) override;
@@ -161,13 +164,13 @@ class RowParallelLinear final : public TensorParallelLinear<T> {
   std::string name() const override { return this->describe("RowParallelLinear"); }
   void add_costs(std::vector<LayerCost>& out) const override { this->add_shard_costs(out, true); }
   Shape output_shape(const Shape& in) const override;
-  std::size_t num_params() const override;
-  std::vector<ParamInfo> param_table() const override;
+  // weight (out, in / tp), then the replicated bias (out).
+  std::vector<ParamSpec> params() const override;
   void bind(Vector<T> params, Vector<T> grads) override;
   void forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) override;
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) override;
   void set_inner_chunk(std::size_t s) override;
-  std::size_t shard_size() const override { return num_params(); }
+  std::size_t shard_size() const override { return this->num_params(); }
   void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
 
  private:
@@ -187,7 +190,7 @@ class ShardedBlock final : public Block<T>, public TensorShard<T> {
 };
 
 // A model's layers with tensor parallelism over tp, as the layers declare
-// (Layer::tensor_split), at every depth of blocks:
+// (TensorShardable::tensor_split), at every depth of blocks:
 //   - a Linear followed, through layers that run on a shard (elementwise
 //     ones: activations, Dropout; `heads` ones: an attention core), by
 //     another Linear: column- then row-parallel. With an attention core

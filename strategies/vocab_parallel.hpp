@@ -27,7 +27,7 @@
 namespace strata {
 
 template <class T>
-class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T> {
+class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T>, public ExactSums {
  public:
   // whole: the single-rank embedding (its initialisation); throws config
   // when tp does not divide its vocabulary.
@@ -37,12 +37,10 @@ class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T> {
   std::string reproducibility_issue() const override { return local_.reproducibility_issue(); }
   Shape output_shape(const Shape& in) const override { return local_.output_shape(in); }
   void set_input_shape(const Shape& in) override;
-  std::size_t num_params() const override { return local_.num_params(); }
-  std::vector<ParamInfo> param_table() const override { return local_.param_table(); }
-  double flops() const override { return 0; }
+  std::vector<ParamSpec> params() const override { return local_.params(); }
   // Each rank's rows of the output, summed over the group in forward.
   void add_costs(std::vector<LayerCost>& out) const override {
-    Layer<T>::add_costs(out);
+    out.push_back(this->cost(0));
     out.back().tp_forward = static_cast<double>(this->output_shape(this->input_shape()).numel());
   }
   void bind(Vector<T> params, Vector<T> grads) override { local_.bind(params, grads); }

@@ -66,7 +66,7 @@ struct Bound {
     auto dx = test::to_device(x, batch, in);
     MatrixBuffer<double> y("y", batch, out);
     OneMicroBatch<double> m(*layer, dx, y);
-    layer->begin_pass();
+    begin_pass(*layer);
     layer->forward(ctx, dx, y, m.saved);
     Kokkos::fence();
     return test::to_host(y);
@@ -78,7 +78,7 @@ struct Bound {
     auto dxin = test::to_device(x, batch, in);
     MatrixBuffer<double> y("y", batch, out), dx("dx", batch, in);
     OneMicroBatch<double> m(*layer, dxin, y);
-    layer->begin_pass();
+    begin_pass(*layer);
     layer->forward(ctx, dxin, y, m.saved);
     layer->backward(ctx, test::to_device(dy, batch, out), dx, m.saved);
     Kokkos::fence();

@@ -203,7 +203,7 @@ TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
   MatrixBuffer<float> y("y", rows, cols), dx("dx", rows, cols);
   auto xd = test::to_device(x, rows, cols);
   test::OneMicroBatch<float> m(*layer, xd, y);
-  layer->begin_pass();
+  begin_pass(*layer);
   layer->forward(ctx, xd, y, m.saved);
   layer->backward(ctx, test::to_device(dy, rows, cols), dx, m.saved);
   ctx.exec.fence();

@@ -180,7 +180,7 @@ double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, C
   // (Layers without parameters have no weight part; not every one takes a
   // missing input gradient, which only the first layer gets.)
   // (A tied head has no parameters of its own but a weight gradient.)
-  const bool weights = l.num_params() > 0 || !l.tied_to().empty();
+  const bool weights = l.num_params() > 0 || !tied_to(l).empty();
   const double wts =
       weights ? time_op(ctx, reps, [&] { l.backward(ctx, dy, Matrix<float>(), s); }) : 0.0;
   const double data = std::max(0.0, bwd - wts);
