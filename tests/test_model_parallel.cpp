@@ -9,6 +9,7 @@
 #include "backends/comm/self.hpp"
 #include "backends/ranks.hpp"
 #include "dp_harness.hpp"
+#include "strategies/strategy_kind.hpp"
 #include "strategies/vocab_parallel.hpp"
 
 #include <gtest/gtest.h>
@@ -149,6 +150,51 @@ TEST(PipelineSchedule, ListsRunEveryMicroBatchOnceWithoutADeadlock) {
 // stage) through pipelines, ZeRO-1, a dp x pp mesh and tensor parallelism
 // (the Linear pair inside each residual block column- then row-parallel,
 // with its Dropout on the shard).
+// The strategy names and their mesh rules (strategies/strategy_kind.hpp),
+// against the rule written out case by case.
+TEST(StrategyKind, NamesMeshDefaultsAndContradictions) {
+  for (const char* name : {"auto", "local", "dp", "pipeline", "tensor", "hybrid", "plan"})
+    EXPECT_STREQ(to_string(parse_strategy(name)), name);
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::config);
+      return e.message();
+    }
+    return "";
+  };
+  const std::string unknown = message([] { parse_strategy("ddp"); });
+  EXPECT_NE(unknown.find("'ddp'"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("hybrid"), std::string::npos) << unknown;
+  auto same = [](const MeshShape& a, const MeshShape& b) {
+    return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp;
+  };
+  // Defaults on 8 ranks: pipeline and tensor take every rank unless --dp is given.
+  EXPECT_TRUE(same(mesh_for(StrategyKind::pipeline, {}, 8), MeshShape{1, 8, 1}));
+  EXPECT_TRUE(same(mesh_for(StrategyKind::tensor, {}, 8), MeshShape{1, 1, 8}));
+  EXPECT_TRUE(same(mesh_for(StrategyKind::pipeline, {2, 0, 0, 0}, 8), MeshShape{2, 1, 1}));
+  EXPECT_TRUE(same(mesh_for(StrategyKind::hybrid, {0, 2, 2, 0}, 8), MeshShape{2, 2, 2}));
+  EXPECT_TRUE(same(mesh_for(StrategyKind::automatic, {}, 8), MeshShape{8, 1, 1}));
+  EXPECT_NE(message([] { mesh_for(StrategyKind::hybrid, {0, 3, 1, 0}, 8); }).find("does not divide"),
+            std::string::npos);
+  EXPECT_TRUE(needs_mesh(StrategyKind::pipeline) && needs_mesh(StrategyKind::tensor) &&
+              needs_mesh(StrategyKind::hybrid));
+  EXPECT_FALSE(needs_mesh(StrategyKind::dp) || needs_mesh(StrategyKind::local) ||
+               needs_mesh(StrategyKind::automatic));
+  // Contradictions, each naming the strategy that allows the combination.
+  EXPECT_NE(message([] { check_factors(StrategyKind::local, {0, 0, 0, 1}); }).find("hybrid"),
+            std::string::npos);
+  EXPECT_NE(message([] { check_factors(StrategyKind::dp, {0, 2, 0, 0}); }).find("--strategy dp"),
+            std::string::npos);
+  EXPECT_NE(message([] { check_factors(StrategyKind::pipeline, {0, 0, 2, 0}); }).find("--tp"),
+            std::string::npos);
+  EXPECT_NE(message([] { check_factors(StrategyKind::tensor, {0, 2, 0, 0}); }).find("--pp"),
+            std::string::npos);
+  EXPECT_EQ(message([] { check_factors(StrategyKind::hybrid, {2, 2, 2, 1}); }), "");
+  EXPECT_EQ(message([] { check_factors(StrategyKind::dp, {4, 0, 0, 1}); }), "");
+}
+
 TEST(ResidualModel, PipelinesAndMeshesMatchSingleRank) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   DpConfig c;

@@ -175,7 +175,7 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
 }
 
 int train(const TrainConfig& c, comm::Communicator& world) {
-  if (c.strategy == "plan") {  // the planner's layout, as explicit options
+  if (c.strategy == StrategyKind::plan) {  // the planner's layout, as explicit options
     STRATA_REQUIRE(c.ranks == 1 || world.size() == 1, config,
                    "--strategy plan runs on thread ranks of one process or on MPI processes "
                    "with one rank each; not on --ranks ", c.ranks, " x ", world.size(),

@@ -43,17 +43,7 @@ void set_mixed_precision(const TrainConfig& c, MixedPrecisionOptions& o) {
 // The mesh of a configuration on `world` ranks: the factors given, the
 // strategy's default for the others, and the data-parallel factor last.
 MeshShape mesh_shape(const TrainConfig& c, int world) {
-  MeshShape m;
-  m.pp = c.pp > 0 ? c.pp : c.strategy == "pipeline" && c.dp == 0 ? world : 1;
-  m.tp = c.tp > 0 ? c.tp : c.strategy == "tensor" && c.dp == 0 ? world : 1;
-  if (c.dp > 0) {
-    m.dp = c.dp;
-  } else {
-    STRATA_REQUIRE(world % (m.pp * m.tp) == 0, config, "--pp ", m.pp, " x --tp ", m.tp, " = ",
-                   m.pp * m.tp, " does not divide the ", world, " ranks");
-    m.dp = world / (m.pp * m.tp);
-  }
-  return m;
+  return mesh_for(c.strategy, mesh_factors(c), world);
 }
 
 }  // namespace
@@ -323,7 +313,7 @@ TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int wor
                                      plans.front().rejected + ")");
   const planner::Layout& l = plans.front().layout;
   TrainConfig t = c;
-  t.strategy = "hybrid";
+  t.strategy = StrategyKind::hybrid;
   t.plan_profile.clear();
   t.dp = l.mesh.dp, t.pp = l.mesh.pp, t.tp = l.mesh.tp;
   t.micro_batches = l.micro_batches;
@@ -353,15 +343,15 @@ std::string trace_path(const std::string& path, const comm::Communicator& world)
 
 void validate_layout(const TrainConfig& c, const ModelSpec& model, int processes) {
   const bool multi = c.ranks > 1 || processes > 1;
-  STRATA_REQUIRE(!(c.strategy == "local" && multi), config,
+  STRATA_REQUIRE(!(c.strategy == StrategyKind::local && multi), config,
                  "--strategy local runs one rank, but ", c.ranks * processes,
                  " ranks were requested (use --strategy dp)");
-  STRATA_REQUIRE(c.accumulate == 1 || c.strategy != "local", config,
+  STRATA_REQUIRE(c.accumulate == 1 || c.strategy != StrategyKind::local, config,
                  "--accumulate needs --strategy dp (or auto)");
   // Meshes split the world; thread ranks inside several MPI processes form a
   // hierarchical communicator, which cannot be split.
   STRATA_REQUIRE(!(model_parallel(c) && c.ranks > 1 && processes > 1), config,
-                 "--strategy ", c.strategy, " with --pp/--tp/--zero runs on thread ranks of one "
+                 "--strategy ", to_string(c.strategy), " with --pp/--tp/--zero runs on thread ranks of one "
                  "process or on MPI processes with one rank each; not on --ranks ", c.ranks,
                  " x ", processes, " processes");
   if (model_parallel(c))

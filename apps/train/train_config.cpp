@@ -42,10 +42,11 @@ std::vector<std::size_t> parse_positive_list(const char* option, const std::stri
 }  // namespace
 
 bool model_parallel(const TrainConfig& c) {
-  return c.strategy == "pipeline" || c.strategy == "tensor" || c.strategy == "hybrid" ||
-         c.pp > 1 || c.tp > 1 || c.zero > 0 || c.memory_budget_mb > 0 || !c.stage_cuts.empty() ||
+  return needs_mesh(c.strategy) || c.pp > 1 || c.tp > 1 || c.zero > 0 || c.memory_budget_mb > 0 || !c.stage_cuts.empty() ||
          c.micro_batches > 0;
 }
+
+MeshFactors mesh_factors(const TrainConfig& c) { return {c.dp, c.pp, c.tp, c.zero}; }
 
 bool loss_scaling(const TrainConfig& c) {
   return c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.precision == Precision::fp16);
@@ -213,7 +214,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
       ->check(whole_number());
   std::string gemm = "auto";
   app.add_option("--gemm", gemm, "auto | vendor | portable")->capture_default_str();
-  app.add_option("--strategy", c.strategy,
+  std::string strategy = "auto";
+  app.add_option("--strategy", strategy,
                  "auto | local | dp | pipeline | tensor | hybrid | plan (auto: dp when there is "
                  "more than one rank, hybrid when --pp, --tp or --zero is given; plan: the layout "
                  "strata-plan ranks first on --plan-profile, printed)")
@@ -374,17 +376,14 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   parse_weight_dtype(c.export_dtype, "--export-dtype");
   STRATA_REQUIRE(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(), config,
                  "--checkpoint-every needs --checkpoint-dir");
-  const std::vector<std::string> strategies{"auto",   "local",  "dp",  "pipeline",
-                                            "tensor", "hybrid", "plan"};
-  STRATA_REQUIRE(std::find(strategies.begin(), strategies.end(), c.strategy) != strategies.end(),
-                 config, "--strategy: unknown strategy '", c.strategy,
-                 "' (expected auto, local, dp, pipeline, tensor, hybrid or plan)");
-  STRATA_REQUIRE(c.strategy != "plan" || !c.plan_profile.empty(), config,
+  c.strategy = parse_strategy(strategy);
+  const bool plan = c.strategy == StrategyKind::plan;
+  STRATA_REQUIRE(!plan || !c.plan_profile.empty(), config,
                  "--strategy plan needs --plan-profile FILE (`strata-plan calibrate --output FILE` "
                  "writes this machine's)");
-  STRATA_REQUIRE(c.plan_profile.empty() || c.strategy == "plan", config,
+  STRATA_REQUIRE(c.plan_profile.empty() || plan, config,
                  "--plan-profile applies to --strategy plan");
-  STRATA_REQUIRE(c.strategy != "plan" || (c.dp == 0 && c.pp == 0 && c.tp == 0 && c.zero == 0 &&
+  STRATA_REQUIRE(!plan || (c.dp == 0 && c.pp == 0 && c.tp == 0 && c.zero == 0 &&
                                           c.micro_batches == 0 && !c.recompute && cuts.empty()),
                  config, "--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches and "
                  "--recompute itself: leave them out (or give them all with --strategy hybrid)");
@@ -393,14 +392,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   STRATA_REQUIRE(c.balance == "params" || c.balance == "flops", config,
                  "--balance: unknown value '", c.balance, "' (expected params or flops)");
   if (!cuts.empty()) c.stage_cuts = parse_positive_list("--stage-cuts", cuts);
-  STRATA_REQUIRE(!(c.strategy == "local" && (c.pp > 1 || c.tp > 1 || c.dp > 1 || c.zero)), config,
-                 "--strategy local contradicts --dp/--pp/--tp/--zero (use --strategy hybrid)");
-  STRATA_REQUIRE(!(c.strategy == "dp" && (c.pp > 1 || c.tp > 1)), config,
-                 "--strategy dp contradicts --pp/--tp (use --strategy hybrid)");
-  STRATA_REQUIRE(!(c.strategy == "pipeline" && c.tp > 1), config,
-                 "--strategy pipeline contradicts --tp (use --strategy hybrid)");
-  STRATA_REQUIRE(!(c.strategy == "tensor" && c.pp > 1), config,
-                 "--strategy tensor contradicts --pp (use --strategy hybrid)");
+  check_factors(c.strategy, mesh_factors(c));
   STRATA_REQUIRE(!(model_parallel(c) && c.accumulate > 1), config,
                  "--accumulate K adds K batches to a step and is for --strategy dp; pipelines "
                  "split one batch with --micro-batches M instead (a step then sees --batch-size "

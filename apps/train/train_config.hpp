@@ -9,6 +9,7 @@
 #include "layers/model_spec.hpp"
 #include "layers/lr_schedule.hpp"
 #include "layers/optimizer.hpp"
+#include "strategies/strategy_kind.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -59,7 +60,7 @@ struct TrainConfig {
   bool quiet = false;
   std::optional<GemmBackend> gemm;  // --gemm vendor | portable; auto: none (the vendor's when compiled in)
   // Parallelism.
-  std::string strategy = "auto";  // auto | local | dp | pipeline | tensor | hybrid | plan
+  StrategyKind strategy = StrategyKind::automatic;  // --strategy
   std::string plan_profile;       // --strategy plan: the machine profile (strata-plan calibrate)
   std::string comm = "auto";      // auto | self | threads | mpi | hierarchical | nccl
   int ranks = 1;                  // thread ranks per process
@@ -100,6 +101,8 @@ struct TrainConfig {
 // Whether the configuration needs the model-parallel engine (pipeline,
 // tensor parallelism, ZeRO-1 or a memory budget) rather than DataParallel.
 bool model_parallel(const TrainConfig& c);
+// --dp, --pp, --tp and --zero as the strategy rules take them.
+MeshFactors mesh_factors(const TrainConfig& c);
 // Whether the loss is scaled dynamically (--loss-scale dynamic, or auto with fp16).
 bool loss_scaling(const TrainConfig& c);
 

@@ -110,7 +110,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     STRATA_FUZZ_CHECK(!(c->resume && !c->resume_from.empty()));
     STRATA_FUZZ_CHECK(!c->resume || !c->checkpoint_dir.empty());
     STRATA_FUZZ_CHECK(c->checkpoint_every == 0 || !c->checkpoint_dir.empty());
-    STRATA_FUZZ_CHECK(c->strategy == "auto" || c->strategy == "local" || c->strategy == "dp");
+    STRATA_FUZZ_CHECK(c->strategy == StrategyKind::automatic || c->strategy == StrategyKind::local ||
+                      c->strategy == StrategyKind::dp);
     STRATA_FUZZ_CHECK(c->dataset == "fashion-mnist" || c->dataset == "synthetic" ||
                       (c->dataset.rfind("csv:", 0) == 0 && c->dataset.size() > 4));
   });
