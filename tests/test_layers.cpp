@@ -3,9 +3,13 @@
 // gradients). Losses likewise; Sequential against the composition of layers.
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "backends/random.hpp"
 #include "backends/segment_sums.hpp"
 #include "backends/vmath.hpp"
+#include "layers/block.hpp"
+#include "layers/dropout.hpp"
 #include "layers/layernorm.hpp"
+#include "layers/linear.hpp"
 #include "layers/loss.hpp"
 #include "layers/mlp.hpp"
 #include "layers/optimizer.hpp"
@@ -801,6 +805,90 @@ class GemmInputsProbe final : public Layer<float> {
   }
   std::vector<Precision> seen;
 };
+
+// A layer with parameters that implements the core alone (no capability).
+class PlainScale final : public Layer<float> {
+ public:
+  std::string name() const override { return "PlainScale"; }
+  Shape output_shape(const Shape& in) const override { return in; }
+  std::vector<ParamSpec> params() const override {
+    return {{"weight", Shape{2, 3}, ParamGroup::decay, ParamInit::constant(2)},
+            {"bias", Shape{3}, ParamGroup::no_decay, ParamInit::normal(0.5)}};
+  }
+  void bind(Vector<float> params, Vector<float> grads) override { bound = slices(params, grads); }
+  void forward(Context& ctx, ConstMatrix<float> x, Matrix<float> y, Saved<float>&) override {
+    Kokkos::deep_copy(ctx.exec, y, x);
+  }
+  void backward(Context& ctx, ConstMatrix<float> dy, Matrix<float> dx, Saved<float>&) override {
+    if (dx.data() != nullptr) Kokkos::deep_copy(ctx.exec, dx, dy);
+  }
+  std::vector<ParamSlice<float>> bound;
+};
+
+// The declared list gives the count, the table (offsets in order), the
+// slices bind keeps and the initial values: counter i of the layer's stream
+// for value i of its slice, drawn here from the generator directly.
+TEST(LayerCore, DeclaredParametersGiveTableSlicesAndInit) {
+  PlainScale l;
+  EXPECT_EQ(l.num_params(), 9u);
+  const auto table = l.param_table();
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[0].name, "weight");
+  EXPECT_EQ(table[0].offset, 0u);
+  EXPECT_EQ(table[0].group, ParamGroup::decay);
+  EXPECT_EQ(table[1].name, "bias");
+  EXPECT_EQ(table[1].offset, 6u);
+  EXPECT_EQ(table[1].group, ParamGroup::no_decay);
+  std::vector<float> host(9, -1.0f);
+  const std::uint64_t seed = 11, index = 4;
+  l.init(HostVector<float>(host.data(), host.size()), Init::kaiming_uniform, seed, index);
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(host[i], 2.0f) << i;
+  for (std::size_t i = 6; i < 9; ++i)
+    EXPECT_EQ(host[i], static_cast<float>(random::normal(seed, random::stream_init + index, i) * 0.5))
+        << i;
+  VectorBuffer<float> p("p", 9), g("g", 9);
+  l.bind(p, g);
+  ASSERT_EQ(l.bound.size(), 2u);
+  EXPECT_EQ(l.bound[0].value.data(), p.data());
+  EXPECT_EQ(l.bound[0].value_matrix().extent(0), 2u);
+  EXPECT_EQ(l.bound[0].value_matrix().extent(1), 3u);
+  EXPECT_EQ(l.bound[1].grad.data(), g.data() + 6);
+  EXPECT_EQ(l.bound[1].grad.extent(0), 3u);
+}
+
+// Capabilities reach layers inside blocks (for_each_layer), and a layer
+// with parameters that does not declare ExactSums is refused by
+// --reproducible, named with the block around it.
+TEST(LayerCore, CapabilitiesReachLayersInsideBlocks) {
+  auto make = [](bool plain) {
+    std::vector<LayerPtr<float>> inner;
+    inner.push_back(std::make_unique<Dropout<float>>(0.5, 1));
+    if (plain) inner.push_back(std::make_unique<PlainScale>());
+    else inner.push_back(std::make_unique<Linear<float>>(3, 3));
+    std::vector<LayerPtr<float>> outer;
+    outer.push_back(std::make_unique<Block<float>>(std::move(inner), false));
+    return std::make_unique<Block<float>>(std::move(outer), true);
+  };
+  auto with_plain = make(true), with_linear = make(false);
+  const std::string issue = reproducibility_issue(*with_plain);
+  EXPECT_NE(issue.find("PlainScale does not sum its gradients exactly yet"), std::string::npos) << issue;
+  EXPECT_EQ(reproducibility_issue(*with_linear), "");
+  auto& dropout = static_cast<Block<float>&>(with_plain->layer(0)).layer(0);
+  EXPECT_TRUE(dropout.training());
+  set_training(*with_plain, false);
+  EXPECT_FALSE(dropout.training());
+  // Defaults of a layer without the capability, and a layer's own answer.
+  PlainScale plain;
+  EXPECT_EQ(tensor_split(plain), TensorSplit::none);
+  EXPECT_EQ(tied_to(plain), "");
+  EXPECT_TRUE(buffer_table(plain).empty());
+  EXPECT_EQ(tensor_split(Linear<float>(3, 3)), TensorSplit::linear);
+  EXPECT_EQ(buffer_table(dropout).size(), 1u);
+  // Buffers of inner layers are the block's, named by their path.
+  const auto buffers = buffer_table(*with_plain);
+  ASSERT_EQ(buffers.size(), 1u);
+  EXPECT_EQ(buffers[0].name, "0.0.calls");
+}
 
 // Once told that its working weights are rounded, Sequential declares the
 // storage precision to the GEMMs of every layer but the first (which reads
