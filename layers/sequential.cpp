@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/exact_sum.hpp"
+#include "backends/units.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
 #include "layers/named_tables.hpp"
@@ -501,26 +502,6 @@ void Sequential<T>::set_training(bool training) {
   for (auto& l : layers_) strata::set_training(*l, training);
 }
 
-namespace {
-// v in the largest unit of `units` (each `base` times the one before) that
-// keeps it at least 1: "1.5 KiB", "2.51M".
-std::string human(double v, double base, const char* const (&units)[5], const char* scaled) {
-  int u = 0;
-  while (v >= base && u < 4) v /= base, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? scaled : "%.0f%s", v, units[u]);
-  return buf;
-}
-std::string human_bytes(double b) {
-  static const char* const units[] = {" B", " KiB", " MiB", " GiB", " TiB"};
-  return human(b, 1024, units, "%.1f%s");
-}
-std::string human_count(double n) {
-  static const char* const units[] = {"", "k", "M", "G", "T"};
-  return human(n, 1000, units, "%.2f%s");
-}
-}  // namespace
-
 template <class T>
 std::string Sequential<T>::describe() const {
   // Columns: name, layer, output shape, parameters, forward FLOPs and
@@ -537,16 +518,16 @@ std::string Sequential<T>::describe() const {
     flops += f;
     acts += a;
     rows.push_back({names_[i], layers_[i]->name(), shapes_[i + 1].str(),
-                    std::to_string(offsets_[i + 1] - offsets_[i]), human_count(f), human_bytes(a)});
+                    std::to_string(offsets_[i + 1] - offsets_[i]), format_count(f), format_bytes(a)});
   }
   std::size_t arena = 0;  // recomputed blocks' shared inner activations
   for (const auto& l : layers_) arena = std::max(arena, strata::arena_bytes(*l, 1));
   if (arena > 0) {
     acts += static_cast<double>(arena);
-    rows.push_back({"", "recomputation arena", "", "", "", human_bytes(static_cast<double>(arena))});
+    rows.push_back({"", "recomputation arena", "", "", "", format_bytes(static_cast<double>(arena))});
   }
   rows.push_back({"total", "input " + shapes_.front().str(), shapes_.back().str(),
-                  std::to_string(num_params()), human_count(flops), human_bytes(acts)});
+                  std::to_string(num_params()), format_count(flops), format_bytes(acts)});
   std::array<std::size_t, 6> w{};
   for (const auto& r : rows)
     for (std::size_t c = 0; c < 6; ++c) w[c] = std::max(w[c], r[c].size());

@@ -4,13 +4,13 @@
 #include "backends/host_copy.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
+#include "backends/units.hpp"
 #include "strategies/reproducible.hpp"
 #include "strategies/vocab_parallel.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <sstream>
 
 namespace strata {
 
@@ -27,13 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string mib(std::size_t bytes) {
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(2);
-  os << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB";
-  return os.str();
-}
+std::string mib(std::size_t bytes) { return format_mib(static_cast<double>(bytes)); }
 }  // namespace
 
 std::string MemoryReport::str() const {

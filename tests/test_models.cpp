@@ -3,6 +3,7 @@
 // error names file, line and key; --layers is the equivalent file) and
 // checkpoints read by name.
 #include "backends/error.hpp"
+#include "backends/units.hpp"
 #include "layers/block.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/mlp.hpp"
@@ -39,6 +40,20 @@ std::string config_error(F&& f) {
 
 void expect_contains(const std::string& text, std::initializer_list<const char*> parts) {
   for (const char* p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' in: " << text;
+}
+
+// ------------------------------------------------------------------ units
+// The one formatter of sizes and counts (backends/units.hpp), against the
+// values written out.
+TEST(Units, BytesCountsAndMib) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(format_bytes(64.0 * 1024 * 1024), "64.0 MiB");
+  EXPECT_EQ(format_bytes(3.0 * 1024 * 1024 * 1024), "3.0 GiB");
+  EXPECT_EQ(format_count(950), "950");
+  EXPECT_EQ(format_count(2.51e6), "2.51M");
+  EXPECT_EQ(format_mib(1.8 * 1024 * 1024), "1.80 MiB");
+  EXPECT_EQ(format_mib(3 * 1024 * 1024, 1), "3.0 MiB");
 }
 
 // ------------------------------------------------------------------ shapes

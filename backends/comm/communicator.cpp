@@ -3,6 +3,7 @@
 #include "backends/device.hpp"
 #include "backends/device_check.hpp"
 #include "backends/trace.hpp"
+#include "backends/units.hpp"
 
 #include <cstdio>
 
@@ -192,14 +193,9 @@ Communicator::~Communicator() { shutdown(); }
 void Communicator::shutdown() noexcept { progress_.reset(); }
 
 namespace {
-// "allreduce 7.10 MiB" (built only while tracing).
+// "allreduce 7.1 MiB" (built only while tracing).
 std::string span_name(const char* what, std::size_t count, DataType type) {
-  const double bytes = static_cast<double>(count * size_of(type));
-  char buf[64];
-  if (bytes >= 1 << 20) std::snprintf(buf, sizeof buf, "%s %.2f MiB", what, bytes / (1 << 20));
-  else if (bytes >= 1 << 10) std::snprintf(buf, sizeof buf, "%s %.1f KiB", what, bytes / (1 << 10));
-  else std::snprintf(buf, sizeof buf, "%s %.0f B", what, bytes);
-  return buf;
+  return std::string(what) + " " + format_bytes(static_cast<double>(count * size_of(type)));
 }
 }  // namespace
 

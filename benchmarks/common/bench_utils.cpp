@@ -87,15 +87,6 @@ double read_bandwidth(std::size_t bytes, int threads, int reps, int passes) {
   return best;
 }
 
-std::string format_bytes(double bytes) {
-  char buf[32];
-  if (bytes >= 1 << 30) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1 << 30));
-  else if (bytes >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1 << 20));
-  else if (bytes >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / (1 << 10));
-  else std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  return buf;
-}
-
 std::string rate_text(const Stats& s) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%.0f [%.0f-%.0f]%s", s.median, s.min, s.max, s.noisy() ? "*" : "");

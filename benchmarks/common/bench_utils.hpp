@@ -3,6 +3,8 @@
 // with, and the machine's own reference rates (memcpy, STREAM copy).
 #pragma once
 
+#include "backends/units.hpp"
+
 #include <chrono>
 #include <string>
 #include <vector>
@@ -39,7 +41,6 @@ double copy_bandwidth(std::size_t bytes, int threads, int reps = 5);
 // finds it.
 double read_bandwidth(std::size_t bytes, int threads, int reps = 5, int passes = 1);
 
-// "4.00 KiB", "64.0 MiB"
-std::string format_bytes(double bytes);
+using strata::format_bytes;  // backends/units.hpp
 
 }  // namespace strata::bench
