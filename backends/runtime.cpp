@@ -5,6 +5,7 @@
 #include "backends/comm/self.hpp"
 #include "backends/device.hpp"
 #include "backends/device_check.hpp"
+#include "backends/environment.hpp"
 #include "backends/kokkos.hpp"
 #include "strata_config.hpp"
 
@@ -93,6 +94,7 @@ std::string build_info() {
      << "GEMM: " << (Blas::vendor_available() ? Blas::vendor_name() : std::string("portable Kokkos kernel"))
      << " (portable Kokkos GEMM always available)\n"
      << "communicators: " << comm::compiled_communicators() << "\n";
+  os << environment_report();
   if (*device::platform() != '\0') {
     os << device::platform() << " devices: ";
     try {

@@ -1,4 +1,5 @@
 // strata-train and the examples end to end: exit codes, messages, metrics.
+#include "backends/environment.hpp"
 #include "strategies/checkpoint.hpp"
 #include "test_utils.hpp"
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace strata {
@@ -674,6 +676,30 @@ TEST_F(TrainApp, HelpAndVersion) {
   auto v = train("--version");
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_OUTPUT_HAS(v, "Kokkos");
+  for (const EnvironmentVariable& e : environment_variables()) EXPECT_OUTPUT_HAS(v, e.name);
+}
+
+// The environment-variable table (backends/environment.hpp) names every
+// STRATA_ variable the library, the programs and the benchmarks read: the
+// sources' getenv calls are the oracle.
+TEST(Environment, TheTableCoversEveryVariableTheSourcesRead) {
+  std::set<std::string> table;
+  for (const EnvironmentVariable& e : environment_variables())
+    EXPECT_TRUE(table.insert(e.name).second) << e.name << " twice";
+  const std::regex read(R"re(getenv\("(STRATA_[A-Z0-9_]+)"\))re");
+  std::size_t seen = 0;
+  for (const char* dir : {"backends", "layers", "strategies", "training", "planner", "data", "apps",
+                          "benchmarks"})
+    for (const auto& f : fs::recursive_directory_iterator(fs::path(STRATA_SOURCE_DIR) / dir)) {
+      const std::string ext = f.path().extension().string();
+      if (ext != ".cpp" && ext != ".hpp") continue;
+      std::ifstream in(f.path());
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (std::sregex_iterator m(text.begin(), text.end(), read), end; m != end; ++m, ++seen)
+        EXPECT_TRUE(table.count((*m)[1].str())) << (*m)[1].str() << " read in " << f.path()
+                                                << " is not in backends/environment.cpp";
+    }
+  EXPECT_GE(seen, table.size());  // the scan found the reads (each name at least once)
 }
 
 TEST_F(TrainApp, DivergenceExitsWith4NamingStepAndLayer) {
