@@ -115,15 +115,13 @@ double Layer<T>::flops() const {
 template <class T>
 std::vector<ParamSlice<T>> Layer<T>::slices(Vector<T> params, Vector<T> grads) const {
   std::vector<ParamSlice<T>> out;
-  std::size_t offset = 0;
-  for (ParamSpec& p : this->params()) {
-    const std::size_t n = p.shape.numel();
-    STRATA_REQUIRE(offset + n <= params.extent(0) && offset + n <= grads.extent(0), runtime,
-                   name(), ": a slice of ", params.extent(0), " parameters and ", grads.extent(0),
-                   " gradients for '", p.name, "' at ", offset, " of shape ", p.shape.str());
-    const auto range = Kokkos::make_pair(offset, offset + n);
+  for (ParamInfo& p : param_table()) {
+    const std::size_t end = p.offset + p.shape.numel();
+    STRATA_REQUIRE(end <= params.extent(0) && end <= grads.extent(0), runtime, name(), ": a slice of ",
+                   params.extent(0), " parameters and ", grads.extent(0), " gradients for '", p.name,
+                   "' at ", p.offset, " of shape ", p.shape.str());
+    const auto range = Kokkos::make_pair(p.offset, end);
     out.push_back({Kokkos::subview(params, range), Kokkos::subview(grads, range), std::move(p.shape)});
-    offset += n;
   }
   return out;
 }

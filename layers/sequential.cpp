@@ -29,23 +29,6 @@ Sequential<T>::Sequential(const Shape& input, std::size_t first_index)
   STRATA_REQUIRE(input.rank() > 0, config, "Sequential: the input shape is empty");
 }
 
-namespace detail {
-// Throws config when a layer's parameter table does not cover its slice
-// exactly, in order (a layer's bug, caught when the model is assembled).
-void check_param_table(const std::string& where, const std::vector<ParamInfo>& table,
-                       std::size_t num_params) {
-  if (table.empty() && num_params == 0) return;
-  std::size_t next = 0;
-  for (const auto& p : table) {
-    STRATA_REQUIRE(p.offset == next, config, where, ": parameter '", p.name, "' starts at ",
-                   p.offset, " instead of ", next);
-    next += p.shape.numel();
-  }
-  STRATA_REQUIRE(next == num_params, config, where, ": the parameter table covers ", next,
-                 " of ", num_params, " parameters");
-}
-}  // namespace detail
-
 template <class T>
 Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
   STRATA_REQUIRE(!built_, config, "Sequential: cannot add layers after build()");
@@ -80,7 +63,6 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
       ties_.push_back({layers_.size(), it->offset, it->shape.numel()});
     }
   }
-  detail::check_param_table(where, layer->param_table(), layer->num_params());
   if (name.empty()) name = std::to_string(first_index_ + layers_.size());
   for (std::size_t i = 0; i < names_.size(); ++i)
     STRATA_REQUIRE(names_[i] != name, config, where, ": the name '", name, "' is taken by layer ",
