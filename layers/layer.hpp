@@ -201,7 +201,7 @@ class Layer {
   // only where a layer says so.
   virtual void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) = 0;
   // Whether backward reads saved.x / saved.y. Sequential keeps in 16-bit
-  // storage only the activations some backward reads (set_storage); a layer
+  // storage only the activations some backward reads (Numerics::storage); a layer
   // that says false must not read that view in backward.
   virtual bool backward_reads_input() const { return true; }
   virtual bool backward_reads_output() const { return true; }

@@ -103,7 +103,16 @@ struct ModelSpec {
   // sync_batchnorm = true: BatchNorm layers normalise over the whole batch
   // of every data-parallel rank (SyncBatchNorm; strata-train --sync-bn too).
   bool sync_batchnorm = false;
+  // Every top-level block recomputes its inside in backward (strata-train
+  // --recompute), as if each said `recompute = true`.
+  bool recompute = false;
 };
+
+// `spec` with every top-level block recomputing when `on` (--recompute).
+inline ModelSpec with_recompute(ModelSpec spec, bool on) {
+  spec.recompute = spec.recompute || on;
+  return spec;
+}
 
 // Reads a model file; throws config naming the file (and line and key) for
 // a file that cannot be read, bad TOML, or a bad description.

@@ -73,7 +73,7 @@ LayerPtr<T> build_one(const LayerSpec& s, const Shape& in, LayerBuild& build, bo
     std::vector<std::string> names;
     Shape shape = in;
     expand<T>(s.layers, shape, build, inner, names, true);
-    const bool recompute = args.flag("recompute", false);
+    const bool recompute = args.flag("recompute", false) || (top && build.recompute);
     STRATA_REQUIRE(!recompute || top, config, args.at("recompute"),
                    ": only a top-level block recomputes (it recomputes the blocks inside it)");
     args.finish();
@@ -125,6 +125,7 @@ ModelLayers<T> build_layers(const ModelSpec& spec, std::uint64_t seed) {
   LayerBuild build;
   build.seed = seed;
   build.sync_batchnorm = spec.sync_batchnorm;
+  build.recompute = spec.recompute;
   Shape shape = spec.input;
   expand<T>(spec.layers, shape, build, m.layers, m.names, false);
   return m;

@@ -23,6 +23,7 @@ struct LayerBuild {
   std::size_t dropouts = 0;   // Dropout layers made so far: the k-th draws with seed + k
   std::size_t layers = 0;     // layers made so far (at most kMaxLayers)
   bool sync_batchnorm = false;  // the model's sync_batchnorm (BatchNorm layers)
+  bool recompute = false;       // the model's recompute (top-level blocks)
 };
 
 template <class T>

@@ -30,6 +30,13 @@ Sequential<T>::Sequential(const Shape& input, std::size_t first_index)
 }
 
 template <class T>
+Sequential<T> Sequential<T>::stage(const Shape& input, std::size_t first_index) {
+  Sequential<T> s(input, first_index);
+  s.tie_copies_allowed_ = true;
+  return s;
+}
+
+template <class T>
 Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
   STRATA_REQUIRE(!built_, config, "Sequential: cannot add layers after build()");
   const std::string where =
@@ -42,7 +49,6 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
                  shapes_.back().str(), ": ", e.message());
   }
   layer->set_input_shape(shapes_.back());
-  strata::set_storage(*layer, storage_);
   if (auto* tie = capability<TiedWeight<T>>(*layer); tie && !tie->tied_to().empty()) {
     const std::string wanted = tie->tied_to() + ".weight";
     const auto params = parameters();
@@ -169,7 +175,8 @@ std::vector<bool> Sequential<T>::kept_outputs() const {
 }
 
 template <class T>
-std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t slots) const {
+std::size_t Sequential<T>::activation_bytes(const BuildOptions& o) const {
+  const std::size_t max_batch = o.max_batch, slots = o.slots;
   std::size_t outputs = 0, widest = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];
   for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
@@ -181,7 +188,7 @@ std::size_t Sequential<T>::activation_bytes(std::size_t max_batch, std::size_t s
   // Loss gradients per slot and the input-gradient ping-pong buffers.
   const std::size_t gradients = (slots * max_batch * widths_.back() + 2 * max_batch * widest) * sizeof(T);
   const std::size_t kept =
-      storage16() ? ActivationStore<T>::bytes(std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
+      o.numerics.storage16() ? ActivationStore<T>::bytes(std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
                                               kept_outputs(), max_batch, slots)
                   : slots * max_batch * outputs * sizeof(T);
   return kept + gradients + workspace + (arena + sizeof(T) - 1) / sizeof(T) * sizeof(T);
@@ -200,22 +207,45 @@ std::size_t Sequential<T>::allocated_activation_bytes() const {
 
 template <class T>
 void Sequential<T>::build(std::size_t max_batch, std::size_t slots, std::size_t pad_multiple) {
+  BuildOptions o;
+  o.max_batch = max_batch;
+  o.slots = slots;
+  o.pad_multiple = pad_multiple;
+  build(o);
+}
+
+template <class T>
+void Sequential<T>::build(const BuildOptions& o) {
+  STRATA_REQUIRE(!built_, config, "Sequential: build() twice (a model is built once, for "
+                 "everything it is built for: BuildOptions)");
   STRATA_REQUIRE(!layers_.empty(), config, "Sequential: the model has no layers");
-  STRATA_REQUIRE(max_batch > 0, config, "Sequential: batch size must be positive");
-  STRATA_REQUIRE(slots > 0 && pad_multiple > 0, config,
+  STRATA_REQUIRE(o.max_batch > 0, config, "Sequential: batch size must be positive");
+  STRATA_REQUIRE(o.slots > 0 && o.pad_multiple > 0, config,
                  "Sequential: slots and padding must be positive");
+  const Numerics& nm = o.numerics;
+  nm.check(std::is_same_v<T, float>);
+  if (nm.exact())
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const std::string issue = strata::reproducibility_issue(*layers_[i]);
+      STRATA_REQUIRE(issue.empty(), config, "--reproducible: layer ",
+                     names_[i].empty() ? std::to_string(first_index_ + i) : names_[i], " (",
+                     layers_[i]->name(), ") ", issue);
+    }
+  numerics_ = nm;
+  for (auto& l : layers_) {
+    strata::set_storage(*l, nm.storage);
+    strata::set_inner_chunk(*l, nm.inner_chunk);
+  }
+  const std::size_t max_batch = o.max_batch, slots = o.slots;
   max_batch_ = max_batch;
   slots_ = slots;
   const std::size_t n = num_params();
-  const std::size_t padded = (n + pad_multiple - 1) / pad_multiple * pad_multiple;
-  if (!built_ || params_.extent(0) != padded) {
-    params_ = VectorBuffer<T>("strata::params", padded);
-    grads_owner_ = VectorBuffer<T>("strata::grads", padded);
-    grads_ = grads_owner_;
-    bind_layers();
-  }
-  if (chunk_ > 0 && exact_.extent(0) != 2 * padded)
-    exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * padded);
+  const std::size_t padded = (n + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple;
+  params_ = VectorBuffer<T>("strata::params", padded);
+  grads_owner_ = VectorBuffer<T>("strata::grads", padded);
+  grads_ = grads_owner_;
+  bind_layers();
+  if (nm.exact()) exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * padded);
   dout_.clear();
   for (std::size_t s = 0; s < slots; ++s) dout_.emplace_back("strata::dout", max_batch * widths_.back());
   allocate_activations();
@@ -248,7 +278,7 @@ void Sequential<T>::allocate_activations() {
   acts_.clear();
   store_ = ActivationStore<T>();
   if (storage16()) {
-    store_.allocate(storage_, std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
+    store_.allocate(numerics_.storage, std::vector<std::size_t>(widths_.begin() + 1, widths_.end()),
                     kept_outputs(), max_batch_, slots_);
     return;
   }
@@ -295,19 +325,8 @@ void Sequential<T>::init(Init scheme, std::uint64_t seed) {
 }
 
 template <class T>
-void Sequential<T>::set_storage(Precision p, bool emulated) {
-  STRATA_REQUIRE(p == Precision::fp32 || (std::is_same_v<T, float>), config,
-                 "Sequential: ", to_string(p), " storage needs a float model");
-  const bool was16 = storage16();
-  storage_ = p;
-  emulated_ = emulated;
-  for (auto& l : layers_) strata::set_storage(*l, p);
-  if (built_ && was16 != storage16()) allocate_activations();
-}
-
-template <class T>
 void Sequential<T>::round_storage(Context& ctx, Matrix<T> m) const {
-  round_activations(ctx.exec, storage_, m.data(), m.size());
+  round_activations(ctx.exec, numerics_.storage, m.data(), m.size());
 }
 
 template <class T>
@@ -376,13 +395,13 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
                  config, "Sequential: input gradient buffer of shape (", dx_in.extent(0), ", ",
                  dx_in.extent(1), ") for an input of (", batch, ", ", in_features(), ")");
   // --reproducible: layers add parameter gradients into the exact twin.
-  ExactGradients exact{grads_.data(), exact_.data(), grads_.extent(0), chunk_};
+  ExactGradients exact{grads_.data(), exact_.data(), grads_.extent(0), numerics_.exact_chunk};
   struct Restore {
     Context& ctx;
     const ExactGradients* previous;
     ~Restore() { ctx.exact = previous; }
   } restore{ctx, ctx.exact};
-  if (chunk_ > 0) ctx.exact = &exact;
+  if (numerics_.exact()) ctx.exact = &exact;
   Vector<T> bufs[2] = {grad_a_, grad_b_};
   const bool real16 = storage16();
   for (std::size_t k = layers_.size(); k-- > 0;) {
@@ -413,7 +432,7 @@ void Sequential<T>::zero_grad(Context& ctx) {
   T* g = grads_.data();
   for_range(ctx, "strata::zero_grad", grads_.extent(0),
             KOKKOS_LAMBDA(const std::size_t i) { g[i] = T(0); });
-  if (chunk_ > 0) {
+  if (numerics_.exact()) {
     double* e = exact_.data();
     for_range(ctx, "strata::zero_exact_grad", exact_.extent(0),
               KOKKOS_LAMBDA(const std::size_t i) { e[i] = 0.0; });
@@ -421,30 +440,10 @@ void Sequential<T>::zero_grad(Context& ctx) {
 }
 
 template <class T>
-void Sequential<T>::set_reproducible(std::size_t chunk, std::size_t inner_chunk) {
-  STRATA_REQUIRE(inner_chunk == 0 || chunk > 0, config, "--tp-chunk applies to --reproducible runs");
-  if (chunk > 0)
-    for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const std::string issue = strata::reproducibility_issue(*layers_[i]);
-      STRATA_REQUIRE(issue.empty(), config, "--reproducible: layer ",
-                     names_[i].empty() ? std::to_string(first_index_ + i) : names_[i], " (",
-                     layers_[i]->name(), ") ", issue);
-    }
-  STRATA_REQUIRE((chunk == 0 || std::is_same_v<T, float>), config,
-                 "--reproducible trains float models");
-  chunk_ = chunk;
-  inner_chunk_ = inner_chunk;
-  for (auto& l : layers_) strata::set_inner_chunk(*l, inner_chunk);
-  if (chunk == 0) exact_ = Kokkos::View<double*, MemSpace>();
-  else if (built_ && exact_.extent(0) != 2 * grads_.extent(0))
-    exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * grads_.extent(0));
-}
-
-template <class T>
 void Sequential<T>::finish_exact_grads(Context& ctx, std::size_t first, std::size_t last) {
-  STRATA_REQUIRE(chunk_ > 0 && first <= last && last <= grads_.extent(0), config,
+  STRATA_REQUIRE(numerics_.exact() && first <= last && last <= grads_.extent(0), config,
                  "Sequential: finish_exact_grads(", first, ", ", last, ") of ", grads_.extent(0),
-                 chunk_ > 0 ? "" : " without set_reproducible");
+                 numerics_.exact() ? "" : " of a model built without exact sums");
   T* g = grads_.data();
   const double* e = exact_.data();
   for_range(ctx, "strata::finish_exact_grads", last - first, KOKKOS_LAMBDA(const std::size_t i) {
@@ -463,12 +462,6 @@ std::size_t Sequential<T>::saved_per_slot(std::size_t max_batch) const {
   std::size_t n = 0;
   for (const auto& l : layers_) n += l->saved_size(max_batch);
   return n;
-}
-
-template <class T>
-void Sequential<T>::set_recompute(bool on) {
-  STRATA_REQUIRE(!built_, config, "Sequential: set_recompute() after build()");
-  for (auto& l : layers_) strata::set_recompute(*l, on);
 }
 
 template <class T>

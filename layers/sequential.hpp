@@ -7,6 +7,8 @@
 //   model.add(make_activation<float>(ActivationKind::relu));
 //   ...
 //   model.build(max_batch);               // allocates everything, once
+//                                         // (or build(BuildOptions): slots,
+//                                         // padding, recompute, numerics)
 //   model.init(Init::kaiming_uniform, seed);
 //   auto y = model.forward(ctx, x);        // x: (batch <= max_batch, 784)
 //   ... loss writes dy into model.output_grad(batch) ...
@@ -15,6 +17,7 @@
 
 #include "backends/precision.hpp"
 #include "layers/activation_store.hpp"
+#include "layers/build_options.hpp"
 #include "layers/capabilities.hpp"
 
 #include <functional>
@@ -42,6 +45,12 @@ class Sequential {
   // A model whose samples have the per-sample shape `input`.
   explicit Sequential(const Shape& input, std::size_t first_index = 0);
 
+  // A pipeline stage: layers first_index.. of a larger model. A layer whose
+  // tied weight is on another stage keeps a copy of it
+  // (TiedWeight::untie_weight) instead of being an error; tie_copies() lists
+  // them as (layer, name of the layer whose weight it copies).
+  static Sequential stage(const Shape& input, std::size_t first_index);
+
   // Appends a layer; throws config (naming the layer, its position and both
   // shapes) when it cannot take the previous layer's output shape, and when
   // a layer that ties its weight (Layer::tied_to) names no earlier layer
@@ -49,20 +58,39 @@ class Sequential {
   // parameter names (default: its global position, as in PyTorch's
   // nn.Sequential). Not after build().
   Sequential& add(LayerPtr<T> layer, std::string name = "");
-  // A pipeline stage (before add()): a layer whose tied weight is on another
-  // stage keeps a copy of it (Layer::untie_weight) instead of being an error;
-  // tie_copies() lists them as (layer, name of the layer whose weight it copies).
-  void set_tie_copies(bool on) { tie_copies_allowed_ = on; }
   const std::vector<std::pair<std::size_t, std::string>>& tie_copies() const { return tie_copies_; }
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
-  // the activation buffers for batches of up to max_batch rows, for `slots`
+  // the activation buffers for batches of up to o.max_batch rows, for o.slots
   // micro-batches in flight (pipeline schedules: one Saved record per layer
-  // and slot, layers/saved.hpp). The
-  // flat buffers are padded with zeros to a multiple of pad_multiple elements
-  // (sharded optimizers split them evenly); num_params() excludes the padding.
+  // and slot, layers/saved.hpp), with the numerics policy o.numerics (see
+  // layers/build_options.hpp). The flat buffers are padded with zeros to a
+  // multiple of o.pad_multiple elements (sharded optimizers split them
+  // evenly); num_params() excludes the padding. Once: everything a model is
+  // built for is known here, so nothing is set "before build()".
+  //
+  // 16-bit storage (float models): every layer output, the loss gradient and
+  // every gradient passed between layers is rounded to that type, so the
+  // model computes with 16-bit values. The outputs some backward reads
+  // (Layer::backward_reads_input/output) are kept in 16-bit buffers
+  // (layers/activation_store.hpp) while layers compute on two float scratch
+  // buffers; gradients stay transient float buffers holding rounded values.
+  // Emulated: every output in a float buffer holding the rounded values (the
+  // reference the real storage equals bitwise). The model input and the
+  // parameter gradients stay fp32.
+  //
+  // Exact sums (--reproducible): backward also adds every parameter gradient
+  // exactly (layers/batch_sums.hpp: the batch in chunks of exact_chunk
+  // samples) into an exact twin of the gradient buffer (two doubles per
+  // value, padding included), which zero_grad clears; finish_exact_grads
+  // then rounds [first, last) of it into grads(). Throws config naming the
+  // first layer that cannot (ExactSums). inner_chunk: the layers' inner sums
+  // too, in chunks of that many values (TensorShardable::set_inner_chunk).
+  void build(const BuildOptions& o);
+  // A plain build: fp32, exact sums off.
   void build(std::size_t max_batch, std::size_t slots = 1, std::size_t pad_multiple = 1);
   bool built() const { return built_; }
+  const Numerics& numerics() const { return numerics_; }
 
   // Writes initial parameters (host-side counter-based generator, so the
   // same seed gives the same parameters on every backend).
@@ -94,36 +122,11 @@ class Sequential {
                 const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
 
-  // --reproducible: from now on backward also adds every parameter gradient
-  // exactly (layers/batch_sums.hpp: the batch in chunks of `chunk` samples)
-  // into an exact twin of the gradient buffer (two doubles per value, padding
-  // included), which zero_grad clears; finish_exact_grads then rounds
-  // [first, last) of it into grads(). Throws config naming the first layer
-  // that cannot (Layer::reproducible). 0: off (the default). inner_chunk:
-  // the layers' inner sums too, in chunks of that many values
-  // (Layer::set_inner_chunk; --tp-chunk), 0: off.
-  void set_reproducible(std::size_t chunk, std::size_t inner_chunk = 0);
-  std::size_t reproducible_chunk() const { return chunk_; }
-  std::size_t inner_chunk() const { return inner_chunk_; }
+  // The exact twin of the gradient buffer (empty without exact sums).
   Kokkos::View<double*, MemSpace> exact_grads() const { return exact_; }
   void finish_exact_grads(Context& ctx, std::size_t first, std::size_t last);
-
-  // Storage precision of activations (float models only). With bf16 or fp16
-  // every layer output, the loss gradient and every gradient passed between
-  // layers is rounded to that type, so the model computes with 16-bit
-  // values. The outputs some backward reads (Layer::backward_reads_input/
-  // output) are kept in 16-bit buffers (layers/activation_store.hpp) while
-  // layers compute on two float scratch buffers; gradients stay transient
-  // float buffers holding rounded values. emulated: keep every output in a
-  // float buffer holding the rounded values instead (the reference the real
-  // storage equals bitwise; more memory). The model input and the parameter
-  // gradients stay fp32. Default fp32: nothing is rounded. Before or after
-  // build() (after: the activation buffers are allocated again).
-  void set_storage(Precision p, bool emulated = false);
-  Precision storage() const { return storage_; }
-  bool storage_emulated() const { return emulated_; }
   // Whether activations are kept in 16-bit buffers.
-  bool storage16() const { return storage_ != Precision::fp32 && !emulated_; }
+  bool storage16() const { return numerics_.storage16(); }
   // Declares that the working weights hold values of the storage precision
   // (the mixed-precision engines call it after rounding them). Then layer
   // i's GEMMs are told their operands hold that precision
@@ -135,7 +138,7 @@ class Sequential {
   // says nothing of the weights.
   void set_weights_rounded(bool on) { weights_rounded_ = on; }
   Precision gemm_inputs(std::size_t i) const {
-    return i == 0 || !weights_rounded_ ? Precision::fp32 : storage_;
+    return i == 0 || !weights_rounded_ ? Precision::fp32 : numerics_.storage;
   }
   void set_training(bool training);
   // The data-parallel ranks sharing each batch, for SyncBatchNorm
@@ -146,10 +149,6 @@ class Sequential {
   // numbers (Dropout) index them globally (Saved::row_offset), so that a
   // shard sees exactly what single-rank training of the whole batch would.
   void set_row_offset(std::size_t offset);
-  // Activation recomputation for every top-level block (Layer::set_recompute;
-  // before build()): their inner activations share one arena.
-  void set_recompute(bool on);
-
   std::size_t in_features() const { return widths_.front(); }
   std::size_t out_features() const { return widths_.back(); }
   // Per-sample shape of the input of layer i (i == num_layers(): the output).
@@ -194,12 +193,13 @@ class Sequential {
   // The storage must outlive every later use of the model. After build().
   void use_grad_storage(Vector<T> storage);
 
-  // Bytes of activation storage build(max_batch, slots) allocates with the
-  // storage set now: layer outputs (fp32, emulated: every output in float;
-  // 16-bit: the kept outputs in 16 bits and two float scratch buffers) and
-  // loss gradients per slot, input-gradient ping-pong buffers, what layers
-  // save for backward per slot, layer workspaces and the recomputation arena. Known before build() (memory budgets are checked first).
-  std::size_t activation_bytes(std::size_t max_batch, std::size_t slots) const;
+  // Bytes of activation storage build(o) would allocate: layer outputs
+  // (fp32, emulated: every output in float; 16-bit: the kept outputs in 16
+  // bits and two float scratch buffers) and loss gradients per slot,
+  // input-gradient ping-pong buffers, what layers save for backward per
+  // slot, layer workspaces and the recomputation arena. Known before build()
+  // (memory budgets are checked first).
+  std::size_t activation_bytes(const BuildOptions& o) const;
   // The same figure from the sizes of the buffers allocated (after build()).
   std::size_t allocated_activation_bytes() const;
 
@@ -230,7 +230,7 @@ class Sequential {
     std::size_t layer, offset, size;
   };
   std::vector<Tie> ties_;
-  bool tie_copies_allowed_ = false;
+  bool tie_copies_allowed_ = false;  // stage()
   std::vector<std::pair<std::size_t, std::string>> tie_copies_;
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;
@@ -238,13 +238,10 @@ class Sequential {
   std::vector<std::size_t> batch_;  // rows of the last forward, per slot
   void round_storage(Context& ctx, Matrix<T> m) const;
   bool built_ = false, training_ = true;
-  Precision storage_ = Precision::fp32;
-  bool emulated_ = false;
+  Numerics numerics_;             // build()
   bool weights_rounded_ = false;  // set_weights_rounded
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
-  std::size_t chunk_ = 0;                  // set_reproducible
-  std::size_t inner_chunk_ = 0;            // set_reproducible
   Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage

@@ -98,13 +98,11 @@ const CostModel::Split& CostModel::split(int tp, int pp) const {
     const std::vector<std::size_t> bounds = plan_stages(params, all.cut_ok, pp, {});
     Shape input = all.input;
     for (int p = 0; p < pp; ++p) {
-      auto stage = std::make_unique<Sequential<float>>(input, bounds[p]);
-      stage->set_tie_copies(true);
+      auto stage = std::make_unique<Sequential<float>>(Sequential<float>::stage(input, bounds[p]));
       for (std::size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
         input = all.layers[i]->output_shape(input);
         stage->add(std::move(all.layers[i]), all.names[i]);
       }
-      if (request_.precision != Precision::fp32) stage->set_storage(request_.precision);
       StageCost c;
       for (std::size_t i = 0; i < stage->num_layers(); ++i) {
         const Layer<float>& l = stage->layer(i);
@@ -226,7 +224,7 @@ Prediction CostModel::predict(const Layout& l) const {
   o.precision = request_.precision;
   for (int p = 0; p < pp; ++p) {
     Sequential<float>& stage = *s.stages[static_cast<std::size_t>(p)];
-    stage.set_recompute(l.recompute);
+    for (std::size_t i = 0; i < stage.num_layers(); ++i) set_recompute(stage.layer(i), l.recompute);
     const MemoryReport m = stage_memory(stage, o, request_.optimizer, shard, p);
     if (m.total() > pr.memory.total()) {
       pr.memory = m;

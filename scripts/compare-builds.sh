@@ -11,7 +11,9 @@
 #
 # Usage: scripts/compare-builds.sh [--rounds N] [--threads T] [--workloads LIST]
 #                                  BEFORE_BIN AFTER_BIN
-#   BEFORE_BIN, AFTER_BIN  the bin/ folders of the two builds
+#   BEFORE_BIN, AFTER_BIN  the bin/ folders of the two builds (the workloads'
+#                          model, loss, batch and optimizer come from
+#                          AFTER_BIN/strata-bench-train --print-workload)
 #   --rounds N             rounds (default 5)
 #   --threads T            threads of the one rank (default 2)
 #   --workloads LIST       comma-separated subset of W2,W3,W4,W5 (default all)
@@ -36,16 +38,19 @@ done
 for d in "${dirs[@]}"; do
   [ -x "$d/strata-train" ] || { echo "compare-builds: no strata-train in '$d'" >&2; exit 2; }
 done
+[ -x "${dirs[1]}/strata-bench-train" ] || { echo "compare-builds: no strata-bench-train in '${dirs[1]}' (it defines the workloads)" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare-builds: --rounds '$rounds' is not a positive count" >&2; exit 2; }
 IFS=, read -r -a workloads <<<"$list"
 args_of() {  # WORKLOAD: strata-train's arguments (steps: about 2-15 s each here)
+  local steps
   case "$1" in
-    W2) echo "--layers 784,1024,1024,10 --batch-size 256 --samples 12800 --steps 40 --warmup-steps 5" ;;
-    W3) echo "--layers 4096,4096,4096,4096,4096,10 --batch-size 512 --samples 4096 --steps 6 --warmup-steps 1" ;;
-    W4) echo "--model $top/models/cnn-fashion.toml --batch-size 128 --samples 3840 --steps 25 --warmup-steps 5" ;;
-    W5) echo "--model $top/models/gpt-mini.toml --batch-size 32 --samples 320 --steps 8 --warmup-steps 2 --optimizer adamw" ;;
+    W2) steps="--samples 12800 --steps 40 --warmup-steps 5" ;;
+    W3) steps="--samples 4096 --steps 6 --warmup-steps 1" ;;
+    W4) steps="--samples 3840 --steps 25 --warmup-steps 5" ;;
+    W5) steps="--samples 320 --steps 8 --warmup-steps 2" ;;
     *) echo "compare-builds: unknown workload '$1' (expected W2, W3, W4 or W5)" >&2; exit 2 ;;
   esac
+  echo "$(STRATA_MODELS_DIR="$top/models" "${dirs[1]}/strata-bench-train" --print-workload "$1") $steps"
 }
 for w in "${workloads[@]}"; do args_of "$w" >/dev/null; done
 

@@ -23,7 +23,13 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   STRATA_REQUIRE(optimizer.size() == model.num_params(), config, "optimizer for ",
                  optimizer.size(), " parameters used with a model of ", model.num_params());
   validate<T>(options, "data parallel");
-  // Rank 0's parameters for everyone.
+  const Numerics& n = model.numerics();
+  STRATA_REQUIRE(n.storage == options.precision &&
+                     (options.precision == Precision::fp32 || n.emulated == options.emulate_storage),
+                 config, "data parallel: ", to_string(options.precision),
+                 options.emulate_storage ? " (emulated)" : "", " training of a model built for ",
+                 to_string(n.storage), n.emulated ? " (emulated)" : "",
+                 " storage: build it with BuildOptions::numerics.storage = the precision");  // Rank 0's parameters for everyone.
   comm_.broadcast(model_.params(), 0);
   batch_group_ = std::make_unique<CommBatchGroup<T>>(comm);
   synced_layers_ = model_.set_batch_group(batch_group_.get());
@@ -31,10 +37,8 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   // With a 16-bit precision the model's parameters become the working
   // weights (rounded to 16 bits); the optimizer updates fp32 master weights.
   mixed_ = std::make_unique<MixedPrecision<T>>(ctx, options, model_.params());
-  if (options.precision != Precision::fp32) {
-    model_.set_storage(options.precision, options.emulate_storage);
+  if (options.precision != Precision::fp32)
     model_.set_weights_rounded(true);  // by mixed_, just above: 16-bit-input GEMMs (cuBLAS)
-  }
 }
 
 template <class T>

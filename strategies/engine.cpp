@@ -42,20 +42,20 @@ class DataParallelEngine final : public Engine {
  public:
   DataParallelEngine(Context& ctx, comm::Communicator& comm, const EngineOptions& o,
                      std::size_t batch)
-      : ctx_(ctx), comm_(comm), model_(build_model<T>(o.model, o.seed)), loss_(make_loss<T>(o.loss)) {
+      : ctx_(ctx), comm_(comm), model_(build_model<T>(with_recompute(o.model, o.recompute), o.seed)),
+        loss_(make_loss<T>(o.loss)) {
     table_ = model_table(model_, o.model);
-    // 16-bit activation storage from the start (DataParallel would set it
-    // after build and allocate the activations again).
-    if (o.data.precision != Precision::fp32) model_.set_storage(o.data.precision);
-    if (o.recompute) model_.set_recompute(true);
+    if (o.reproducible_chunk > 0) validate_reproducible(o.reproducible_chunk, batch, comm.size());
+    BuildOptions b;
     // The largest shard of a global batch (the first ranks take the remainder).
-    model_.build(std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second));
+    b.max_batch = std::max<std::size_t>(1, data::BatchLoader<T>::shard(batch, 0, comm.size()).second);
+    b.numerics.storage = o.data.precision;
+    b.numerics.emulated = o.data.emulate_storage;
+    b.numerics.exact_chunk = o.reproducible_chunk;
+    b.numerics.inner_chunk = o.reproducible_tp_chunk;
+    model_.build(b);
     model_.init(o.init, o.seed);
-    if (o.reproducible_chunk > 0) {
-      validate_reproducible(o.reproducible_chunk, batch, comm.size());
-      model_.set_reproducible(o.reproducible_chunk, o.reproducible_tp_chunk);
-      enable_reproducible(ctx);
-    }
+    if (o.reproducible_chunk > 0) enable_reproducible(ctx);
     optimizer_ = std::make_unique<Optimizer<T>>(o.optimizer, model_.num_params());
     if (o.optimizer.no_decay_bias_norm)
       optimizer_->set_no_decay(no_decay_ranges(model_.parameters(), 0, model_.num_params()));
@@ -64,7 +64,7 @@ class DataParallelEngine final : public Engine {
   std::string describe() const override {
     std::string s = comm_.size() == 1 ? "local (one rank)"
                                       : "data parallel over " + std::to_string(comm_.size()) + " ranks";
-    s += describe_reproducible(model_.reproducible_chunk(), model_.inner_chunk());
+    s += describe_reproducible(model_.numerics().exact_chunk, model_.numerics().inner_chunk);
     const auto& o = strategy_->options();
     if (comm_.size() > 1 && strategy_->synced_layers() > 0)
       s += ", SyncBatchNorm (" + std::to_string(strategy_->synced_layers()) + " layers)";

@@ -39,7 +39,7 @@ GradientSync<T>::GradientSync(Context& ctx, comm::Communicator& group, Sequentia
     : ctx_(ctx), group_(group), model_(model), options_(options), shard_(shard) {
   STRATA_REQUIRE(model.built(), config, "gradient sync: build the model first");
   validate(options, shard, loss_scaled);
-  exact_ = model.reproducible_chunk() > 0;
+  exact_ = model.numerics().exact();
   STRATA_REQUIRE(!exact_ || options.compression == GradCompression::none, config,
                  "--grad-compression ", to_string(options.compression),
                  " with --reproducible: rounding each rank's sum to 16 bits depends on the split");

@@ -19,7 +19,7 @@
 // backward leaves on each rank the sum of its block of the padded buffer
 // (Sequential::build with pad_multiple = group size); the optimizer updates
 // that block and the caller gathers the parameters.
-// Reproducible (the model's set_reproducible): the buckets of the model's
+// Reproducible (a model built with exact sums, Numerics::exact_chunk): the buckets of the model's
 // exact gradients travel instead (two doubles per value; their sum is exact
 // in any order, so every rank count, transport and reduction tree gives the
 // same bits), and finish() rounds them into the float gradients.

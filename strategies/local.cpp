@@ -23,8 +23,8 @@ double Local<T>::step(const data::Batch<T>& batch) {
   const double sum =
       loss_.forward_backward(ctx_, out, batch.targets, model_.output_grad(), T(1) / T(n)).value();
   model_.backward(ctx_);
-  // --reproducible (Sequential::set_reproducible): the exact sums into grads().
-  if (model_.reproducible_chunk() > 0) model_.finish_exact_grads(ctx_, 0, model_.num_params());
+  // --reproducible (BuildOptions::numerics.exact_chunk): the exact sums into grads().
+  if (model_.numerics().exact()) model_.finish_exact_grads(ctx_, 0, model_.num_params());
   optimizer_.step(ctx_, model_.params(), model_.grads());
   return sum / static_cast<double>(n);
 }

@@ -23,8 +23,8 @@
 namespace strata {
 
 struct MixedPrecisionOptions {
-  // bf16/fp16: the model stores activations in that precision (Sequential::
-  // set_storage) and computes with working weights rounded to it, while the
+  // bf16/fp16: the model stores activations in that precision (it is built
+  // with it: BuildOptions::numerics.storage) and computes with working weights rounded to it, while the
   // optimizer updates fp32 master weights (float models only).
   Precision precision = Precision::fp32;
   // With a 16-bit precision: keep activations in float buffers holding the

@@ -90,6 +90,21 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
   return bounds;
 }
 
+// What a stage is built for: its micro-batch, the micro-batches in flight,
+// padding for ZeRO-1's even shards, and the run's numerics.
+BuildOptions stage_build(const ModelParallelOptions& options, std::size_t max_micro,
+                         std::size_t slots) {
+  BuildOptions b;
+  b.max_batch = max_micro;
+  b.slots = slots;
+  b.pad_multiple = options.zero == 1 ? static_cast<std::size_t>(options.mesh.dp) : 1;
+  b.numerics.storage = options.precision;
+  b.numerics.emulated = options.emulate_storage;
+  b.numerics.exact_chunk = options.reproducible_chunk;
+  b.numerics.inner_chunk = options.reproducible_tp_chunk;
+  return b;
+}
+
 template <class T>
 MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
                           const OptimizerConfig& optimizer, std::size_t max_shard, int p) {
@@ -100,15 +115,15 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
                                 static_cast<std::size_t>(p), M);
   const std::size_t max_micro = (max_shard + M - 1) / M;
   const std::size_t dp = static_cast<std::size_t>(options.mesh.dp);
-  const std::size_t pad = options.zero == 1 ? dp : 1;
-  const std::size_t n = stage.num_params();
+  const BuildOptions build = stage_build(options, max_micro, memory.slots);
+  const std::size_t n = stage.num_params(), pad = build.pad_multiple;
   const std::size_t padded = (n + pad - 1) / pad * pad;
   memory.params = memory.grads = padded * sizeof(T);
   if (options.compression != GradCompression::none && dp > 1) memory.grads += n * 2;  // 16-bit buckets
   const std::size_t updated = options.zero == 1 ? padded / dp : n;
   memory.optimizer = state_elements(optimizer, updated) * sizeof(T);
   memory.master = options.precision != Precision::fp32 ? updated * sizeof(T) : 0;
-  memory.activations = stage.activation_bytes(max_micro, memory.slots);
+  memory.activations = stage.activation_bytes(build);
   if (p > 0)  // received inputs per slot and the input gradient sent back
     memory.activations += (memory.slots + 1) * max_micro * stage.in_features() * sizeof(T);
   if (p + 1 < S) memory.activations += max_micro * stage.out_features() * sizeof(T);
@@ -131,12 +146,18 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
                  ": only ZeRO stage 1 (optimizer state sharding) is available");
   STRATA_REQUIRE(max_shard > 0, config, "model parallel: batch size must be positive");
+  STRATA_REQUIRE(options.reproducible_chunk == 0 || options.mesh.tp == 1 ||
+                     options.reproducible_tp_chunk > 0,
+                 config, "--reproducible with --tp ", options.mesh.tp, " needs --tp-chunk S: the "
+                 "sums tensor parallelism splits (a layer's input or output features) go in chunks "
+                 "of S features, added exactly; give the same --tp-chunk to every run that must "
+                 "agree, --tp 1 included (e.g. 32)");
   const std::size_t M = options.micro_batches;
   const MeshShape shape = options.mesh;
   mesh_ = std::make_unique<Mesh>(world, shape);
   const int p = mesh_->pp_rank(), S = shape.pp;
 
-  TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(model, seed), mesh_->tp(),
+  TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(with_recompute(model, options.recompute), seed), mesh_->tp(),
                                                         loss == LossKind::cross_entropy);
   resolve_ties(all.layers, all.names);  // single-rank sizes (full_sizes) of tied layers
   const std::vector<double>& flops = all.flops;
@@ -158,19 +179,14 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   // fall where the activation is whole).
   Shape input = all.input;
   for (std::size_t i = 0; i < bounds_[p]; ++i) input = all.layers[i]->output_shape(input);
-  stage_ = std::make_unique<Sequential<T>>(input, bounds_[p]);
-  stage_->set_tie_copies(true);
+  stage_ = std::make_unique<Sequential<T>>(Sequential<T>::stage(input, bounds_[p]));
   for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i)
     stage_->add(std::move(all.layers[i]), all.names[i]);
-  const bool mixed = options.precision != Precision::fp32;
-  if (mixed) stage_->set_storage(options.precision, options.emulate_storage);
-  if (options.recompute) stage_->set_recompute(true);
 
   // Memory: known before allocation.
   memory_ = stage_memory(*stage_, options, optimizer, max_shard, p);
   slots_ = memory_.slots;
   max_micro_ = (max_shard + M - 1) / M;
-  const std::size_t pad = options.zero == 1 ? static_cast<std::size_t>(shape.dp) : 1;
   if (options.memory_budget > 0) {
     const auto mine = static_cast<std::int64_t>(memory_.total());
     const auto worst = world.allreduce_value(mine, comm::ReduceOp::max);
@@ -183,17 +199,9 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                    "smaller batch");
   }
 
-  stage_->build(max_micro_, slots_, pad);
+  stage_->build(stage_build(options, max_micro_, slots_));
   stage_->init(init, seed);
-  if (options.reproducible_chunk > 0) {
-    STRATA_REQUIRE(options.mesh.tp == 1 || options.reproducible_tp_chunk > 0, config,
-                   "--reproducible with --tp ", options.mesh.tp, " needs --tp-chunk S: the sums "
-                   "tensor parallelism splits (a layer's input or output features) go in chunks "
-                   "of S features, added exactly; give the same --tp-chunk to every run that must "
-                   "agree, --tp 1 included (e.g. 32)");
-    stage_->set_reproducible(options.reproducible_chunk, options.reproducible_tp_chunk);
-    enable_reproducible(ctx);
-  }
+  if (options.reproducible_chunk > 0) enable_reproducible(ctx);
   ties_ = std::make_unique<StageTies<T>>(ctx, *mesh_, *stage_, bounds_, std::move(cross_ties));
   ties_->share_weights();
   sharded_ = std::make_unique<ShardedOptimizer<T>>(ctx, *mesh_, *stage_, options, options,

@@ -114,7 +114,7 @@ void StageTies<T>::sum_gradients() {
     if (p != t.source_stage && p != t.copy_stage) continue;
     STRATA_SPAN("comm", "tied weight gradients");
     const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
-    if (stage_.reproducible_chunk() > 0) {
+    if (stage_.numerics().exact()) {
       // The exact twins: each stage's exact sum, added exactly (the same on both).
       double* e = stage_.exact_grads().data() + 2 * offset(t);
       const std::size_t n = 2 * t.size;

@@ -244,8 +244,7 @@ out = 5
 inline RunResult train_single(const DpConfig& c) {
   auto d = dp_data(c);
   Context ctx(c.gemm);
-  auto model = build_model<float>(model_of(c), c.seed);
-  model.set_recompute(c.recompute);
+  auto model = build_model<float>(with_recompute(model_of(c), c.recompute), c.seed);
   const std::size_t global = c.batch * c.micro;
   model.build(global);
   model.init(Init::kaiming_uniform, c.seed);
@@ -275,9 +274,12 @@ inline RunResult train_dp(Context& outer, comm::Communicator& comm, const DpConf
   Context ctx(c.gemm, outer.exec);
   copy_settings(outer, ctx);
   auto d = dp_data(c);
-  auto model = build_model<float>(model_of(c), c.seed);
-  model.set_recompute(c.recompute);
-  model.build(data::BatchLoader<float>::shard(c.batch, 0, comm.size()).second + 1);
+  auto model = build_model<float>(with_recompute(model_of(c), c.recompute), c.seed);
+  BuildOptions b;
+  b.max_batch = data::BatchLoader<float>::shard(c.batch, 0, comm.size()).second + 1;
+  b.numerics.storage = options.precision;
+  b.numerics.emulated = options.emulate_storage;
+  model.build(b);
   model.init(Init::kaiming_uniform, c.seed + comm.rank());
   SoftmaxCrossEntropy<float> loss;
   Optimizer<float> opt(c.optimizer, model.num_params());

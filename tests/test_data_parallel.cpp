@@ -262,7 +262,10 @@ TEST(DataParallelMixed, LossScalerSkipsOverflowingStepsThenTrains) {
   Context ctx;
   auto d = test::dp_data(c);
   auto model = make_mlp<float>({c.widths, ActivationKind::relu, 0.0, c.seed});
-  model.build(c.batch);
+  BuildOptions build;
+  build.max_batch = c.batch;
+  build.numerics.storage = Precision::fp16;
+  model.build(build);
   model.init(Init::kaiming_uniform, c.seed);
   SoftmaxCrossEntropy<float> loss;
   Optimizer<float> opt(c.optimizer, model.num_params());
@@ -295,6 +298,27 @@ TEST(DataParallelMixed, LossScalerSkipsOverflowingStepsThenTrains) {
   EXPECT_EQ(dp.scaler()->scale(), 16777216.0 / std::pow(2.0, double(skipped)));
   EXPECT_EQ(opt.steps(), static_cast<std::int64_t>(c.steps - skipped));
   EXPECT_LT(losses.back(), 0.8 * losses.front());
+}
+
+// The model's activation storage is chosen when it is built
+// (BuildOptions::numerics); DataParallel with another precision is refused
+// with both named, before any step.
+TEST(DataParallelMixed, StorageOfTheBuiltModelMustMatchThePrecision) {
+  Context ctx;
+  auto model = make_mlp<float>({{12, 8, 3}});
+  model.build(4);
+  SoftmaxCrossEntropy<float> loss;
+  Optimizer<float> opt({}, model.num_params());
+  comm::SelfComm self;
+  DataParallelOptions o;
+  o.precision = Precision::bf16;
+  try {
+    DataParallel<float> dp(ctx, self, model, loss, opt, o);
+    ADD_FAILURE() << "bf16 training of an fp32-built model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("bf16 training of a model built for fp32 storage"), std::string::npos)
+        << e.message();
+  }
 }
 
 TEST(DataParallel, BucketsCoverTheGradientsInBackwardOrder) {

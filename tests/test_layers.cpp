@@ -541,7 +541,17 @@ TEST(Sequential, BatchLargerThanBuiltIsAnError) {
 namespace strata {
 namespace {
 
-// Each layer with 16-bit activation storage (Sequential::set_storage) against
+// A build for batches of max_batch rows with activations stored in p.
+BuildOptions stored(std::size_t max_batch, Precision p, bool emulated = false, std::size_t slots = 1) {
+  BuildOptions b;
+  b.max_batch = max_batch;
+  b.slots = slots;
+  b.numerics.storage = p;
+  b.numerics.emulated = emulated;
+  return b;
+}
+
+// Each layer with 16-bit activation storage (Numerics::storage) against
 // the same layer in fp32, preceded by a Linear so that the layer's input
 // gradient is exercised too: the output is the fp32 output rounded once
 // (within 2 units of roundoff u = 2^-8 bf16, 2^-11 fp16 of the element plus
@@ -574,9 +584,8 @@ TEST(LowPrecisionStorage, EachLayerWithinBoundsOfFp32) {
       Sequential<float> m(in);
       m.add(std::make_unique<Linear<float>>(in, width));
       m.add(make());
-      m.build(batch);
+      m.build(stored(batch, p));
       m.init(Init::kaiming_uniform, 11);
-      m.set_storage(p);
       m.zero_grad(ctx);
       Out o;
       o.y = test::to_host(m.forward(ctx, dxin));
@@ -890,6 +899,64 @@ TEST(LayerCore, CapabilitiesReachLayersInsideBlocks) {
   EXPECT_EQ(buffers[0].name, "0.0.calls");
 }
 
+// Everything a model is built for is given to build() at once
+// (BuildOptions: batch, slots, padding, numerics) and checked there: a
+// contradiction is a config error naming it, a second build() is refused,
+// and the model reports the numerics it was built with. The oracle: the
+// rules of layers/build_options.hpp, and the padded size written out.
+TEST(BuildOptions, GivenOnceAndChecked) {
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string("(no error)");
+  };
+  auto plain_model = [] {
+    Sequential<float> m(3);
+    m.add(std::make_unique<Linear<float>>(3, 3));
+    m.add(std::make_unique<PlainScale>(), "scale");
+    return m;
+  };
+  BuildOptions exact;
+  exact.max_batch = 4;
+  exact.numerics.exact_chunk = 2;
+  EXPECT_NE(message([&] { plain_model().build(exact); })
+                .find("--reproducible: layer scale (PlainScale) does not sum its gradients exactly"),
+            std::string::npos);
+  BuildOptions inner;
+  inner.max_batch = 4;
+  inner.numerics.inner_chunk = 8;
+  EXPECT_EQ(message([&] { make_mlp<float>({{3, 2}}).build(inner); }),
+            "--tp-chunk applies to --reproducible runs");
+  BuildOptions bf16;
+  bf16.max_batch = 4;
+  bf16.numerics.storage = Precision::bf16;
+  EXPECT_EQ(message([&] { make_mlp<double>({{3, 2}}).build(bf16); }),
+            "bf16 storage needs a float model");
+  EXPECT_EQ(message([&] { make_mlp<double>({{3, 2}}).build(exact); }),
+            "--reproducible trains float models");
+
+  // 3 x 5 + 5 + 5 x 2 + 2 = 32 parameters, padded to a multiple of 6: 36.
+  auto m = make_mlp<float>({{3, 5, 2}});
+  BuildOptions b = exact;
+  b.pad_multiple = 6;
+  b.numerics.storage = Precision::bf16;
+  m.build(b);
+  EXPECT_EQ(m.num_params(), 32u);
+  EXPECT_EQ(m.padded_grads().extent(0), 36u);
+  EXPECT_EQ(m.exact_grads().extent(0), 72u) << "two doubles per padded value";
+  EXPECT_EQ(m.numerics().exact_chunk, 2u);
+  EXPECT_EQ(m.numerics().storage, Precision::bf16);
+  EXPECT_TRUE(m.storage16());
+  EXPECT_NE(message([&] { m.build(b); }).find("build() twice"), std::string::npos);
+  auto fp32 = make_mlp<float>({{3, 2}});
+  fp32.build(4);
+  EXPECT_FALSE(fp32.numerics().exact());
+  EXPECT_EQ(fp32.exact_grads().extent(0), 0u);
+}
+
 // Once told that its working weights are rounded, Sequential declares the
 // storage precision to the GEMMs of every layer but the first (which reads
 // the data, not rounded), in forward and backward, and leaves the Blas as it
@@ -904,9 +971,8 @@ TEST(Storage16, GemmsAfterTheFirstLayerAreToldTheirOperandsAre16Bit) {
     m.add(std::move(first));
     m.add(std::make_unique<Linear<float>>(4, 4));
     m.add(std::move(third));
-    m.build(3);
+    m.build(stored(3, p));
     m.init(Init::kaiming_uniform, 1);
-    m.set_storage(p);
     m.set_weights_rounded(rounded);
     Context ctx;
     m.forward(ctx, test::to_device(test::randn<float>(12, 2), 3, 4));
@@ -919,7 +985,7 @@ TEST(Storage16, GemmsAfterTheFirstLayerAreToldTheirOperandsAre16Bit) {
 }
 
 
-// Real 16-bit activation storage (Sequential::set_storage, 16-bit buffers of
+// Real 16-bit activation storage (Numerics::storage, 16-bit buffers of
 // the kept outputs, float scratch buffers) against the emulated storage
 // (float buffers holding the rounded values): the layers see the same values,
 // so training must be bitwise the same. Every kind of layer, bf16 and fp16,
@@ -946,9 +1012,8 @@ TEST(Storage16, TrainingIsBitwiseTheSameAsEmulatedStorage) {
   };
   auto train = [&](Precision p, bool emulated) {
     Sequential<float> m = every_layer_kind(in, width, classes);
-    m.build(8, slots);
+    m.build(stored(8, p, emulated, slots));
     m.init(Init::kaiming_uniform, 21);
-    m.set_storage(p, emulated);
     EXPECT_EQ(m.storage16(), p != Precision::fp32 && !emulated);
     OptimizerConfig oc;
     oc.kind = OptimizerKind::adam;
@@ -1000,8 +1065,7 @@ TEST(Storage16, BackwardAfterAnEvaluationForwardIsAnError) {
   m.add(std::make_unique<Linear<float>>(4, 6));
   m.add(make_activation<float>(ActivationKind::relu));
   m.add(std::make_unique<Linear<float>>(6, 2));
-  m.build(3);
-  m.set_storage(Precision::bf16);
+  m.build(stored(3, Precision::bf16));
   Context ctx;
   auto x = test::to_device(test::randn<float>(12, 2), 3, 4);
   m.set_training(false);
@@ -1023,8 +1087,7 @@ TEST(Storage16, FirstNonFiniteNamesTheOverflowingLayer) {
     m.add(std::make_unique<Linear<float>>(4, 6));
     m.add(make_activation<float>(ActivationKind::relu));
     m.add(std::make_unique<Linear<float>>(6, 2));
-    m.build(3);
-    m.set_storage(Precision::fp16, emulated);
+    m.build(stored(3, Precision::fp16, emulated));
     std::vector<float> p(m.num_params(), 0.01f);
     for (std::size_t i = 0; i < 4 * 6 + 6; ++i) p[i] = 1e5f;  // layer 0: weights and bias
     Kokkos::deep_copy(m.params(), test::to_device(p));
@@ -1056,16 +1119,13 @@ TEST(Storage16, AllocatedActivationBytesGoDown) {
     for (int mode = 0; mode < 3; ++mode) {
       auto m = make_mlp<float>({{w, w, w, w, w, classes}});
       const Precision p = mode == 0 ? Precision::fp32 : Precision::bf16;
-      m.set_storage(p, mode == 1);
-      const std::size_t promised = m.activation_bytes(batch, slots);
-      m.build(batch, slots);
+      const BuildOptions b = stored(batch, p, mode == 1, slots);
+      const std::size_t promised = m.activation_bytes(b);
+      m.build(b);
       EXPECT_EQ(m.allocated_activation_bytes(), promised) << "mode " << mode << ", slots " << slots;
       if (mode == 0) fp32 = m.allocated_activation_bytes();
       if (mode == 1) EXPECT_EQ(m.allocated_activation_bytes(), fp32) << "emulated: float buffers";
       if (mode == 2) bf16 = m.allocated_activation_bytes();
-      // Switching after build() reallocates.
-      m.set_storage(mode == 2 ? Precision::fp32 : Precision::bf16);
-      EXPECT_EQ(m.allocated_activation_bytes(), m.activation_bytes(batch, slots));
     }
     const std::size_t grads = (slots * batch * classes + 2 * batch * w) * 4;  // dout, dx ping-pong
     EXPECT_EQ(fp32, slots * batch * (8 * w + classes) * 4 + grads);

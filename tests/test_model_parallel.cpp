@@ -319,11 +319,15 @@ TEST(ResidualModel, RecomputationIsBitwiseTheSameWithLessActivationMemory) {
   Context ctx;
   EXPECT_EQ(test::compare(test::train_dp(ctx, self, r, bf16), test::train_dp(ctx, self, c, bf16), 0.0), "")
       << "bf16 storage";
-  auto m = build_model<float>(test::model_of(c), 1), mr = build_model<float>(test::model_of(c), 1);
-  mr.set_recompute(true);
-  EXPECT_LT(mr.activation_bytes(10, 3), m.activation_bytes(10, 3));
-  mr.build(10, 3);
-  EXPECT_EQ(mr.allocated_activation_bytes(), mr.activation_bytes(10, 3));
+  auto m = build_model<float>(test::model_of(c), 1);
+  auto mr = build_model<float>(with_recompute(test::model_of(c), true), 1);
+  BuildOptions b;
+  b.max_batch = 10;
+  b.slots = 3;
+  EXPECT_LT(mr.activation_bytes(b), m.activation_bytes(b));
+  const std::size_t promised = mr.activation_bytes(b);
+  mr.build(b);
+  EXPECT_EQ(mr.allocated_activation_bytes(), promised);
 }
 
 // Per-position labels cut into micro-batches with their samples.

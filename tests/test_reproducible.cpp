@@ -299,9 +299,11 @@ TEST(Reproducible, LocalStrategyGivesTheEnginesBits) {
   Context ctx;
   enable_reproducible(ctx);
   auto model = build_model<float>(test::model_of(c), c.seed);
-  model.build(c.batch);
+  BuildOptions build;
+  build.max_batch = c.batch;
+  build.numerics.exact_chunk = 2;
+  model.build(build);
   model.init(Init::kaiming_uniform, c.seed);
-  model.set_reproducible(2);
   SoftmaxCrossEntropy<float> loss;
   Optimizer<float> opt(c.optimizer, model.num_params());
   Local<float> local(ctx, model, loss, opt);

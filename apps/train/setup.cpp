@@ -449,8 +449,7 @@ TrainerOptions trainer_options(const TrainConfig& c, std::size_t batch, const da
 void describe_model(const TrainConfig& c, std::ostream& out) {
   const ModelSpec spec = model_spec(c);
   out << "model " << (spec.name.empty() ? spec.source : spec.name + " (" + spec.source + ")") << "\n";
-  auto model = build_model<float>(spec, c.seed);
-  if (c.recompute) model.set_recompute(true);
+  auto model = build_model<float>(with_recompute(spec, c.recompute), c.seed);
   out << model.describe();
 }
 

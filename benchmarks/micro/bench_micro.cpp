@@ -25,6 +25,7 @@
 #include "backends/launch.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
+#include "benchmarks/common/workloads.hpp"
 #include "layers/activation.hpp"
 #include "layers/dropout.hpp"
 #include "layers/layernorm.hpp"
@@ -48,26 +49,10 @@ namespace {
 
 using T = float;
 
-struct Workload {
-  std::string name;
-  std::vector<int> widths;
-  int batch;
-};
-
-// The shapes of docs/benchmarks.md (all fp32).
-const std::vector<Workload>& workloads() {
-  static const std::vector<Workload> w = {
-      {"W1", {10, 5, 2}, 32},
-      {"W2", {784, 1024, 1024, 10}, 256},
-      {"W3", {4096, 4096, 4096, 4096, 4096, 10}, 512},
-  };
-  return w;
-}
-
 std::size_t num_params(const Workload& w) {
   std::size_t n = 0;
   for (std::size_t i = 0; i + 1 < w.widths.size(); ++i)
-    n += static_cast<std::size_t>(w.widths[i]) * w.widths[i + 1] + w.widths[i + 1];
+    n += w.widths[i] * w.widths[i + 1] + w.widths[i + 1];
   return n;
 }
 
@@ -140,7 +125,7 @@ std::vector<GemmShape> gemm_shapes(const Workload& w) {
     if (seen.insert(s).second) out.push_back(s);
   };
   for (std::size_t i = 0; i + 1 < w.widths.size(); ++i) {
-    const int b = w.batch, in = w.widths[i], o = w.widths[i + 1];
+    const int b = static_cast<int>(w.batch), in = static_cast<int>(w.widths[i]), o = static_cast<int>(w.widths[i + 1]);
     add({Op::N, Op::T, b, o, in, "NT"});  // y(b, out) = x(b, in) W(out, in)^T
     add({Op::T, Op::N, o, in, b, "TN"});  // dW(out, in) += dy(b, out)^T x(b, in)
     if (i > 0) add({Op::N, Op::N, b, in, o, "NN"});  // dx(b, in) = dy(b, out) W(out, in)
@@ -189,7 +174,7 @@ struct Bound {
 
 void register_linear(const Workload& w) {
   for (std::size_t i = 0; i + 1 < w.widths.size(); ++i) {
-    const int b = w.batch, in = w.widths[i], out = w.widths[i + 1];
+    const int b = static_cast<int>(w.batch), in = static_cast<int>(w.widths[i]), out = static_cast<int>(w.widths[i + 1]);
     const std::string where = w.name + "/L" + std::to_string(i + 1) + "/" + dims({b, in, out});
     const bool first = i == 0;  // the first layer computes no input gradient
     for (bool backward : {false, true}) {
@@ -220,7 +205,7 @@ void register_linear(const Workload& w) {
 // and writes y; backward reads dy and x (or y) and writes dx, except Dropout
 // (reads dy, writes dx).
 void register_elementwise(const Workload& w) {
-  const int b = w.batch, h = w.widths[1];
+  const int b = static_cast<int>(w.batch), h = static_cast<int>(w.widths[1]);
   struct Kind {
     std::string name;
     std::function<LayerPtr<T>()> make;
@@ -259,7 +244,7 @@ void register_elementwise(const Workload& w) {
 // Losses on (batch, output width): read the output (and targets), write the
 // gradient.
 void register_losses(const Workload& w) {
-  const int b = w.batch, c = w.widths.back();
+  const int b = static_cast<int>(w.batch), c = static_cast<int>(w.widths.back());
   for (LossKind kind : {LossKind::cross_entropy, LossKind::mse}) {
     const std::string name = kind == LossKind::cross_entropy ? "ce" : "mse";
     reg("loss/" + name + "/" + w.name + "/" + dims({b, c}), [=](benchmark::State& state) {
@@ -342,6 +327,7 @@ void register_launches() {
 void register_all() {
   register_launches();
   for (const Workload& w : workloads()) {
+    if (w.widths.empty()) continue;  // the MLPs of docs/benchmarks.md (W1-W3) only
     if (Blas::vendor_available()) register_gemm(w, GemmBackend::vendor);
     register_gemm(w, GemmBackend::portable);
     register_gemm(w, GemmBackend::portable, true);

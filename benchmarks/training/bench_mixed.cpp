@@ -15,6 +15,7 @@
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
+#include "benchmarks/common/workloads.hpp"
 #include "data/dataset.hpp"
 #include "layers/mlp.hpp"
 #include "strategies/data_parallel.hpp"
@@ -26,18 +27,6 @@
 
 namespace strata::bench {
 namespace {
-
-struct Workload {
-  std::string name;
-  std::vector<std::size_t> widths;
-  std::size_t batch;
-  std::size_t steps;  // per repetition
-};
-
-std::vector<Workload> workloads() {
-  return {{"W2", {784, 1024, 1024, 10}, 256, 20},
-          {"W3", {4096, 4096, 4096, 4096, 4096, 10}, 512, 2}};
-}
 
 struct Run {
   Stats samples_per_s;
@@ -51,9 +40,11 @@ Run run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, Precisio
              bool emulated, GradCompression compression, int reps, int warmup) {
   const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
   auto model = make_mlp<float>({w.widths});
-  const std::size_t rows = std::max<std::size_t>(1, shard.second);
-  model.set_storage(precision, emulated);
-  model.build(rows);
+  BuildOptions build;
+  build.max_batch = std::max<std::size_t>(1, shard.second);
+  build.numerics.storage = precision;
+  build.numerics.emulated = emulated;
+  model.build(build);
   model.init(Init::kaiming_uniform, 1);
   SoftmaxCrossEntropy<float> loss;
   const OptimizerConfig oc{OptimizerKind::sgd, 0.01};
@@ -139,9 +130,7 @@ int main(int argc, char** argv) {
     }
     std::vector<GradCompression> cs;
     for (const auto& c : list(compressions)) cs.push_back(parse_grad_compression(c));
-    for (const auto& w : list(which))
-      STRATA_REQUIRE(w == "W2" || w == "W3", config, "--workloads: unknown workload '", w,
-                     "' (expected W2 or W3)");
+    const std::vector<Workload> chosen = select_workloads(which, "--workloads", {"W2", "W3"});
     std::string threads = kokkos_threads_option(2);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
@@ -152,8 +141,7 @@ int main(int argc, char** argv) {
                 "# fp32 master weights and activations; 'activations': of those, the activation buffers\n");
     std::printf("%-4s %-13s %28s %14s %14s\n", "load", "precision", "samples/s: median [min-max]",
                 "allocated", "activations");
-    for (auto w : workloads()) {
-      if (which.find(w.name) == std::string::npos) continue;
+    for (auto w : chosen) {
       w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
       for (const auto& [p, emulated] : ps) {
         Run r;
@@ -170,8 +158,7 @@ int main(int argc, char** argv) {
     std::printf("# gradient allreduce, 2 thread ranks x 1 thread: payload per step and rank\n");
     std::printf("%-4s %-11s %14s %28s %12s\n", "load", "compression", "bytes/step",
                 "samples/s: median [min-max]", "exposed ms");
-    for (auto w : workloads()) {
-      if (which.find(w.name) == std::string::npos) continue;
+    for (auto w : chosen) {
       w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
       for (GradCompression c : cs) {
         Run r;

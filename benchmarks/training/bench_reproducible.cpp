@@ -15,6 +15,7 @@
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
+#include "benchmarks/common/workloads.hpp"
 #include "benchmarks/training/layer_breakdown.hpp"
 #include "data/dataset.hpp"
 #include "layers/mlp.hpp"
@@ -32,18 +33,6 @@
 namespace strata::bench {
 namespace {
 
-struct Workload {
-  std::string name;
-  std::vector<std::size_t> widths;
-  std::size_t batch;
-  std::size_t steps;  // per repetition
-};
-
-std::vector<Workload> workloads() {
-  return {{"W2", {784, 1024, 1024, 10}, 256, 20},
-          {"W3", {4096, 4096, 4096, 4096, 4096, 10}, 512, 2}};
-}
-
 // One mode's model and strategy on a rank.
 struct Trainer {
   explicit Trainer(Sequential<float> m) : model(std::move(m)) {}
@@ -58,13 +47,14 @@ std::unique_ptr<Trainer> make_trainer(const Workload& w, Context& ctx, comm::Com
                                       std::size_t chunk, std::size_t tp_chunk = 0) {
   auto t = std::make_unique<Trainer>(make_mlp<float>({w.widths}));
   const auto shard = data::BatchLoader<float>::shard(w.batch, comm.rank(), comm.size());
-  t->model.build(std::max<std::size_t>(1, shard.second));
+  if (chunk > 0) validate_reproducible(chunk, w.batch, comm.size());
+  BuildOptions b;
+  b.max_batch = std::max<std::size_t>(1, shard.second);
+  b.numerics.exact_chunk = chunk;
+  b.numerics.inner_chunk = tp_chunk;
+  t->model.build(b);
   t->model.init(Init::kaiming_uniform, 1);
   t->chunk = chunk;
-  if (chunk > 0) {
-    validate_reproducible(chunk, w.batch, comm.size());
-    t->model.set_reproducible(chunk, tp_chunk);
-  }
   t->opt = std::make_unique<Optimizer<float>>(OptimizerConfig{OptimizerKind::sgd, 0.01},
                                               t->model.num_params());
   t->dp = std::make_unique<DataParallel<float>>(ctx, comm, t->model, t->loss, *t->opt);
@@ -152,15 +142,7 @@ int main(int argc, char** argv) {
     cli.add_option("--scale", scale, "multiply the steps per repetition (e.g. 0.05 for a smoke test)")
         ->capture_default_str();
     if (!app::parse_cli(cli, args.program)) return app::exit_ok;
-    std::vector<std::string> names;
-    {
-      std::stringstream ss(which);
-      for (std::string s; std::getline(ss, s, ',');) {
-        STRATA_REQUIRE(s == "W2" || s == "W3", config, "--workloads: unknown workload '", s,
-                       "' (expected W2 or W3)");
-        names.push_back(s);
-      }
-    }
+    const std::vector<Workload> chosen = select_workloads(which, "--workloads", {"W2", "W3"});
     std::string threads = kokkos_threads_option(2);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
@@ -172,8 +154,7 @@ int main(int argc, char** argv) {
                 gemm_reproducible_kernel());
     std::printf("%-4s %-9s %28s %28s %18s\n", "load", "ranks", "default samples/s",
                 "reproducible samples/s", "ratio");
-    for (auto w : workloads()) {
-      if (std::find(names.begin(), names.end(), w.name) == names.end()) continue;
+    for (auto w : chosen) {
       w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
       Result gemm;
       const std::pair<int, int> layouts[] = {{1, 2}, {2, 1}};  // ranks x threads per rank

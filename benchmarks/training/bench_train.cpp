@@ -25,6 +25,7 @@
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
 #include "benchmarks/common/bench_utils.hpp"
+#include "benchmarks/common/workloads.hpp"
 #include "benchmarks/training/layer_breakdown.hpp"
 #include "data/dataset.hpp"
 #include "data/text.hpp"
@@ -46,47 +47,6 @@
 
 namespace strata::bench {
 namespace {
-
-struct Workload {
-  std::string name;
-  std::vector<std::size_t> widths;  // an MLP, or
-  std::string model;                // a model file of models/ (W4)
-  LossKind loss;
-  std::size_t batch;
-  std::size_t steps;  // per repetition
-  OptimizerKind optimizer = OptimizerKind::sgd;  // lr 0.01 (SGD) or 0.001 (AdamW, W5)
-};
-
-std::vector<Workload> workloads() {
-  return {{"W1", {10, 5, 2}, "", LossKind::mse, 32, 2000},
-          {"W2", {784, 1024, 1024, 10}, "", LossKind::cross_entropy, 256, 20},
-          {"W3", {4096, 4096, 4096, 4096, 4096, 10}, "", LossKind::cross_entropy, 512, 2},
-          {"W4", {}, "cnn-fashion.toml", LossKind::cross_entropy, 128, 10},
-          {"W5", {}, "gpt-mini.toml", LossKind::cross_entropy, 32, 4, OptimizerKind::adamw}};
-}
-
-// The model files' folder: $STRATA_MODELS_DIR, the installed share/strata/models
-// beside this program's bin/, or the source tree's models/.
-std::string model_path(const std::string& file) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("STRATA_MODELS_DIR")) dirs.emplace_back(env);
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share" / "strata" / "models");
-  dirs.emplace_back(STRATA_SOURCE_MODELS_DIR);
-  for (const auto& d : dirs)
-    if (fs::exists(d / file)) return (d / file).string();
-  STRATA_THROW(config, "model file ", file, " not found in $STRATA_MODELS_DIR, ",
-               dirs.size() > 1 ? dirs[dirs.size() - 2].string() : std::string(), " or ",
-               STRATA_SOURCE_MODELS_DIR, " (set STRATA_MODELS_DIR to the models/ folder)");
-}
-
-// The workload's model, not built.
-Sequential<float> make_model(const Workload& w) {
-  if (w.model.empty()) return make_mlp<float>({w.widths});
-  return build_model<float>(read_model_file(model_path(w.model)), 1);
-}
 
 // GEMM floating-point operations of one training step per sample
 // (layer_breakdown.hpp's step_gemms: layer 0's input gradient
@@ -129,9 +89,9 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
                                                       : data::CsvTask::regression;
   // A language model (an embedding first) gets token windows instead.
-  const auto* emb = dynamic_cast<const Embedding<float>*>(&model.layer(0));
-  auto d = emb != nullptr ? data::make_synthetic_tokens(w.batch, model.in_features(), emb->vocab(), 3)
-                          : data::make_synthetic(w.batch, model.in_features(), task,
+  const std::size_t vocab = embedding_vocabulary(model.layer(0));
+  auto d = vocab > 0 ? data::make_synthetic_tokens(w.batch, model.in_features(), vocab, 3)
+                     : data::make_synthetic(w.batch, model.in_features(), task,
                                                  model.out_features(), 3);
   data::BatchLoader<float> loader(d, w.batch, false, 0, false, comm.rank(), comm.size());
   data::Batch<float> b;
@@ -173,13 +133,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<comm::Communicator> world;
   return app::guarded("strata-bench-train", [&] {
     auto args = app::split_kokkos_args(argc, argv);
-    std::string which = "W1,W2,W3,W4,W5", configs, json_path;
+    std::string which = "W1,W2,W3,W4,W5", configs, json_path, print_workload;
     bool breakdown = false;
     int reps = 5, warmup = 5;
     double scale = 1.0, bucket_mb = 25;
     CLI::App cli{"Training throughput of the benchmark workloads per strategy, with the sgemm "
                  "rate of the same shapes measured in the same run.", "strata-bench-train"};
     cli.add_option("--workloads", which, "comma-separated: W1, W2, W3, W4, W5")->capture_default_str();
+    cli.add_option("--print-workload", print_workload,
+                   "print strata-train's options for workload W (model, loss, batch, optimizer) "
+                   "and exit; the scripts that train the workloads ask for them here");
     cli.add_flag("--breakdown", breakdown,
                  "after each workload, a table per layer (forward, backward-data, backward-weights; "
                  "GEMM layers against the rate of their GEMM shapes) on 1 and 2 threads");
@@ -207,12 +170,10 @@ int main(int argc, char** argv) {
         STRATA_THROW(config, "--configs: unknown configuration '", c,
                      "' (expected local-1x1, local-1x2, dp-threads-2x1 or dp-mpi)");
     }
-    {
-      std::stringstream ws(which);
-      const auto all = workloads();
-      for (std::string name; std::getline(ws, name, ',');)
-        STRATA_REQUIRE(std::any_of(all.begin(), all.end(), [&](const Workload& w) { return w.name == name; }),
-                       config, "--workloads: unknown workload '", name, "' (expected W1, W2, W3, W4 or W5)");
+    const std::vector<Workload> chosen = select_workloads(which, "--workloads");
+    if (!print_workload.empty()) {
+      std::printf("%s\n", select_workloads(print_workload, "--print-workload").front().train_args().c_str());
+      return app::exit_ok;
     }
     std::string threads = kokkos_threads_option(mpi ? 1 : 2);
     args.kokkos.insert(args.kokkos.end() - 1, threads.data());
@@ -228,8 +189,7 @@ int main(int argc, char** argv) {
                   "%-4s %-11s %5s %7s %28s %9s %15s %9s %7s\n",
                   reps, configuration().c_str(), "load", "config", "ranks", "threads",
                   "samples/s: median [min-max]", "GFLOP/s", "sgemm", "of sgemm", "hidden");
-    for (auto w : workloads()) {
-      if (which.find(w.name) == std::string::npos) continue;
+    for (auto w : chosen) {
       w.steps = std::max<std::size_t>(1, static_cast<std::size_t>(w.steps * scale));
       for (const auto& c : cs) {
         if ((c.name == "dp-mpi") != (world->size() > 1 || mpi)) continue;
@@ -299,8 +259,7 @@ int main(int argc, char** argv) {
     }
     // Per layer, on one rank of 1 and of 2 threads (not under mpirun).
     if (breakdown && world->size() == 1 && !mpi)
-      for (auto w : workloads()) {
-        if (which.find(w.name) == std::string::npos) continue;
+      for (const auto& w : chosen) {
         for (int t : {1, 2})
           run_ranks(1, t, [&](Context& ctx, comm::Communicator&) {
             auto model = make_model(w);
