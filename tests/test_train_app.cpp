@@ -4,6 +4,8 @@
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -623,6 +625,48 @@ TEST_F(TrainApp, PredictReproducesTheTrainingRunsTestFigures) {
   p = test::run_command(bin("strata-predict") + " --weights " + path("w.safetensors"));
   EXPECT_EQ(p.exit_code, 2) << p.output;
   EXPECT_OUTPUT_HAS(p, "holds weights, not the model: give --model FILE or --layers WIDTHS");
+}
+
+// strata-train and strata-predict read the model and data options through
+// one definition: each of them has the same help entry (name, type, default,
+// text) in both programs, the same contradiction is refused alike, and
+// strata-predict checks the data rules with the data set it will use.
+TEST_F(TrainApp, PredictReadsTheModelAndDataOptionsAsTrainDoes) {
+  const auto train_help = test::run_command(bin("strata-train") + " --help");
+  const auto predict_help = test::run_command(bin("strata-predict") + " --help");
+  ASSERT_EQ(train_help.exit_code, 0);
+  ASSERT_EQ(predict_help.exit_code, 0);
+  // Its lines, whitespace runs as one space (the programs' help columns differ).
+  auto entry = [](const std::string& help, const std::string& option) {
+    const auto at = help.find("  " + option + " ");
+    if (at == std::string::npos) return std::string("(missing)");
+    const auto end = help.find("\n  -", at + 1);
+    std::string text, raw = help.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    for (char ch : raw)
+      if (!std::isspace(static_cast<unsigned char>(ch))) text += ch;
+      else if (!text.empty() && text.back() != ' ') text += ' ';
+    return text;
+  };
+  for (const char* o : {"--dataset", "--data-dir", "--samples", "--test-fraction", "--seq-len",
+                        "--input-shape", "--normalize", "--model", "--layers", "--activation",
+                        "--dropout", "--loss", "--seed"}) {
+    EXPECT_NE(entry(predict_help.output, o), "(missing)") << o;
+    EXPECT_EQ(entry(predict_help.output, o), entry(train_help.output, o)) << o;
+  }
+  for (const std::string program : {"strata-train", "strata-predict --weights x.safetensors"}) {
+    auto r = test::run_command(bin(program) + " --model m.toml --dropout 0.1");
+    EXPECT_EQ(r.exit_code, 2) << program;
+    EXPECT_OUTPUT_HAS(r, "--model m.toml describes the layers; --layers, --activation and "
+                         "--dropout describe an MLP instead");
+    r = test::run_command(bin(program) + " --layers 4,2 --normalize sideways");
+    EXPECT_EQ(r.exit_code, 2) << program;
+    EXPECT_OUTPUT_HAS(r, "--normalize: unknown value 'sideways'");
+  }
+  // Fashion-MNIST has class labels: --loss mse is refused once the data set
+  // is known (strata-predict: the checkpoint's, synthetic here, is allowed).
+  auto r = test::run_command(bin("strata-predict") + " --weights x.safetensors --layers 4,2 --loss mse");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_OUTPUT_HAS(r, "--loss mse needs regression targets, but fashion-mnist has class labels");
 }
 
 TEST_F(TrainApp, NoDecayBiasNormOnOneRankAndOnZero1) {

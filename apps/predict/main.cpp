@@ -40,7 +40,7 @@ namespace {
 
 struct PredictConfig {
   TrainConfig data;  // the model and data options, as strata-train reads them
-  std::string checkpoint, weights, output = "-", format, split = "test", layers;
+  std::string checkpoint, weights, output = "-", format, split = "test";
   bool dataset_given = false, seed_given = false, layers_given = false, loss_given = false;
   bool strict = true;  // --weights: refuse a file that does not match the model
   std::size_t batch = 256;
@@ -49,33 +49,19 @@ struct PredictConfig {
 
 bool parse(const std::vector<std::string>& args, PredictConfig& c) {
   CLI::App app{"strata-predict: run a trained model over a data set and write its predictions "
-               "(docs/weights.md).\nExit codes: 0 done, 2 bad options or configuration, 3 bad "
+               "(docs/weights.md).\nThe model and data options are strata-train's; with --checkpoint, those not "
+               "given take the run's values (data set, seed, loss, the --layers MLP).\nExit codes: 0 done, 2 bad options or configuration, 3 bad "
                "input data, 4 a file that cannot be written.",
                "strata-predict"};
   TrainConfig& d = c.data;
-  std::string activation = "relu", loss = "cross-entropy", normalize = "auto", input_shape;
   auto* ck = app.add_option("--checkpoint", c.checkpoint,
                             "a strata-train checkpoint (file, sharded manifest, directory or its 'latest')");
   auto* w = app.add_option("--weights", c.weights, "a safetensors file (strata-train --export, or PyTorch's)");
   ck->excludes(w);
-  app.add_option("--model", d.model_file, "the model file (not needed for a checkpoint of the --layers MLP)");
-  auto* layers = app.add_option("--layers", c.layers, "the MLP's widths (with --weights)");
-  app.add_option("--activation", activation, "the MLP's activation")->capture_default_str();
-  app.add_option("--dropout", d.dropout, "the MLP's dropout (it shifts the layer names)");
-  auto* dataset = app.add_option("--dataset", d.dataset,
-                                 "as strata-train: fashion-mnist, synthetic, csv:PATH, fortunes, text:PATH "
-                                 "(default: the checkpoint's, else fashion-mnist)");
-  app.add_option("--data-dir", d.data_dir, "Fashion-MNIST folder");
-  app.add_option("--samples", d.samples, "synthetic: samples")->capture_default_str();
-  app.add_option("--test-fraction", d.test_fraction, "synthetic, csv and text: the held-out tail")
-      ->capture_default_str();
-  app.add_option("--input-shape", input_shape, "CSV: the sample shape, e.g. 1,28,28");
-  app.add_option("--normalize", normalize, "auto | none | global | per-feature (as training)")
-      ->capture_default_str();
-  auto* seed = app.add_option("--seed", d.seed, "synthetic data's seed (default: the checkpoint's)");
-  app.add_option("--seq-len", d.seq_len, "the --seq-len it was trained with");
-  auto* loss_option = app.add_option("--loss", loss, "cross-entropy (classes) or mse (regression "
-                                                    "outputs); default: the checkpoint's, else cross-entropy");
+  // The model and data options strata-train reads, with its defaults; a
+  // checkpoint's data set, seed, loss and MLP stand in for those not given.
+  ModelDataOptions o;
+  add_model_data_options(app, d, o);
   app.add_flag("--strict,!--no-strict", c.strict,
                "--weights: refuse a file with missing, unexpected or mis-shaped tensors (default)");
   app.add_option("--split", c.split, "test or train")->capture_default_str()->check(CLI::IsMember({"test", "train"}));
@@ -88,18 +74,11 @@ bool parse(const std::vector<std::string>& args, PredictConfig& c) {
   if (!parse_cli(app, args)) return false;
   STRATA_REQUIRE(!c.checkpoint.empty() || !c.weights.empty(), config,
                  "give the trained model: --checkpoint PATH or --weights FILE");
-  c.dataset_given = dataset->count() > 0;
-  c.seed_given = seed->count() > 0;
-  c.layers_given = layers->count() > 0;
-  c.loss_given = loss_option->count() > 0;
-  d.activation = parse_activation(activation);
-  d.loss = parse_loss(loss);
-  if (normalize == "auto") d.normalize = Normalize::automatic;
-  else if (normalize == "none") d.normalize = Normalize::none;
-  else if (normalize == "global") d.normalize = Normalize::global;
-  else if (normalize == "per-feature") d.normalize = Normalize::per_feature;
-  else STRATA_THROW(config, "--normalize: unknown '", normalize, "' (expected auto, none, global or per-feature)");
-  if (!input_shape.empty()) d.input_shape = parse_widths(input_shape);
+  finish_model_data_options(o, d);
+  c.dataset_given = o.dataset->count() > 0;
+  c.seed_given = o.seed->count() > 0;
+  c.layers_given = o.layers_option->count() > 0;
+  c.loss_given = o.loss_option->count() > 0;
   if (c.format.empty())
     c.format = c.output.size() > 6 && c.output.substr(c.output.size() - 6) == ".jsonl" ? "jsonl" : "csv";
   return true;
@@ -121,8 +100,7 @@ int run(PredictConfig& c) {
     recorded = recorded_config(file);
   }
   if (c.layers_given) {
-    STRATA_REQUIRE(d.model_file.empty(), config, "--model describes the layers; --layers an MLP: give one");
-    recorded["layers"] = parse_widths(c.layers);
+    recorded["layers"] = d.layers;
     recorded["activation"] = to_string(d.activation);
     recorded["dropout"] = d.dropout;
   }
@@ -135,6 +113,7 @@ int run(PredictConfig& c) {
   if (recorded.contains("tokenizer") && d.tokenizer.empty()) d.tokenizer = recorded["tokenizer"].get<std::string>();
   if (!c.loss_given && recorded.contains("loss") && recorded["loss"].is_string())
     d.loss = parse_loss(recorded["loss"].get<std::string>());
+  check_data_rules(d);  // with the checkpoint's data set and loss where none was given
   // The split as training made it (also for --split train: the same rows
   // and the normalisation fitted to them; --test-fraction 0 for a run
   // trained with --no-eval).

@@ -70,22 +70,25 @@ ModelSpec model_spec(const TrainConfig& c) {
   return m;
 }
 
-std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args) {
-  TrainConfig c;
-  CLI::App app{
-      "strata-train: train a neural network (an MLP, or a CNN or transformer from a model file) "
-      "with Strata, on thread ranks, MPI processes or GPUs.\n"
-      "Kokkos options (--kokkos-num-threads=N, --kokkos-help, ...) pass through to Kokkos.\n"
-      "Exit codes: 0 done, 2 bad options or configuration, 3 bad input data,\n"
-      "4 numerical or runtime failure.",
-      "strata-train"};
-  app.get_formatter()->column_width(34);
-  std::string layers = "784,256,128,10", activation = "relu", loss = "cross-entropy";
-  std::string optimizer = "sgd", init = "kaiming-uniform", normalize = "auto";
-  double lr = 0;
-  bool no_shuffle = false, no_eval = false, no_overlap = false, version = false;
+Normalize parse_normalize(const std::string& name) {
+  for (Normalize n : {Normalize::automatic, Normalize::none, Normalize::global, Normalize::per_feature})
+    if (name == to_string(n)) return n;
+  STRATA_THROW(config, "--normalize: unknown value '", name,
+               "' (expected auto, none, global or per-feature)");
+}
 
-  app.add_option("--dataset", c.dataset,
+const char* to_string(Normalize n) {
+  switch (n) {
+    case Normalize::automatic: return "auto";
+    case Normalize::none: return "none";
+    case Normalize::global: return "global";
+    case Normalize::per_feature: return "per-feature";
+  }
+  return "?";
+}
+
+void add_model_data_options(CLI::App& app, TrainConfig& c, ModelDataOptions& o) {
+  o.dataset = app.add_option("--dataset", c.dataset,
                  "fashion-mnist | synthetic | csv:PATH (CSV: numeric features, last column the "
                  "label, or the targets for --loss mse) | text:PATH (a text file or a directory of "
                  "them, byte tokens, for language models) | fortunes (text: Debian's fortunes)")
@@ -101,13 +104,6 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "for testing")
       ->capture_default_str()
       ->check(number_in(0.0, 0.9));
-  app.add_option("--eval-every", c.eval_every,
-                 "also evaluate on the test split every N steps (default: at the end of each epoch "
-                 "only)")
-      ->check(whole_number(1));
-  app.add_option("--tokenizer", c.tokenizer,
-                 "text data: a BPE file from strata-tokenize train (default: byte tokens, vocab 256); "
-                 "the model's embedding vocab must be its vocabulary");
   app.add_option("--seq-len", c.seq_len,
                  "text data: tokens per training window (default: the model's input = [T]; at "
                  "most its position_embedding context)")
@@ -117,14 +113,84 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "width; synthetic data takes the model's input shape)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  o.model = app.add_option("--model", c.model_file,
+                                      "a TOML model file (models/*.toml) instead of --layers");
+  o.layers_option = app.add_option("--layers", o.layers, "MLP layer widths, input first, e.g. 784,256,128,10")
+      ->capture_default_str();
+  o.activation_option =
+      app.add_option("--activation", o.activation, "MLP: relu | gelu | tanh | sigmoid")->capture_default_str();
+  o.dropout = app.add_option("--dropout", c.dropout, "MLP: dropout probability after each hidden activation")
+      ->capture_default_str()
+      ->check(number_in(0.0, 0.99));
+  o.loss_option = app.add_option("--loss", o.loss, "cross-entropy | mse")->capture_default_str();
+  app.add_option("--normalize", o.normalize,
+                 "auto | none | global | per-feature (auto: global for images, per-feature for "
+                 "CSV, none for synthetic)")
+      ->capture_default_str();
+  o.seed = app.add_option("--seed", c.seed, "random seed (initialisation, shuffling, dropout, data)")
+      ->capture_default_str()
+      ->check(whole_number());
+}
+
+void finish_model_data_options(const ModelDataOptions& o, TrainConfig& c) {
+  STRATA_REQUIRE(o.model->count() == 0 ||
+                     (o.layers_option->count() == 0 && o.activation_option->count() == 0 &&
+                      o.dropout->count() == 0),
+                 config, "--model ", c.model_file, " describes the layers; --layers, --activation "
+                 "and --dropout describe an MLP instead: give one or the other");
+  c.layers = parse_widths(o.layers);
+  c.activation = parse_activation(o.activation);
+  c.loss = parse_loss(o.loss);
+  c.normalize = parse_normalize(o.normalize);
+}
+
+void check_data_rules(const TrainConfig& c) {
+  const data::DatasetSource source = data::parse_dataset_source(c.dataset);  // throws config
+  STRATA_REQUIRE(c.tokenizer.empty() || text_data(c), config,
+                 "--tokenizer applies to text data (--dataset text:PATH or fortunes)");
+  STRATA_REQUIRE(c.seq_len == 0 || text_data(c), config,
+                 "--seq-len applies to text data (--dataset text:PATH or fortunes)");
+  STRATA_REQUIRE(!text_data(c) || c.normalize == Normalize::automatic ||
+                     c.normalize == Normalize::none,
+                 config, "--normalize ", to_string(c.normalize), ": text data are token ids, never normalised");
+  STRATA_REQUIRE(!text_data(c) || c.loss == LossKind::cross_entropy, config,
+                 "text data trains a language model with --loss cross-entropy (next-token labels)");
+  STRATA_REQUIRE(c.data_dir.empty() || source.kind == data::SourceKind::fashion_mnist, config,
+                 "--data-dir applies to --dataset fashion-mnist only");
+  STRATA_REQUIRE(c.loss != LossKind::mse || source.kind != data::SourceKind::fashion_mnist, config,
+                 "--loss mse needs regression targets, but fashion-mnist has class labels "
+                 "(use --loss cross-entropy)");
+}
+
+std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args) {
+  TrainConfig c;
+  CLI::App app{
+      "strata-train: train a neural network (an MLP, or a CNN or transformer from a model file) "
+      "with Strata, on thread ranks, MPI processes or GPUs.\n"
+      "Kokkos options (--kokkos-num-threads=N, --kokkos-help, ...) pass through to Kokkos.\n"
+      "Exit codes: 0 done, 2 bad options or configuration, 3 bad input data,\n"
+      "4 numerical or runtime failure.",
+      "strata-train"};
+  app.get_formatter()->column_width(34);
+  std::string optimizer = "sgd", init = "kaiming-uniform";
+  double lr = 0;
+  bool no_shuffle = false, no_eval = false, no_overlap = false, version = false;
+
+  ModelDataOptions model_data;
+  add_model_data_options(app, c, model_data);
+  app.add_option("--eval-every", c.eval_every,
+                 "also evaluate on the test split every N steps (default: at the end of each epoch "
+                 "only)")
+      ->check(whole_number(1));
+  app.add_option("--tokenizer", c.tokenizer,
+                 "text data: a BPE file from strata-tokenize train (default: byte tokens, vocab 256); "
+                 "the model's embedding vocab must be its vocabulary");
   app.add_option("--random-crop", c.random_crop,
                  "augment training images: pad by N pixels and crop back at a random offset "
                  "(torchvision's RandomCrop(size, padding=N))")
       ->check(whole_number(0));
   app.add_flag("--random-flip", c.random_flip,
                "augment training images: mirror left to right with probability 1/2");
-  auto* model_option = app.add_option("--model", c.model_file,
-                                      "a TOML model file (models/*.toml) instead of --layers");
   app.add_flag("--describe", c.describe,
                "print the model's layer table (shapes, parameters, FLOPs, activation bytes) and exit");
   app.add_flag("--sync-bn", c.sync_bn,
@@ -151,14 +217,6 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                      "run that must agree, --tp 1 included; each rank's shard of a split layer "
                      "must be whole chunks (e.g. 32)")
           ->check(whole_number(1));
-  auto* layers_option = app.add_option("--layers", layers, "MLP layer widths, input first, e.g. 784,256,128,10")
-      ->capture_default_str();
-  auto* activation_option =
-      app.add_option("--activation", activation, "MLP: relu | gelu | tanh | sigmoid")->capture_default_str();
-  auto* dropout_option = app.add_option("--dropout", c.dropout, "MLP: dropout probability after each hidden activation")
-      ->capture_default_str()
-      ->check(number_in(0.0, 0.99));
-  app.add_option("--loss", loss, "cross-entropy | mse")->capture_default_str();
   auto* epochs = app.add_option("--epochs", c.epochs, "passes over the training data")
                      ->capture_default_str()
                      ->check(whole_number(1));
@@ -189,15 +247,8 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "kaiming-uniform | kaiming-normal | xavier-uniform | xavier-normal | "
                  "torch-default")
       ->capture_default_str();
-  app.add_option("--normalize", normalize,
-                 "auto | none | global | per-feature (auto: global for images, per-feature for "
-                 "CSV, none for synthetic)")
-      ->capture_default_str();
   app.add_flag("--no-shuffle", no_shuffle, "keep the data order");
   app.add_flag("--no-eval", no_eval, "skip the evaluation on the test set");
-  app.add_option("--seed", c.seed, "random seed (initialisation, shuffling, dropout, data)")
-      ->capture_default_str()
-      ->check(whole_number());
   app.add_option("--metrics", c.metrics, "write JSON lines (training log, evaluation, summary)");
   app.add_option("--trace", c.trace,
                  "write a timeline (Chrome trace-event JSON for Perfetto or chrome://tracing): "
@@ -334,38 +385,16 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
     return std::nullopt;
   }
 
-  STRATA_REQUIRE(model_option->count() == 0 ||
-                     (layers_option->count() == 0 && activation_option->count() == 0 &&
-                      dropout_option->count() == 0),
-                 config, "--model ", c.model_file, " describes the layers; --layers, --activation "
-                 "and --dropout describe an MLP instead: give one or the other");
-  c.layers = parse_widths(layers);
-  c.activation = parse_activation(activation);
-  c.loss = parse_loss(loss);
+  finish_model_data_options(model_data, c);
+  check_data_rules(c);
   c.optimizer.kind = parse_optimizer(optimizer);
   c.optimizer.lr = lr_option->count() > 0 ? lr : (c.optimizer.kind == OptimizerKind::sgd ? 0.01 : 0.001);
   c.lr_schedule.kind = parse_lr_schedule(lr_schedule);
   c.lr_schedule.lr = c.optimizer.lr;
   c.init = parse_init(init);
-  if (normalize == "auto") c.normalize = Normalize::automatic;
-  else if (normalize == "none") c.normalize = Normalize::none;
-  else if (normalize == "global") c.normalize = Normalize::global;
-  else if (normalize == "per-feature") c.normalize = Normalize::per_feature;
-  else STRATA_THROW(config, "--normalize: unknown value '", normalize,
-                    "' (expected auto, none, global or per-feature)");
   c.shuffle = !no_shuffle;
   c.overlap = !no_overlap;
   c.evaluate = !no_eval;
-  const data::DatasetSource source = data::parse_dataset_source(c.dataset);  // throws config
-  STRATA_REQUIRE(c.tokenizer.empty() || text_data(c), config,
-                 "--tokenizer applies to text data (--dataset text:PATH or fortunes)");
-  STRATA_REQUIRE(c.seq_len == 0 || text_data(c), config,
-                 "--seq-len applies to text data (--dataset text:PATH or fortunes)");
-  STRATA_REQUIRE(!text_data(c) || c.normalize == Normalize::automatic ||
-                     c.normalize == Normalize::none,
-                 config, "--normalize ", normalize, ": text data are token ids, never normalised");
-  STRATA_REQUIRE(!text_data(c) || c.loss == LossKind::cross_entropy, config,
-                 "text data trains a language model with --loss cross-entropy (next-token labels)");
   STRATA_REQUIRE(!c.resume || !c.checkpoint_dir.empty(), config,
                  "--resume needs --checkpoint-dir (or use --resume-from FILE)");
   STRATA_REQUIRE(!(c.resume && !c.resume_from.empty()), config,
@@ -401,11 +430,6 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  " splits each batch of --batch-size ", c.batch_size,
                  " samples: there would be empty micro-batches (give at most ", c.batch_size,
                  ", or a larger --batch-size)");
-  STRATA_REQUIRE(c.data_dir.empty() || source.kind == data::SourceKind::fashion_mnist, config,
-                 "--data-dir applies to --dataset fashion-mnist only");
-  STRATA_REQUIRE(c.loss != LossKind::mse || source.kind != data::SourceKind::fashion_mnist, config,
-                 "--loss mse needs regression targets, but fashion-mnist has class labels "
-                 "(use --loss cross-entropy)");
   STRATA_REQUIRE(precision == "fp32" || precision == "bf16" || precision == "fp16", config,
                  "--precision: unknown value '", precision, "' (expected fp32, bf16 or fp16)");
   c.precision = parse_precision(precision);

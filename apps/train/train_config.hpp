@@ -16,9 +16,18 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
 namespace strata::app {
 
 enum class Normalize { automatic, none, global, per_feature };
+// "auto", "none", "global", "per-feature"; parse_normalize throws config
+// naming --normalize and the value.
+Normalize parse_normalize(const std::string& name);
+const char* to_string(Normalize n);
 
 struct TrainConfig {
   std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic | csv:PATH | fortunes | text:PATH
@@ -111,6 +120,27 @@ bool loss_scaling(const TrainConfig& c);
 ModelSpec model_spec(const TrainConfig& c);
 // Whether --dataset names text (a language model's corpus).
 bool text_data(const TrainConfig& c);
+
+// The options that say which model and which data, read alike by
+// strata-train and strata-predict (one definition of their names, help,
+// checks and defaults): --dataset, --data-dir, --samples, --test-fraction,
+// --seq-len, --input-shape, --normalize, --model, --layers, --activation,
+// --dropout, --loss and --seed. add_model_data_options binds them to `c` and
+// to `o`, which must outlive the parse (the handles say which were given);
+// finish_model_data_options, after the parse, turns o's text into c's values
+// and refuses --model with the MLP's options. check_data_rules checks the
+// rules between the data set and the other options (text data, --data-dir,
+// --loss mse), once the data set is known (strata-predict: after taking a
+// checkpoint's).
+struct ModelDataOptions {
+  std::string layers = "784,256,128,10", activation = "relu", loss = "cross-entropy",
+              normalize = "auto";
+  CLI::Option *dataset = nullptr, *seed = nullptr, *model = nullptr, *layers_option = nullptr,
+              *activation_option = nullptr, *dropout = nullptr, *loss_option = nullptr;
+};
+void add_model_data_options(CLI::App& app, TrainConfig& c, ModelDataOptions& o);
+void finish_model_data_options(const ModelDataOptions& o, TrainConfig& c);
+void check_data_rules(const TrainConfig& c);
 
 // Parses the program's arguments (argv without argv[0] and without Kokkos
 // options). Returns nullopt after printing --help or --version output.
