@@ -1,5 +1,6 @@
 #include "planner/calibrate.hpp"
 
+#include "backends/clock.hpp"
 #include "backends/context.hpp"
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
@@ -35,11 +36,6 @@ CalibrationFit fit_rate(const std::vector<double>& x, const std::vector<double>&
 }
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // The median over 5 repetitions of the time of f, each repetition calling it
 // often enough for `least` seconds.

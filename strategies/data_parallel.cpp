@@ -1,5 +1,6 @@
 #include "strategies/data_parallel.hpp"
 
+#include "backends/clock.hpp"
 #include "backends/error.hpp"
 #include "backends/trace.hpp"
 
@@ -10,8 +11,6 @@
 namespace strata {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
 template <class T>
@@ -79,14 +78,14 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
     if (last) model_.backward(ctx_, [&](std::size_t k) { sync_->layer_done(k); });
     else model_.backward(ctx_);
   }
-  timing_.compute_s = since(t0);
+  timing_.compute_s = seconds_since(t0);
   const auto t1 = Clock::now();
   {
     STRATA_SPAN("comm", "wait for gradient buckets");
     sync_->finish();
   }
   const double total = (comm_.size() == 1 ? loss_sum : comm_.allreduce_exact(loss_sum)).value();
-  timing_.exposed_comm_s = since(t1);
+  timing_.exposed_comm_s = seconds_since(t1);
   const auto t2 = Clock::now();
   {
     STRATA_SPAN("compute", "optimizer step");
@@ -95,7 +94,7 @@ double DataParallel<T>::step(const data::Batch<T>* micro, std::size_t count,
     mixed_->step(ctx_, optimizer_, model_.grads(), info_);
     if (trace::enabled()) ctx_.exec.fence();
   }
-  timing_.optimizer_s = since(t2);
+  timing_.optimizer_s = seconds_since(t2);
   return total / static_cast<double>(global_samples);
 }
 

@@ -1,5 +1,6 @@
 #include "strategies/model_parallel.hpp"
 
+#include "backends/clock.hpp"
 #include "backends/error.hpp"
 #include "backends/host_copy.hpp"
 #include "backends/launch.hpp"
@@ -24,8 +25,6 @@ Balance parse_balance(const std::string& name) {
 const char* to_string(Balance b) { return b == Balance::params ? "params" : "flops"; }
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string mib(std::size_t bytes) { return format_mib(static_cast<double>(bytes)); }
 }  // namespace
@@ -271,7 +270,7 @@ void ModelParallel<T>::forward_micro(const data::Batch<T>& shard, std::size_t m,
     Matrix<T> buf = rows(inputs_[slot], count, stage_->in_features());
     const auto t0 = Clock::now();
     mesh_->pp().recv(buf, p - 1, tag);
-    timing_.pipeline_wait_s += since(t0);
+    timing_.pipeline_wait_s += seconds_since(t0);
     in = buf;
   }
   stage_->set_row_offset(shard.first_row + first);
@@ -301,7 +300,7 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool las
     Matrix<T> buf = rows(dy_, count, stage_->out_features());
     const auto t0 = Clock::now();
     mesh_->pp().recv(buf, p + 1, tag);
-    timing_.pipeline_wait_s += since(t0);
+    timing_.pipeline_wait_s += seconds_since(t0);
     dy = buf;
   }
   Matrix<T> dx;
@@ -353,12 +352,12 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
     STRATA_SPAN("compute", "gradient sync and optimizer step");
     sharded_->step(info_);
   }
-  timing_.sync_s = since(t1);
+  timing_.sync_s = seconds_since(t1);
   // The loss: summed on the last stage of every pipeline (tensor rank 0).
   const bool counts = last_stage() && mesh_->tp_rank() == 0;
   const double total = mesh_->world().allreduce_exact(counts ? loss_sum : ExactSum()).value();
   ctx_.exec.fence();
-  timing_.step_s = since(t0);
+  timing_.step_s = seconds_since(t0);
   return total / static_cast<double>(global_samples);
 }
 

@@ -1,5 +1,6 @@
 #include "training/trainer.hpp"
 
+#include "backends/clock.hpp"
 #include "backends/error.hpp"
 #include "backends/trace.hpp"
 
@@ -9,12 +10,6 @@
 
 namespace strata {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-}  // namespace
 
 Trainer::Trainer(Engine& engine, const data::Split& data, const TrainerOptions& options,
                  const Position& start, int rank)

@@ -13,6 +13,7 @@
 // Nothing runs: the layers are built without memory (planner/cost_model.hpp).
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
+#include "backends/clock.hpp"
 #include "backends/runtime.hpp"
 #include "layers/mlp.hpp"
 #include "planner/calibrate.hpp"
@@ -162,7 +163,7 @@ int calibrate(const PlanConfig& c) {
 
 int run(const PlanConfig& c) {
   if (c.calibrate) return calibrate(c);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   const planner::PlanRequest r = request(c);
   const planner::MachineProfile profile = planner::load_profile(c.profile);
   const planner::CostModel model(r, profile);
@@ -186,8 +187,7 @@ int run(const PlanConfig& c) {
     return exit_ok;
   }
   const std::vector<planner::Prediction> plans = planner::search(model, c.ranks, c.batch, o);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double took = seconds_since(t0);
   std::size_t fits = 0;
   for (const auto& p : plans) fits += p.rejected.empty() ? 1 : 0;
   std::printf("# strata-plan: %s, global batch %zu, %d ranks (%d per node) on %s, %s, budget %s "

@@ -6,6 +6,7 @@
 //   echo "256 101 32" | strata-tokenize decode --bpe fortunes.bpe
 #include "apps/common/app_main.hpp"
 #include "apps/common/cli.hpp"
+#include "backends/clock.hpp"
 #include "data/bpe.hpp"
 #include "data/text.hpp"
 
@@ -49,7 +50,7 @@ int run(const std::vector<std::string>& args) {
 
   if (train->parsed()) {
     const std::string text = data::read_text(input);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     const data::Bpe bpe = data::train_bpe(text, vocab, &report);
     data::write_bpe(bpe, output);
     const auto ids = data::encode(bpe, text);
@@ -59,7 +60,7 @@ int run(const std::vector<std::string>& args) {
                  input.c_str(), text.size(), ids.size(),
                  static_cast<double>(text.size()) / static_cast<double>(std::max<std::size_t>(1, ids.size())),
                  bpe.vocab(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 seconds_since(t0),
                  output.c_str());
     return exit_ok;
   }

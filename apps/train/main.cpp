@@ -8,6 +8,7 @@
 #include "apps/train/metrics.hpp"
 #include "apps/train/setup.hpp"
 #include "apps/train/train_config.hpp"
+#include "backends/clock.hpp"
 #include "backends/comm/registry.hpp"
 #include "backends/ranks.hpp"
 #include "backends/runtime.hpp"
@@ -32,12 +33,7 @@
 namespace strata::app {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using T = float;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -175,21 +171,17 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
 }
 
 int train(const TrainConfig& c, comm::Communicator& world) {
+  const ModelSpec model = model_spec(c);
+  validate_layout(c, model, world.size());
   if (c.strategy == StrategyKind::plan) {  // the planner's layout, as explicit options
-    STRATA_REQUIRE(c.ranks == 1 || world.size() == 1, config,
-                   "--strategy plan runs on thread ranks of one process or on MPI processes "
-                   "with one rank each; not on --ranks ", c.ranks, " x ", world.size(),
-                   " processes");
     std::string summary;
-    const TrainConfig planned = planned_config(c, model_spec(c), c.ranks * world.size(), &summary);
+    const TrainConfig planned = planned_config(c, model, c.ranks * world.size(), &summary);
     if (world.rank() == 0) std::cout << summary << std::endl;
     return train(planned, world);
   }
   wait_policy_hint(c, world);
   // --comm: the name asked for must fit the ranks started (auto always does).
   const std::string chosen = comm::resolve_communicator(c.comm, c.ranks, world.size());
-  const ModelSpec model = model_spec(c);
-  validate_layout(c, model, world.size());
   prepare_outputs(c, world);
   data::Normalizer norm;  // what the inputs went through (exported with the weights)
   data::Split d = load_data(c, build_model<T>(model, c.seed), &norm);

@@ -343,6 +343,9 @@ std::string trace_path(const std::string& path, const comm::Communicator& world)
 
 void validate_layout(const TrainConfig& c, const ModelSpec& model, int processes) {
   const bool multi = c.ranks > 1 || processes > 1;
+  STRATA_REQUIRE(c.strategy != StrategyKind::plan || c.ranks == 1 || processes == 1, config,
+                 "--strategy plan runs on thread ranks of one process or on MPI processes "
+                 "with one rank each; not on --ranks ", c.ranks, " x ", processes, " processes");
   STRATA_REQUIRE(!(c.strategy == StrategyKind::local && multi), config,
                  "--strategy local runs one rank, but ", c.ranks * processes,
                  " ranks were requested (use --strategy dp)");

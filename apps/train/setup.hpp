@@ -56,6 +56,9 @@ std::string trace_path(const std::string& path, const comm::Communicator& world)
 
 // The cross-option rules that depend on the ranks started (`processes`
 // processes of c.ranks thread ranks each); throws config naming the options.
+// The rules among the options alone are parse_train_args's
+// (train_config.hpp); the engines validate their own options again
+// (validate_mesh, check_factors) for library callers.
 void validate_layout(const TrainConfig& c, const ModelSpec& model, int processes);
 // Fails now, not after training, on an unusable checkpoint directory or
 // --export file (global rank 0 tries them).

@@ -3,6 +3,7 @@
 // with, and the machine's own reference rates (memcpy, STREAM copy).
 #pragma once
 
+#include "backends/clock.hpp"
 #include "backends/units.hpp"
 
 #include <chrono>
@@ -24,10 +25,6 @@ std::string rate_text(const Stats& s);
 // "Strata 0.1.0 (commit abc123), Kokkos 3.4.1 OpenMP (2 threads), GEMM OpenBLAS, g++ 12.2.0"
 std::string configuration();
 
-using Clock = std::chrono::steady_clock;
-inline double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // Bandwidth in bytes/s (bytes read + bytes written) of copying `bytes` with
 // `threads` threads (STREAM copy), best of `reps`.
