@@ -30,9 +30,9 @@ const std::vector<EnvironmentVariable>& environment_variables() {
       {"STRATA_FAULT", "RANK:STEP (tests)",
        "strata-train: rank RANK fails at step STEP (a thread rank throws, an MPI process is killed)"},
       {"STRATA_FAIL_CHECKPOINT_WRITE", "N (tests)",
-       "the N-th checkpoint file write fails with ENOSPC"},
+       "strata-train: the N-th checkpoint file write fails with ENOSPC"},
       {"STRATA_CHECKPOINT_WRITE_DELAY_MS", "milliseconds (tests)",
-       "a pause in the middle of writing each checkpoint file (to kill a run there)"},
+       "strata-train: a pause in the middle of writing each checkpoint file (to kill a run there)"},
   };
   return table;
 }

@@ -61,32 +61,19 @@ std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
 
 std::uint32_t crc32_of(const void* data, std::size_t n) { return crc32_update(0, data, n); }
 
-// STRATA_FAIL_CHECKPOINT_WRITE: -1 until read; shared by the thread ranks of
-// a process (each file write counts once).
-std::atomic<int> g_fail_nth{-1};
-std::once_flag g_fail_env;
+// The installed WriteFaults (install_write_faults): the countdown is shared
+// by the thread ranks of a process (each file write counts once); the pause
+// is installed before any writer runs.
+std::atomic<int> g_fail_nth{0};
+std::atomic<long> g_pause_ms{0};
 
-// For tests that kill a process while it writes a checkpoint:
-// STRATA_CHECKPOINT_WRITE_DELAY_MS=N pauses N ms in the middle of writing each
-// checkpoint file (its first sections written, the rest not yet).
-void delay_for_tests() {
-  static const long ms = [] {
-    const char* e = std::getenv("STRATA_CHECKPOINT_WRITE_DELAY_MS");
-    return e ? std::max(0L, std::atol(e)) : 0L;
-  }();
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
-void read_fail_env() {
-  std::call_once(g_fail_env, [] {
-    int expected = -1;
-    const char* e = std::getenv("STRATA_FAIL_CHECKPOINT_WRITE");
-    g_fail_nth.compare_exchange_strong(expected, e ? std::max(0, std::atoi(e)) : 0);
-  });
+// In the middle of writing each checkpoint file (its first sections written,
+// the rest not yet).
+void pause_for_tests() {
+  if (const long ms = g_pause_ms.load(); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 bool should_fail_write() {
-  read_fail_env();
   int n = g_fail_nth.load();
   while (n > 0 && !g_fail_nth.compare_exchange_weak(n, n - 1)) {
   }
@@ -205,7 +192,7 @@ void write_sections(Writer& w, const std::vector<Section>& sections, std::size_t
   w.put(static_cast<std::uint32_t>(sections.size()));
   for (std::size_t i = 0; i < sections.size(); ++i) {
     const Section& sec = sections[i];
-    if (i == pause_before) delay_for_tests();
+    if (i == pause_before) pause_for_tests();
     w.put(static_cast<std::uint32_t>(sec.name.size()));
     w.write(sec.name.data(), sec.name.size());
     w.put(static_cast<std::uint64_t>(sec.bytes));
@@ -471,9 +458,9 @@ void point_latest(const std::string& dir, std::uint64_t step) {
 
 }  // namespace
 
-void inject_write_failure(int nth) {
-  read_fail_env();  // once, so that it does not override this later
-  g_fail_nth = nth;
+void install_write_faults(const WriteFaults& faults) {
+  g_fail_nth = std::max(0, faults.fail_nth);
+  g_pause_ms = std::max(0L, faults.pause_ms);
 }
 
 std::string file_name(std::uint64_t step) {

@@ -119,12 +119,19 @@ Shard parse_shard(const void* data, std::size_t size, const std::string& name,
 // The file `latest` points to in `dir`; throws data errors when there is none.
 std::string latest(const std::string& dir);
 
-// For tests of failure handling: the next N-th file write fails as if the
-// disk were full (0: off). Also set by STRATA_FAIL_CHECKPOINT_WRITE (counted
-// per process). STRATA_CHECKPOINT_WRITE_DELAY_MS=N (read once) pauses N ms in
-// the middle of writing each checkpoint, shard and manifest file, for tests
-// that kill a writer.
-void inject_write_failure(int nth);
+// The fault-injection seam of the writer, for tests of failure handling
+// (nothing is installed by default, and the library reads no environment for
+// it; strata-train installs what STRATA_FAIL_CHECKPOINT_WRITE and
+// STRATA_CHECKPOINT_WRITE_DELAY_MS ask for, apps/train/fault.hpp):
+//   fail_nth  the N-th file write from now fails as if the disk were full
+//             (0: none; counted per process)
+//   pause_ms  a pause in the middle of writing each checkpoint, shard and
+//             manifest file, for tests that kill a writer (0: none)
+struct WriteFaults {
+  int fail_nth = 0;
+  long pause_ms = 0;
+};
+void install_write_faults(const WriteFaults& faults);
 
 }  // namespace checkpoint
 }  // namespace strata

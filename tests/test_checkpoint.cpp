@@ -353,7 +353,7 @@ TEST_F(ShardedCheckpoints, AFailedShardOrManifestWriteKeepsThePreviousCheckpoint
   const std::string previous = save(5);
   for (int nth : {2, 4}) {  // a shard (of 3), the manifest
     SCOPED_TRACE(nth);
-    ck::inject_write_failure(nth);
+    ck::install_write_faults({nth, 0});
     try {
       save(7);
       ADD_FAILURE() << "no error";
@@ -362,7 +362,7 @@ TEST_F(ShardedCheckpoints, AFailedShardOrManifestWriteKeepsThePreviousCheckpoint
       EXPECT_NE(std::string(e.what()).find(nth == 4 ? "ckpt-000000007.strata.tmp" : "of-00003.strata.tmp"),
                 std::string::npos) << e.what();
     }
-    ck::inject_write_failure(0);
+    ck::install_write_faults({});
     EXPECT_EQ(ck::latest(dir_.string()), previous);
     EXPECT_FALSE(fs::exists(dir_ / "ckpt-000000007.strata"));
     expect_model(ck::load(previous));

@@ -1,12 +1,17 @@
-// Fault injection for strata-train's tests of failure handling.
+// Fault injection for strata-train's tests of failure handling: the
+// environment variables the tests set, read here (the library reads none for
+// faults) and installed through the library's seams: a training hook
+// (TrainerHooks::after_step) and the checkpoint writer's WriteFaults.
 #pragma once
 
 #include "backends/error.hpp"
+#include "strategies/checkpoint.hpp"
 
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace strata::app {
 
@@ -38,5 +43,25 @@ struct Fault {
     STRATA_THROW(runtime, "STRATA_FAULT: injected failure of rank ", rank, " at step ", step);
   }
 };
+
+// STRATA_FAIL_CHECKPOINT_WRITE=N: the N-th checkpoint file write of this
+// process fails with ENOSPC; STRATA_CHECKPOINT_WRITE_DELAY_MS=M: a pause of M
+// ms in the middle of writing each checkpoint file. Throws config for a value
+// that is no whole number.
+inline void install_checkpoint_faults_from_environment() {
+  auto whole = [](const char* name, const char* e) -> long {
+    if (e == nullptr) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    STRATA_REQUIRE(*e != '\0' && *end == '\0' && v >= 0, config, name, "='", e,
+                   "': expected a whole number");
+    return v;
+  };
+  checkpoint::WriteFaults f;
+  f.fail_nth = static_cast<int>(
+      whole("STRATA_FAIL_CHECKPOINT_WRITE", std::getenv("STRATA_FAIL_CHECKPOINT_WRITE")));
+  f.pause_ms = whole("STRATA_CHECKPOINT_WRITE_DELAY_MS", std::getenv("STRATA_CHECKPOINT_WRITE_DELAY_MS"));
+  if (f.fail_nth > 0 || f.pause_ms > 0) checkpoint::install_write_faults(f);
+}
 
 }  // namespace strata::app

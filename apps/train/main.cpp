@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
       describe_model(*config, std::cout);
       return exit_ok;
     }
+    install_checkpoint_faults_from_environment();
     // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.
     std::string threads = kokkos_threads(*config, args.kokkos);  // alive while Kokkos starts
     if (!threads.empty()) args.kokkos.insert(args.kokkos.end() - 1, threads.data());
