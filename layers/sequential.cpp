@@ -56,7 +56,6 @@ Sequential<T>& Sequential<T>::add(LayerPtr<T> layer, std::string name) {
                                  [&](const ParamInfo& p) { return p.name == wanted; });
     if (it == params.end() && tie_copies_allowed_) {  // on another pipeline stage: a copy
       tie->untie_weight();
-      tie_copies_.emplace_back(layers_.size(), tie->tied_to());
     } else {
       STRATA_REQUIRE(it != params.end(), config, where, ": ties its weight to '", wanted,
                      "', which no earlier layer of this model has (tie names an earlier "

@@ -47,8 +47,8 @@ class Sequential {
 
   // A pipeline stage: layers first_index.. of a larger model. A layer whose
   // tied weight is on another stage keeps a copy of it
-  // (TiedWeight::untie_weight) instead of being an error; tie_copies() lists
-  // them as (layer, name of the layer whose weight it copies).
+  // (TiedWeight::untie_weight) instead of being an error (strategies/
+  // stage_ties.hpp keeps the copies equal).
   static Sequential stage(const Shape& input, std::size_t first_index);
 
   // Appends a layer; throws config (naming the layer, its position and both
@@ -58,7 +58,6 @@ class Sequential {
   // parameter names (default: its global position, as in PyTorch's
   // nn.Sequential). Not after build().
   Sequential& add(LayerPtr<T> layer, std::string name = "");
-  const std::vector<std::pair<std::size_t, std::string>>& tie_copies() const { return tie_copies_; }
 
   // Allocates the flat parameter and gradient buffers (gradients zeroed) and
   // the activation buffers for batches of up to o.max_batch rows, for o.slots
@@ -231,7 +230,6 @@ class Sequential {
   };
   std::vector<Tie> ties_;
   bool tie_copies_allowed_ = false;  // stage()
-  std::vector<std::pair<std::size_t, std::string>> tie_copies_;
   std::size_t first_index_ = 0;
   std::size_t max_batch_ = 0, slots_ = 1;
   std::size_t row_offset_ = 0;

@@ -72,8 +72,6 @@ class MixedPrecision {
   // precision, else the parameters. After writing them, sync_working().
   Vector<T> master() const;
   void sync_working(Context& ctx);
-  // Bytes of the master copy.
-  std::size_t master_bytes() const { return master_.extent(0) * sizeof(T); }
   DynamicLossScaler* scaler() { return scaler_.get(); }
 
   // One optimizer step with the summed (scaled) gradients of the parameters;

@@ -155,6 +155,27 @@ std::string check_collectives(comm::Communicator& c, std::size_t count) {
     if (a[i] != reduce_ref<T>(ReduceOp::sum, n, i) || b[i] != reduce_ref<T>(ReduceOp::max, n, i) ||
         d[i] != reduce_ref<T>(ReduceOp::min, n, i))
       return where + "asynchronous allreduce wrong at " + std::to_string(i);
+  // asynchronous reduce_scatter and allgather (the pair ZeRO-2/3 overlap with
+  // compute), outstanding together with a blocking allreduce and finished by
+  // wait_all: the blocking ones' results.
+  Buffer<T> rs_in(count * n), rs_out(count), ag_in(count), ag_out(count * n, T(99));
+  fill(rs_in, me, 0);
+  fill(ag_in, me, 0);
+  fill(d, me, 0);
+  c.ireduce_scatter(rs_in.data(), rs_out.data(), count, type, ReduceOp::sum);
+  c.iallgather(ag_in.data(), ag_out.data(), count, type);
+  c.allreduce(d.data(), d.data(), count, type, ReduceOp::max);
+  c.wait_all();
+  for (std::size_t i = 0; i < count; ++i)
+    if (rs_out[i] != reduce_ref<T>(ReduceOp::sum, n, me * count + i))
+      return where + "asynchronous reduce_scatter wrong at " + std::to_string(i);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < count; ++i)
+      if (ag_out[r * count + i] != comm_input<T>(r, i))
+        return where + "asynchronous allgather wrong at block " + std::to_string(r);
+  for (std::size_t i = 0; i < count; ++i)
+    if (d[i] != reduce_ref<T>(ReduceOp::max, n, i))
+      return where + "allreduce beside asynchronous collectives wrong at " + std::to_string(i);
   return "";
 }
 

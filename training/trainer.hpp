@@ -89,7 +89,6 @@ class Trainer {
   // The run's shape, known before fit().
   std::size_t total_steps() const { return total_; }
   std::size_t epochs() const { return epochs_; }
-  std::size_t steps_per_epoch() const { return steps_per_epoch_; }
 
   TrainResult fit(const TrainerHooks& hooks);
 
