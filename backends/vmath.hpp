@@ -12,7 +12,7 @@
 // glibc's scalar erff on 4-wide SSE2, so GELU keeps libm's erf.
 //
 // Accuracy (float evaluation, against mpmath; scripts/fit-vmath.py derives
-// the coefficients and checks these bounds; VMath.* in tests/test_layers.cpp
+// the coefficients and checks these bounds; VMath.* in tests/layers/test_layers.cpp
 // checks them against double-precision libm):
 //   exp   1.35 ulp (1.32 over all 2^32 floats); x > 88.72 gives +inf, x < -103.9 gives 0, subnormal results
 //         are rounded from a normal intermediate

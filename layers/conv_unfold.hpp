@@ -5,7 +5,7 @@
 //     row or plane folded from its patch rows. What a host thread runs: runs
 //     of contiguous copies and adds that vectorise.
 //   - per value: one patch entry, or one input pixel's sum. What a device
-//     runs, one thread per value (tests/test_cnn_layers.cpp checks them
+//     runs, one thread per value (tests/layers/test_cnn_layers.cpp checks them
 //     against the row forms).
 // Both forms give the same bits: a pixel's gradient starts at zero and adds
 // the patch entries that read it in kernel order (kernel rows, then kernel

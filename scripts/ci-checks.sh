@@ -229,7 +229,7 @@ check_march() {
   # CPU: whatever GCC this is, the copies of constant arrays in
   # test_floating_point.cpp must not become broadcasts from a general register.
   local v4="$top/build-march-v4" launcher=()
-  say "march: x86-64-v4 object code of tests/test_floating_point.cpp (GCC $(g++ -dumpfullversion))"
+  say "march: x86-64-v4 object code of tests/backends/test_floating_point.cpp (GCC $(g++ -dumpfullversion))"
   rm -rf "$v4" && mkdir -p "$v4"   # one object: always configured afresh (ccache keeps it quick)
   : >"$v4/configure.log"
   : >"$v4/build.log"
@@ -238,7 +238,7 @@ check_march() {
     -DCMAKE_CXX_COMPILER=g++ -DKokkos_ROOT="$(strata_kokkos_prefix openmp)" \
     "-DCMAKE_CXX_FLAGS=-march=x86-64-v4 -mtune=generic" "${launcher[@]}" \
     || { say "march: v4 configure failed"; return 1; }
-  local obj="$v4/tests/CMakeFiles/test_floating_point.dir/test_floating_point.cpp.o"
+  local obj="$v4/tests/CMakeFiles/test_floating_point.dir/backends/test_floating_point.cpp.o"
   logged "$v4/build.log" cmake --build "$v4" --target "${obj#"$v4"/}" || { say "march: v4 compile failed"; return 1; }
   objdump -d -C "$obj" >"$v4/test_floating_point.s" || { say "march: objdump $obj failed"; return 1; }
   # The functions that copy constant arrays, then their broadcasts (files,

@@ -11,7 +11,7 @@ every float of the fitted ranges' representative samples and prints the
 largest error in units in the last place against mpmath.
 
 Run with Debian's python3 (numpy, mpmath): /usr/bin/python3 scripts/fit-vmath.py
-The C++ tests (tests/test_layers.cpp, VMath.*) check the same bounds against
+The C++ tests (tests/layers/test_layers.cpp, VMath.*) check the same bounds against
 double-precision libm on a dense sweep.
 """
 import sys

@@ -12,7 +12,7 @@
 //
 // Every list holds each micro-batch's forward once and its backward once,
 // after its forward; stages run their lists concurrently without a deadlock
-// (tests/test_model_parallel.cpp runs every stage's list against a model of
+// (tests/strategies/test_model_parallel.cpp runs every stage's list against a model of
 // the send/recv dependencies).
 #pragma once
 
