@@ -1,5 +1,7 @@
-// The one clock of Strata's timings (step times, calibration, benchmarks):
-// monotonic, and seconds as a double.
+// The clock of Strata's reported timings (the engines' step times, the
+// trainer, calibration, the apps and the benchmarks): monotonic, seconds as
+// a double. (Deadlines and timeouts inside the communicators and the trace's
+// and kernel-shape recorders' time points use std::chrono directly.)
 //
 //   const auto t0 = Clock::now();
 //   ...

@@ -13,8 +13,8 @@
 // one GPU per task (CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1) takes the
 // one it sees. Kokkos, the vendor BLAS and NCCL then all use that device.
 //
-// The platform part (device_host.cpp, device_cuda.cpp, device_hip.cpp) is
-// chosen by CMake with the Kokkos backend.
+// The platform part (device_host.cpp, or device_gpu.cpp for CUDA and HIP
+// through backends/gpu_api.hpp) is chosen by CMake with the Kokkos backend.
 #pragma once
 
 #include "backends/kokkos.hpp"

@@ -11,9 +11,11 @@ if(TARGET strata_nccl)
   install(TARGETS strata_nccl EXPORT StrataTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+# backends/gpu_api.hpp is the library's own edge to the vendor runtime (it
+# picks CUDA or HIP by a definition of this build): not installed.
 foreach(dir backends layers data strategies planner training)
   install(DIRECTORY ${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/strata/${dir}
-    FILES_MATCHING PATTERN "*.hpp")
+    FILES_MATCHING PATTERN "*.hpp" PATTERN "gpu_api.hpp" EXCLUDE)
 endforeach()
 # The model files (strata-train --model, strata-bench-train's W4).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/strata/models FILES_MATCHING PATTERN "*.toml")

@@ -41,7 +41,7 @@ class Buffers {
 // bind_tied() gives the layer the shared parameter and gradient slices (both
 // layers add into the one gradient). tie_weight throws config when the shape
 // is not the one the layer needs. untie_weight: a pipeline stage without the
-// tied layer (Sequential::set_tie_copies) keeps a copy of the weight in the
+// tied layer (Sequential::stage) keeps a copy of the weight in the
 // layer's own slice again, which the model-parallel engine keeps equal to
 // the original.
 template <class T>

@@ -8,7 +8,7 @@
 //   ...
 //   model.build(max_batch);               // allocates everything, once
 //                                         // (or build(BuildOptions): slots,
-//                                         // padding, recompute, numerics)
+//                                         // padding, numerics)
 //   model.init(Init::kaiming_uniform, seed);
 //   auto y = model.forward(ctx, x);        // x: (batch <= max_batch, 784)
 //   ... loss writes dy into model.output_grad(batch) ...

@@ -10,9 +10,6 @@
 
 namespace strata {
 
-namespace {
-}  // namespace
-
 template <class T>
 DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential<T>& model,
                               Loss<T>& loss, Optimizer<T>& optimizer,
@@ -28,7 +25,8 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
                  config, "data parallel: ", to_string(options.precision),
                  options.emulate_storage ? " (emulated)" : "", " training of a model built for ",
                  to_string(n.storage), n.emulated ? " (emulated)" : "",
-                 " storage: build it with BuildOptions::numerics.storage = the precision");  // Rank 0's parameters for everyone.
+                 " storage: build it with BuildOptions::numerics.storage = the precision");
+  // Rank 0's parameters for everyone.
   comm_.broadcast(model_.params(), 0);
   batch_group_ = std::make_unique<CommBatchGroup<T>>(comm);
   synced_layers_ = model_.set_batch_group(batch_group_.get());

@@ -46,15 +46,15 @@ struct Fault {
 
 // STRATA_FAIL_CHECKPOINT_WRITE=N: the N-th checkpoint file write of this
 // process fails with ENOSPC; STRATA_CHECKPOINT_WRITE_DELAY_MS=M: a pause of M
-// ms in the middle of writing each checkpoint file. Throws config for a value
-// that is no whole number.
+// ms in the middle of writing each checkpoint file. Unset or empty: off.
+// Throws config for a value that is no whole number (below 2^31).
 inline void install_checkpoint_faults_from_environment() {
   auto whole = [](const char* name, const char* e) -> long {
-    if (e == nullptr) return 0;
+    if (e == nullptr || *e == '\0') return 0;
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
-    STRATA_REQUIRE(*e != '\0' && *end == '\0' && v >= 0, config, name, "='", e,
-                   "': expected a whole number");
+    STRATA_REQUIRE(*end == '\0' && v >= 0 && v <= 2147483647L, config, name, "='", e,
+                   "': expected a whole number (below 2^31)");
     return v;
   };
   checkpoint::WriteFaults f;

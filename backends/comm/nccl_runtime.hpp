@@ -1,6 +1,6 @@
 // The GPU runtime under the NCCL communicator: CUDA's with NCCL, HIP's with
-// RCCL (nccl_runtime_cuda.cpp or nccl_runtime_hip.cpp, chosen by CMake with
-// the library). A stream is the vendor's (cudaStream_t, hipStream_t) as a
+// RCCL (nccl_runtime_gpu.cpp, written once over backends/gpu_api.hpp;
+// CMake compiles it for the runtime of the library). A stream is the vendor's (cudaStream_t, hipStream_t) as a
 // void*. Failures throw runtime naming the call and with the runtime's own
 // message; functions that free resources never throw.
 #pragma once

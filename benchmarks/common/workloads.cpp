@@ -65,7 +65,8 @@ std::vector<Workload> select_workloads(const std::string& list, const std::strin
     STRATA_REQUIRE(it != workloads().end() &&
                        std::find(known.begin(), known.end(), name) != known.end(),
                    config, option, ": unknown workload '", name, "' (expected ", names(known), ")");
-    out.push_back(*it);
+    if (std::none_of(out.begin(), out.end(), [&](const Workload& w) { return w.name == name; }))
+      out.push_back(*it);  // in the order given, each once
   }
   STRATA_REQUIRE(!out.empty(), config, option, ": no workload given (expected ", names(known), ")");
   return out;

@@ -38,7 +38,8 @@ struct Workload {
 
 const std::vector<Workload>& workloads();
 
-// The workloads of a comma-separated list of names, in the list's order;
+// The workloads of a comma-separated list of names, in the list's order
+// (a name given twice runs once);
 // throws config naming `option` and the unknown name or one outside
 // `allowed` (empty: all are).
 std::vector<Workload> select_workloads(const std::string& list, const std::string& option,
