@@ -30,7 +30,7 @@ DataParallel<T>::DataParallel(Context& ctx, comm::Communicator& comm, Sequential
   comm_.broadcast(model_.params(), 0);
   batch_group_ = std::make_unique<CommBatchGroup<T>>(comm);
   synced_layers_ = model_.set_batch_group(batch_group_.get());
-  sync_ = std::make_unique<GradientSync<T>>(ctx, comm, model_, options, false, options.loss_scaling);
+  sync_ = std::make_unique<GradientSync<T>>(ctx, comm, model_, options, options.loss_scaling);
   // With a 16-bit precision the model's parameters become the working
   // weights (rounded to 16 bits); the optimizer updates fp32 master weights.
   mixed_ = std::make_unique<MixedPrecision<T>>(ctx, options, model_.params());

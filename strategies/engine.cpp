@@ -161,7 +161,7 @@ class ModelParallelEngine final : public Engine {
            std::to_string(mp_->mesh().pp_rank()) + " holds layers " +
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank()]) + "-" +
            std::to_string(mp_->stage_bounds()[mp_->mesh().pp_rank() + 1] - 1);
-    if (options_.zero) s += ", ZeRO-1";
+    if (options_.zero) s += ", ZeRO-" + std::to_string(options_.zero);
     s += describe_reproducible(options_.reproducible_chunk, options_.reproducible_tp_chunk);
     s += describe_mixed_precision(options_);
     if (options_.mesh.dp > 1) s += describe_grad_sync(options_);

@@ -19,10 +19,7 @@ const char* to_string(GradCompression c) {
   return "?";
 }
 
-void validate(const GradSyncOptions& options, bool shard, bool loss_scaled) {
-  STRATA_REQUIRE(!(shard && options.compression != GradCompression::none), config,
-                 "--grad-compression ", to_string(options.compression),
-                 " with --zero 1: the sharded reduce-scatter is not compressed");
+void validate(const GradSyncOptions& options, bool loss_scaled) {
   STRATA_REQUIRE(options.compression != GradCompression::fp16 || loss_scaled, config,
                  "--grad-compression fp16 without loss scaling: gradients below fp16's smallest "
                  "value (6e-8) would arrive as zeros; scale the loss (--precision fp16, or "
@@ -35,40 +32,31 @@ constexpr bool kHostGrads = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpa
 
 template <class T>
 GradientSync<T>::GradientSync(Context& ctx, comm::Communicator& group, Sequential<T>& model,
-                              const GradSyncOptions& options, bool shard, bool loss_scaled)
-    : ctx_(ctx), group_(group), model_(model), options_(options), shard_(shard) {
+                              const GradSyncOptions& options, bool loss_scaled)
+    : ctx_(ctx), group_(group), model_(model), options_(options) {
   STRATA_REQUIRE(model.built(), config, "gradient sync: build the model first");
-  validate(options, shard, loss_scaled);
+  validate(options, loss_scaled);
   exact_ = model.numerics().exact();
   STRATA_REQUIRE(!exact_ || options.compression == GradCompression::none, config,
                  "--grad-compression ", to_string(options.compression),
                  " with --reproducible: rounding each rank's sum to 16 bits depends on the split");
   const std::size_t padded = model.padded_grads().extent(0);
-  const auto ranks = static_cast<std::size_t>(group.size());
-  STRATA_REQUIRE(!shard || padded % ranks == 0, config, "gradient sync: ", padded,
-                 " padded gradients do not divide over ", ranks, " ranks");
-  const std::size_t block = shard ? padded / ranks : model.num_params();
-  const std::size_t first = shard ? block * static_cast<std::size_t>(group.rank()) : 0;
-  owned_ = {first, first + block};
-  if (!shard) {
-    // Buckets from the end of the flat buffer (the last layer's gradients
-    // are ready first).
-    const std::size_t n = model.num_params();
-    const std::size_t cap =
-        options.bucket_bytes == 0 ? n : std::max<std::size_t>(1, options.bucket_bytes / sizeof(T));
-    for (std::size_t end = n; end > 0;) {
-      const std::size_t begin = end > cap ? end - cap : 0;
-      buckets_.push_back({begin, end});
-      end = begin;
-    }
+  // Buckets from the end of the flat buffer (the last layer's gradients are
+  // ready first).
+  const std::size_t n = model.num_params();
+  const std::size_t cap =
+      options.bucket_bytes == 0 ? n : std::max<std::size_t>(1, options.bucket_bytes / sizeof(T));
+  for (std::size_t end = n; end > 0;) {
+    const std::size_t begin = end > cap ? end - cap : 0;
+    buckets_.push_back({begin, end});
+    end = begin;
   }
   if (group.size() == 1) return;  // nothing to sum
   // Gradients in the communicator's shared memory where it has some (MPI
   // ranks on one node): buckets are then reduced in place across processes.
-  if (kHostGrads && !shard)
+  if (kHostGrads)
     if (void* p = group_.allocate_shared(padded * sizeof(T)))
       model_.use_grad_storage(Vector<T>(static_cast<T*>(p), padded));
-  if (shard) return;
   if (exact_) {
     staged_ = !kHostGrads && !group.accepts_device_memory();
     if (staged_)
@@ -162,23 +150,7 @@ template <class T>
 void GradientSync<T>::finish() {
   STRATA_REQUIRE(info_ != nullptr, runtime, "gradient sync: finish() without begin()");
   if (group_.size() == 1) {
-    if (exact_) model_.finish_exact_grads(ctx_, owned_.first, owned_.second);
-    return;
-  }
-  if (shard_ && exact_) {
-    ctx_.exec.fence();
-    const auto e = model_.exact_grads();
-    info_->comm_bytes += e.extent(0) * sizeof(double);
-    group_.reduce_scatter(e, Kokkos::View<double*, MemSpace, Unmanaged>(Kokkos::subview(
-                                 e, std::make_pair(2 * owned_.first, 2 * owned_.second))));
-    model_.finish_exact_grads(ctx_, owned_.first, owned_.second);
-    return;
-  }
-  if (shard_) {
-    ctx_.exec.fence();
-    const Vector<T> grads = model_.padded_grads();
-    info_->comm_bytes += grads.extent(0) * sizeof(T);
-    group_.reduce_scatter(grads, Vector<T>(Kokkos::subview(grads, owned_)));
+    if (exact_) model_.finish_exact_grads(ctx_, 0, model_.num_params());
     return;
   }
   while (launched_ < buckets_.size()) launch(launched_++);

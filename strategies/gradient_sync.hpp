@@ -15,10 +15,8 @@
 // finish() launches what is left and waits for all.
 // Compression: buckets travel in bf16 or fp16 (rounded to nearest even) and
 // are summed in float, then widened back.
-// Sharding (ZeRO-1): instead of an allreduce, one reduce-scatter after
-// backward leaves on each rank the sum of its block of the padded buffer
-// (Sequential::build with pad_multiple = group size); the optimizer updates
-// that block and the caller gathers the parameters.
+// Sharding (the ZeRO stages) reduce-scatters instead:
+// strategies/gradient_reduce_scatter.hpp.
 // Reproducible (a model built with exact sums, Numerics::exact_chunk): the buckets of the model's
 // exact gradients travel instead (two doubles per value; their sum is exact
 // in any order, so every rank count, transport and reduction tree gives the
@@ -50,36 +48,30 @@ struct GradSyncOptions {
   GradCompression compression = GradCompression::none;
 };
 
-// Throws config for an impossible or harmful combination: compression with
-// sharding (the reduce-scatter is not compressed), fp16 compression without
-// loss scaling (gradients below fp16's smallest value, 6e-8, would arrive as
+// Throws config for a harmful combination: fp16 compression without loss
+// scaling (gradients below fp16's smallest value, 6e-8, would arrive as
 // zeros; loss scaling lifts them into its range, as for fp16 training).
-void validate(const GradSyncOptions& options, bool shard, bool loss_scaled);
+void validate(const GradSyncOptions& options, bool loss_scaled);
 
 template <class T>
 class GradientSync {
  public:
-  // group: the ranks holding replicas of `model` (built). shard: ZeRO-1 (the
-  // model's padded buffer divides evenly over the group).
+  // group: the ranks holding replicas of `model` (built).
   GradientSync(Context& ctx, comm::Communicator& group, Sequential<T>& model,
-               const GradSyncOptions& options, bool shard, bool loss_scaled);
+               const GradSyncOptions& options, bool loss_scaled);
 
   // A new step: nothing launched yet; info.comm_bytes will count the payload.
   void begin(StepInfo& info);
   // Backward hook: layer k's gradients and those of every later layer are
   // written (Sequential::backward's after_layer): launches the buckets they
-  // complete (with overlap; not when sharding).
+  // complete (with overlap).
   void layer_done(std::size_t k);
-  // Launches the rest and waits: the model's gradients hold the group's sum
-  // (sharding: this rank's block of the padded buffer does).
+  // Launches the rest and waits: the model's gradients hold the group's sum.
   void finish();
 
   // Buckets as [first, last) ranges of the flat gradient buffer, in launch order.
   const std::vector<std::pair<std::size_t, std::size_t>>& buckets() const { return buckets_; }
-  // This rank's block of the padded buffer (the whole buffer without sharding).
-  std::pair<std::size_t, std::size_t> owned() const { return owned_; }
   const GradSyncOptions& options() const { return options_; }
-  bool sharded() const { return shard_; }
 
  private:
   void launch(std::size_t b);
@@ -88,9 +80,7 @@ class GradientSync {
   comm::Communicator& group_;
   Sequential<T>& model_;
   GradSyncOptions options_;
-  bool shard_ = false;
   bool exact_ = false;  // the model's exact gradients travel (--reproducible)
-  std::pair<std::size_t, std::size_t> owned_;
   std::vector<std::pair<std::size_t, std::size_t>> buckets_;
   std::vector<comm::Handle> handles_;
   std::size_t launched_ = 0;

@@ -89,14 +89,13 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
   return bounds;
 }
 
-// What a stage is built for: its micro-batch, the micro-batches in flight,
-// padding for ZeRO-1's even shards, and the run's numerics.
+// What a stage is built for: its micro-batch, the micro-batches in flight
+// and the run's numerics (the ZeRO shards pad their own copies).
 BuildOptions stage_build(const ModelParallelOptions& options, std::size_t max_micro,
                          std::size_t slots) {
   BuildOptions b;
   b.max_batch = max_micro;
   b.slots = slots;
-  b.pad_multiple = options.zero == 1 ? static_cast<std::size_t>(options.mesh.dp) : 1;
   b.numerics.storage = options.precision;
   b.numerics.emulated = options.emulate_storage;
   b.numerics.exact_chunk = options.reproducible_chunk;
@@ -115,11 +114,20 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
   const std::size_t max_micro = (max_shard + M - 1) / M;
   const std::size_t dp = static_cast<std::size_t>(options.mesh.dp);
   const BuildOptions build = stage_build(options, max_micro, memory.slots);
-  const std::size_t n = stage.num_params(), pad = build.pad_multiple;
-  const std::size_t padded = (n + pad - 1) / pad * pad;
-  memory.params = memory.grads = padded * sizeof(T);
-  if (options.compression != GradCompression::none && dp > 1) memory.grads += n * 2;  // 16-bit buckets
-  const std::size_t updated = options.zero == 1 ? padded / dp : n;
+  const std::size_t n = stage.num_params();
+  memory.params = memory.grads = n * sizeof(T);
+  std::size_t updated = n;
+  if (options.zero >= 1 && dp > 1) {
+    // The shard (strategies/shard_map.hpp): its working values and padded
+    // gathers beside the parameters, its gradients and the copies they
+    // travel in beside the gradients.
+    const ShardMap map = shard_units(stage, options, options.mesh.dp);
+    updated = map.shard_size();
+    memory.params += (updated + map.uneven_padded()) * sizeof(T);
+    memory.grads += reduce_scatter_bytes(map, options, build.numerics.exact(), sizeof(T));
+  } else if (options.compression != GradCompression::none && dp > 1) {
+    memory.grads += n * 2;  // 16-bit buckets
+  }
   memory.optimizer = state_elements(optimizer, updated) * sizeof(T);
   memory.master = options.precision != Precision::fp32 ? updated * sizeof(T) : 0;
   memory.activations = stage.activation_bytes(build);
@@ -140,10 +148,11 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   validate_mesh(options.mesh, world.size());
   validate(optimizer);
   validate<T>(options, "model parallel");
-  validate(static_cast<const GradSyncOptions&>(options), options.zero == 1, options.loss_scaling);
+  validate(static_cast<const GradSyncOptions&>(options), options.loss_scaling);
   STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
   STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
-                 ": only ZeRO stage 1 (optimizer state sharding) is available");
+                 ": ZeRO stages 0 and 1 are available (1: optimizer state and gradient sums "
+                 "sharded)");
   STRATA_REQUIRE(max_shard > 0, config, "model parallel: batch size must be positive");
   STRATA_REQUIRE(options.reproducible_chunk == 0 || options.mesh.tp == 1 ||
                      options.reproducible_tp_chunk > 0,
@@ -206,7 +215,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   sharded_ = std::make_unique<ShardedOptimizer<T>>(ctx, *mesh_, *stage_, options, options,
                                                     options.zero, optimizer, *ties_);
   layout_ = std::make_unique<StageLayout<T>>(*mesh_, *stage_, *ties_, bounds_, std::move(full_sizes),
-                                             options.zero == 1);
+                                             sharded_->shards());
   if (all.classes > 0)  // the logits split over the tensor group by class
     loss_ = std::make_unique<VocabParallelCrossEntropy<T>>(mesh_->tp(), all.first_class, all.classes);
   else
@@ -365,16 +374,18 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
 template <class T>
 std::vector<T> ModelParallel<T>::full_params() {
   if (options_.precision == Precision::fp32) return layout_->gather(copy_to_host<T>(stage_->params()));
-  return layout_->gather(layout_->stage_state(sharded_->precision().master()));  // ZeRO-1: master blocks gathered
+  return layout_->gather(layout_->stage_state(sharded_->precision().master()));  // sharded: master shards gathered
 }
 
 template <class T>
 void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
   const std::vector<T> mine = layout_->scatter(full);
   copy_from_host<T>(mine, stage_->params());
-  if (options_.precision == Precision::fp32) return;
-  layout_->set_stage_state(sharded_->precision().master(), mine);
-  round_to_precision(ctx_, options_.precision, stage_->params());
+  if (options_.precision != Precision::fp32) {
+    layout_->set_stage_state(sharded_->precision().master(), mine);
+    round_to_precision(ctx_, options_.precision, stage_->params());
+  }
+  sharded_->params_changed();
 }
 
 template <class T>
@@ -396,7 +407,8 @@ void ModelParallel<T>::set_full_optimizer_state(int k, const std::vector<T>& ful
 
 template <class T>
 std::string ModelParallel<T>::layout() const {
-  std::string s = "mesh " + mesh_->shape().str() + (options_.zero ? ", ZeRO-1" : "") +
+  std::string s = "mesh " + mesh_->shape().str() +
+                  (options_.zero ? ", ZeRO-" + std::to_string(options_.zero) : std::string()) +
                   ", stages begin at layers ";
   for (std::size_t i = 0; i + 1 < bounds_.size(); ++i) s += (i ? "," : "") + std::to_string(bounds_[i]);
   return s;
@@ -404,35 +416,37 @@ std::string ModelParallel<T>::layout() const {
 
 template <class T>
 typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() {
-  // This data-parallel rank's part of the stage's values: [lo, hi), the
-  // block ZeRO-1 gives it (blocks of ceil(n / dp) values).
-  const std::size_t n = stage_->num_params();
-  const auto dp = static_cast<std::size_t>(mesh_->shape().dp);
-  const std::size_t per = (n + dp - 1) / dp;
-  const std::size_t lo = std::min(n, per * static_cast<std::size_t>(mesh_->dp_rank()));
-  const std::size_t hi = std::min(n, lo + per);
-  auto part = [&](Vector<T> v, std::size_t first) {  // v's values [lo, hi); v starts at `first`
-    return copy_to_host<T>(Vector<T>(Kokkos::subview(v, Kokkos::make_pair(lo - first, hi - first))));
-  };
-  // Mixed precision: the fp32 master weights (laid out like the optimizer
-  // state), not the working copy rounded to 16 bits.
-  const std::vector<T> params = options_.precision == Precision::fp32
-                                    ? part(stage_->params(), 0)
-                                    : part(sharded_->precision().master(), options_.zero == 1 ? lo : 0);
+  // This data-parallel rank's part of the stage's values: its pieces of the
+  // shard map (sharded: where its optimizer state and master weights are;
+  // else one unit of the whole stage, cut evenly over dp).
+  const ShardMap* shards = sharded_->shards();
+  const ShardMap whole({0, stage_->num_params()}, 0, mesh_->shape().dp);
+  const ShardMap& map = shards ? *shards : whole;
+  // Optimizer state and master weights: in shard order when sharded, else
+  // in the stage's flat order.
+  auto values = [&](Vector<T> v) { return copy_to_host<T>(v); };
+  const std::vector<T> flat_params = copy_to_host<T>(stage_->params());
+  const bool mixed = options_.precision != Precision::fp32;
+  // Mixed precision: the fp32 master weights, not the working copy rounded to 16 bits.
+  const std::vector<T> master = mixed ? values(sharded_->precision().master()) : std::vector<T>();
   std::vector<T> state[2];
   for (int k = 0; k < 2; ++k) {
     Vector<T> st = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
-    if (st.extent(0) > 0) state[k] = part(st, options_.zero == 1 ? lo : 0);
+    if (st.extent(0) > 0) state[k] = values(st);
   }
-  // Where each of them lies in the whole model.
   CheckpointShard out;
-  for (const auto& [k, at] : layout_->written(lo, hi)) {
-    if (out.ranges.empty() || out.ranges.back().first + out.ranges.back().second != at)
-      out.ranges.emplace_back(at, 0);
-    ++out.ranges.back().second;
-    out.params.push_back(params[k - lo]);
-    for (int s = 0; s < 2; ++s)
-      if (!state[s].empty()) (s == 0 ? out.opt0 : out.opt1).push_back(state[s][k - lo]);
+  for (const ShardPiece& piece : map.pieces(mesh_->dp_rank())) {
+    // Where values of the flat buffer are in the state (shard or flat order).
+    const std::size_t shift = shards ? piece.shard : piece.flat;
+    for (const auto& [k, at] : layout_->written(piece.flat, piece.flat + piece.count)) {
+      if (out.ranges.empty() || out.ranges.back().first + out.ranges.back().second != at)
+        out.ranges.emplace_back(at, 0);
+      ++out.ranges.back().second;
+      const std::size_t i = k - piece.flat + shift;
+      out.params.push_back(mixed ? master[i] : flat_params[k]);
+      for (int s = 0; s < 2; ++s)
+        if (!state[s].empty()) (s == 0 ? out.opt0 : out.opt1).push_back(state[s][i]);
+    }
   }
   return out;
 }

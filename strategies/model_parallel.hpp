@@ -15,9 +15,10 @@
 // ranks (strategies/tensor_parallel.hpp).
 //
 // Data parallelism over the dp ranks of each (stage, tensor shard): gradients
-// are summed after the last backward (or, with ZeRO-1, reduce-scattered: each
-// rank updates its 1/dp of the parameters and optimizer state, and the
-// updated parameters are all-gathered).
+// are summed in buckets during the last backward (or, with ZeRO, reduce-
+// scattered unit by unit: each rank updates its 1/dp shard of the parameters
+// and optimizer state, and the updated shards are all-gathered;
+// strategies/sharded_optimizer.hpp).
 //
 // Every configuration starts from the parameters single-rank training of the
 // whole model would (each shard is cut from the single-rank initialisation)
@@ -50,10 +51,10 @@ enum class Balance { params, flops };
 Balance parse_balance(const std::string& name);  // throws config
 const char* to_string(Balance balance);
 
-// Precision, clipping and loss scaling: MixedPrecisionOptions (with ZeRO-1
+// Precision, clipping and loss scaling: MixedPrecisionOptions (with ZeRO
 // the fp32 master weights are sharded with the optimizer state); gradient
-// buckets, overlap and compression over the data-parallel group:
-// GradSyncOptions (with ZeRO-1: one reduce-scatter, uncompressed).
+// buckets (with ZeRO: the units of the shards), overlap and compression over
+// the data-parallel group: GradSyncOptions.
 struct ModelParallelOptions : MixedPrecisionOptions, GradSyncOptions {
   MeshShape mesh;
   std::size_t micro_batches = 1;

@@ -1,5 +1,6 @@
 #include "strategies/sharded_optimizer.hpp"
 
+#include "backends/host_copy.hpp"
 #include "strategies/tensor_parallel.hpp"
 
 #include <algorithm>
@@ -14,19 +15,42 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
                                       const GradSyncOptions& sync, int zero,
                                       const OptimizerConfig& config, const StageTies<T>& ties)
     : ctx_(ctx), mesh_(mesh), stage_(stage), zero_(zero) {
-  // Gradient sums over the data-parallel group (buckets during the last
-  // backward; with ZeRO-1 a reduce-scatter onto this rank's block).
-  sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_.dp(), stage_, sync, zero == 1,
-                                            precision.loss_scaling);
-  owned_ = sync_->owned();  // the whole stage when unsharded or dp is 1
-  const std::size_t updated = owned_.second - owned_.first;
-  optimizer_ = std::make_unique<Optimizer<T>>(config, updated);
-  if (config.no_decay_bias_norm)
-    optimizer_->set_no_decay(no_decay_ranges(stage_.parameters(), owned_.first, updated));
-  mixed_ = std::make_unique<MixedPrecision<T>>(ctx, precision,
-                                               Kokkos::subview(stage_.padded_params(), owned_));
-  // The working weights outside this rank's block are rounded too (the
-  // block's owner rounds the same values the same way).
+  Vector<T> updated;  // the working values this rank's optimizer updates
+  std::vector<std::pair<std::size_t, std::size_t>> no_decay;
+  if (zero >= 1 && mesh_.dp().size() > 1) {
+    rs_ = std::make_unique<GradientReduceScatter<T>>(ctx, mesh_.dp(), stage_, sync,
+                                                     precision.loss_scaling);
+    const ShardMap& map = rs_->map();
+    const int r = mesh_.dp_rank();
+    shard_params_ = VectorBuffer<T>("strata::zero::shard_params", map.shard_size());
+    copy_from_host<T>(map.to_shard(copy_to_host<T>(stage_.params()), r), shard_params_);
+    updated = shard_params_;
+    grads_ = rs_->shard_grads();
+    if (config.no_decay_bias_norm) {
+      const std::vector<ParamInfo> params = stage_.parameters();
+      for (const ShardPiece& p : map.pieces(r))
+        for (const auto& [lo, hi] : no_decay_ranges(params, p.flat, p.count))
+          no_decay.push_back({p.shard + lo, p.shard + hi});
+    }
+    // Units the group does not divide are gathered into a padded copy.
+    const auto ranks = static_cast<std::size_t>(mesh_.dp().size());
+    std::size_t padded = 0;
+    for (const ShardUnit& u : map.units()) {
+      gather_at_.push_back(u.size() % ranks == 0 ? SIZE_MAX : padded);
+      if (u.size() % ranks != 0) padded += u.slice * ranks;
+    }
+    gather_pad_ = VectorBuffer<T>("strata::zero::gather_padded", padded);
+  } else {
+    sync_ = std::make_unique<GradientSync<T>>(ctx, mesh_.dp(), stage_, sync, precision.loss_scaling);
+    updated = stage_.params();
+    grads_ = stage_.grads();
+    if (config.no_decay_bias_norm) no_decay = no_decay_ranges(stage_.parameters(), 0, stage_.num_params());
+  }
+  optimizer_ = std::make_unique<Optimizer<T>>(config, updated.extent(0));
+  if (config.no_decay_bias_norm) optimizer_->set_no_decay(no_decay);
+  mixed_ = std::make_unique<MixedPrecision<T>>(ctx, precision, updated);
+  // The working weights outside this rank's shard are rounded too (the
+  // shard's owner rounds the same values the same way).
   if (precision.precision != Precision::fp32) {
     round_to_precision(ctx, precision.precision, stage_.padded_params());
     stage_.set_weights_rounded(true);  // 16-bit-input GEMMs (cuBLAS)
@@ -35,22 +59,38 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
 }
 
 template <class T>
+std::size_t ShardedOptimizer<T>::shard_bytes() const {
+  if (!rs_) return 0;
+  return rs_->bytes() + (shard_params_.extent(0) + gather_pad_.extent(0)) * sizeof(T);
+}
+
+template <class T>
+void ShardedOptimizer<T>::begin(StepInfo& info) {
+  if (rs_) rs_->begin(info);
+  else sync_->begin(info);
+}
+
+template <class T>
+void ShardedOptimizer<T>::layer_done(std::size_t k) {
+  if (rs_) rs_->layer_done(k);
+  else sync_->layer_done(k);
+}
+
+template <class T>
 void ShardedOptimizer<T>::count_gradients(const StageTies<T>& ties) {
   // Replicas over the data-parallel group (summed gradients are identical
-  // there, unless ZeRO-1 gives each rank its own block) and over the tensor
-  // group (unsharded layers, RowParallelLinear's bias) count on rank 0 of
-  // the group only.
-  const bool dp_counts = zero_ == 1 || mesh_.dp_rank() == 0;
+  // there, unless sharding gives each rank its own shard) and over the
+  // tensor group (unsharded layers, RowParallelLinear's bias) count on rank
+  // 0 of the group only.
+  const bool dp_counts = rs_ || mesh_.dp_rank() == 0;
   const bool tp_first = mesh_.tp_rank() == 0;
   counted_.clear();
   if (!dp_counts) return;
+  std::vector<std::pair<std::size_t, std::size_t>> flat;  // in the stage's flat order
   auto count = [&](std::size_t first, std::size_t last) {
-    // Within this rank's ZeRO-1 block (the whole stage without ZeRO).
-    first = std::max(first, owned_.first);
-    last = std::min(last, owned_.second);
     if (first >= last) return;
-    if (!counted_.empty() && counted_.back().second == first) counted_.back().second = last;
-    else counted_.push_back({first, last});
+    if (!flat.empty() && flat.back().second == first) flat.back().second = last;
+    else flat.push_back({first, last});
   };
   for (std::size_t i = 0; i < stage_.num_layers(); ++i) {
     std::size_t first = stage_.param_offset(i);
@@ -66,6 +106,16 @@ void ShardedOptimizer<T>::count_gradients(const StageTies<T>& ties) {
     for (std::size_t k = 0; k < once.size(); ++k)
       if (once[k]) count(first + k, first + k + 1);
   }
+  if (!rs_) {
+    counted_ = std::move(flat);
+    return;
+  }
+  // Sharded: the counted values within this rank's pieces, in shard order.
+  for (const ShardPiece& p : rs_->map().pieces(mesh_.dp_rank()))
+    for (const auto& [first, last] : flat) {
+      const std::size_t lo = std::max(first, p.flat), hi = std::min(last, p.flat + p.count);
+      if (lo < hi) counted_.push_back({p.shard + lo - p.flat, p.shard + hi - p.flat});
+    }
 }
 
 template <class T>
@@ -75,39 +125,67 @@ double ShardedOptimizer<T>::unique_sumsq() {
     // exact sums: the same bits however the model is cut.
     double largest = 0;
     for (const auto& r : counted_)
-      largest = std::max(largest, largest_magnitude<T>(ctx_, Kokkos::subview(stage_.padded_grads(), r)));
+      largest = std::max(largest, largest_magnitude<T>(ctx_, Kokkos::subview(grads_, r)));
     largest = mesh_.world().allreduce_value(largest, comm::ReduceOp::max);
     if (!(largest > 0) || !std::isfinite(largest)) return largest * largest;
     const int e = squares_scale(largest);
     ExactSum sum;
     for (const auto& r : counted_)
-      sum += scaled_sum_of_squares<T>(ctx_, Kokkos::subview(stage_.padded_grads(), r), e);
+      sum += scaled_sum_of_squares<T>(ctx_, Kokkos::subview(grads_, r), e);
     return std::ldexp(mesh_.world().allreduce_exact(sum).value(), 2 * e);
   }
   double sum = 0;
-  for (const auto& r : counted_)
-    sum += sum_of_squares<T>(ctx_, Kokkos::subview(stage_.padded_grads(), r));
+  for (const auto& r : counted_) sum += sum_of_squares<T>(ctx_, Kokkos::subview(grads_, r));
   return sum;
 }
 
 template <class T>
 void ShardedOptimizer<T>::step(StepInfo& info) {
-  comm::Communicator& dp = mesh_.dp();
-  Vector<T> params = stage_.padded_params();
-  Vector<T> my_grads = Kokkos::subview(stage_.padded_grads(), owned_);
-  // ZeRO-1: each rank has the sum of one block of the padded flat buffers,
-  // updates it, then everyone gathers the updated parameters.
-  sync_->finish();
+  if (rs_) rs_->finish();
+  else sync_->finish();
   // Clipping and the skip decision of loss scaling need the norm of the
   // whole model's gradients: every rank adds its share, and all agree.
   std::optional<double> sumsq;
   if (mixed_->fused() && mesh_.world().size() > 1)
     sumsq = ctx_.reproducible ? unique_sumsq() : mesh_.world().allreduce_value(unique_sumsq());
-  mixed_->step(ctx_, *optimizer_, my_grads, info, sumsq);
-  if (zero_ == 1 && dp.size() > 1) {
-    ctx_.exec.fence();
-    dp.allgather(Vector<T>(Kokkos::subview(params, owned_)), params);
+  mixed_->step(ctx_, *optimizer_, grads_, info, sumsq);
+  if (rs_) gather_params();
+}
+
+template <class T>
+void ShardedOptimizer<T>::gather_params() {
+  // Every unit's updated slices, from every rank, into the stage's
+  // parameters: all launched, then waited for.
+  comm::Communicator& dp = mesh_.dp();
+  const auto& units = rs_->map().units();
+  T* params = stage_.params().data();
+  ctx_.exec.fence();  // the optimizer's update is complete
+  std::vector<comm::Handle> handles;
+  handles.reserve(units.size());
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const ShardUnit& unit = units[u];
+    if (unit.size() == 0) continue;
+    T* recv = gather_at_[u] == SIZE_MAX ? params + unit.first : gather_pad_.data() + gather_at_[u];
+    handles.push_back(dp.iallgather(shard_params_.data() + unit.shard, recv, unit.slice,
+                                    comm::data_type_of<T>()));
   }
+  for (auto& h : handles) h.wait();
+  for (std::size_t u = 0; u < units.size(); ++u)
+    if (gather_at_[u] != SIZE_MAX && units[u].size() > 0)
+      Kokkos::deep_copy(ctx_.exec, Vector<T>(params + units[u].first, units[u].size()),
+                        ConstVector<T>(gather_pad_.data() + gather_at_[u], units[u].size()));
+}
+
+template <class T>
+void ShardedOptimizer<T>::params_changed() {
+  if (!rs_) return;
+  if (mixed_->master().data() != shard_params_.data()) {
+    mixed_->sync_working(ctx_);  // the master weights were written
+    return;
+  }
+  ctx_.exec.fence();
+  copy_from_host<T>(rs_->map().to_shard(copy_to_host<T>(stage_.params()), mesh_.dp_rank()),
+                    shard_params_);
 }
 
 template class ShardedOptimizer<float>;

@@ -13,9 +13,9 @@ namespace strata {
 template <class T>
 StageLayout<T>::StageLayout(Mesh& mesh, Sequential<T>& stage, const StageTies<T>& ties,
                             std::vector<std::size_t> bounds, std::vector<std::size_t> full_sizes,
-                            bool zero)
+                            const ShardMap* shards)
     : mesh_(mesh), stage_(stage), ties_(ties), bounds_(std::move(bounds)),
-      full_sizes_(std::move(full_sizes)), zero_(zero) {}
+      full_sizes_(std::move(full_sizes)), shards_(shards) {}
 
 template <class T>
 std::vector<T> StageLayout<T>::gather(const std::vector<T>& stage_values) {
@@ -87,25 +87,19 @@ std::vector<T> StageLayout<T>::scatter(const std::vector<T>& full) const {
 template <class T>
 std::vector<T> StageLayout<T>::stage_state(Vector<T> state) {
   std::vector<T> mine = copy_to_host<T>(state);
-  if (zero_) {  // every rank's block of the padded buffer
+  if (shards_) {  // every rank's shard
     comm::Communicator& dp = mesh_.dp();
-    std::vector<T> padded(mine.size() * static_cast<std::size_t>(dp.size()));
-    dp.allgather(mine.data(), padded.data(), mine.size(), comm::data_type_of<T>());
-    padded.resize(stage_.num_params());
-    return padded;
+    std::vector<T> all(mine.size() * static_cast<std::size_t>(dp.size()));
+    dp.allgather(mine.data(), all.data(), mine.size(), comm::data_type_of<T>());
+    return shards_->to_flat(all);
   }
   return mine;
 }
 
 template <class T>
 void StageLayout<T>::set_stage_state(Vector<T> state, const std::vector<T>& stage_values) const {
-  if (zero_) {
-    const std::size_t per = state.extent(0);
-    std::vector<T> block(per, T(0));
-    const std::size_t first = per * static_cast<std::size_t>(mesh_.dp_rank());
-    for (std::size_t i = 0; i < per && first + i < stage_values.size(); ++i)
-      block[i] = stage_values[first + i];
-    copy_from_host<T>(block, state);
+  if (shards_) {
+    copy_from_host<T>(shards_->to_shard(stage_values, mesh_.dp_rank()), state);
     return;
   }
   copy_from_host<T>(stage_values, state);

@@ -1,6 +1,6 @@
 // A pipeline stage's values and the whole model's single-rank layout:
 // stages concatenated in order, tensor shards assembled, the copy of a tied
-// weight left out (its original is in the layout), ZeRO-1 blocks joined.
+// weight left out (its original is in the layout), ZeRO shards joined.
 // Parameters, optimizer state, buffers and checkpoints of any mesh pass
 // through it, so that any mesh resumes any other's checkpoint
 // (docs/design-notes.md, "state in single-rank layout").
@@ -8,6 +8,7 @@
 
 #include "layers/sequential.hpp"
 #include "strategies/mesh.hpp"
+#include "strategies/shard_map.hpp"
 #include "strategies/stage_ties.hpp"
 
 #include <cstddef>
@@ -22,18 +23,19 @@ template <class T>
 class StageLayout {
  public:
   // stage: pipeline rank p's layers [bounds[p], bounds[p + 1]) of the whole
-  // model, whose layers have full_sizes single-rank parameters each; zero:
-  // optimizer state and master weights in ZeRO-1 blocks over dp.
+  // model, whose layers have full_sizes single-rank parameters each; shards:
+  // how optimizer state and master weights are sharded over dp (nullptr: not).
   StageLayout(Mesh& mesh, Sequential<T>& stage, const StageTies<T>& ties,
-              std::vector<std::size_t> bounds, std::vector<std::size_t> full_sizes, bool zero);
+              std::vector<std::size_t> bounds, std::vector<std::size_t> full_sizes,
+              const ShardMap* shards);
 
   // The whole model in single-rank layout from every stage's values (stage
   // layout, host; collective over the world).
   std::vector<T> gather(const std::vector<T>& stage_values);
   // This stage's values (stage layout) from the whole model's.
   std::vector<T> scatter(const std::vector<T>& full) const;
-  // A buffer laid out like the optimizer state (ZeRO-1: this rank's block)
-  // in stage layout (blocks gathered over dp), and back.
+  // A buffer laid out like the optimizer state (sharded: this rank's shard)
+  // in stage layout (shards gathered over dp), and back.
   std::vector<T> stage_state(Vector<T> state);
   void set_stage_state(Vector<T> state, const std::vector<T>& stage_values) const;
 
@@ -55,7 +57,7 @@ class StageLayout {
   Sequential<T>& stage_;
   const StageTies<T>& ties_;
   std::vector<std::size_t> bounds_, full_sizes_;
-  bool zero_;
+  const ShardMap* shards_;
 };
 
 }  // namespace strata

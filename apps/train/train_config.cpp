@@ -348,7 +348,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "pipeline: first layer index of stages 1.. (e.g. 2,4; default: balanced)");
   app.add_option("--balance", c.balance, "pipeline: balance stages by params | flops")
       ->capture_default_str();
-  app.add_option("--zero", c.zero, "1: shard optimizer state over data-parallel ranks (ZeRO-1)")
+  app.add_option("--zero", c.zero,
+                 "1: shard optimizer state and gradient sums over data-parallel ranks (ZeRO-1; "
+                 "reduce-scattered in units of --bucket-mb during backward)")
       ->check(CLI::Range(0, 1));
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "refuse to start when a rank needs more MiB for parameters, gradients, "
@@ -453,7 +455,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   {
     GradSyncOptions sync;
     sync.compression = parse_grad_compression(c.grad_compression);
-    validate(sync, c.zero == 1, loss_scaling(c));
+    validate(sync, loss_scaling(c));
   }
   // Validates the optimizer settings now rather than after loading data.
   validate(c.optimizer);

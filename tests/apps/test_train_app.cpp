@@ -845,7 +845,6 @@ TEST_F(TrainApp, MixedPrecisionOptions) {
            {"--grad-compression int8", "--grad-compression"},
            {"--clip-grad-norm -1", "--clip-grad-norm"},
            {"--loss-scale static", "--loss-scale"},
-           {"--grad-compression bf16 --zero 1 --ranks 2", "--zero 1"},
            {"--grad-compression fp16 --ranks 2", "fp16 without loss scaling"}}) {
     auto bad = train("--dataset synthetic --layers 10,32,3 --steps 1 " + args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.output;

@@ -9,6 +9,7 @@
 #include "backends/comm/self.hpp"
 #include "backends/ranks.hpp"
 #include "dp_harness.hpp"
+#include "strategies/shard_map.hpp"
 #include "strategies/strategy_kind.hpp"
 #include "strategies/vocab_parallel.hpp"
 
@@ -742,6 +743,98 @@ TEST(Mesh, GradientBucketsOverlapAndCompressionAsInDataParallelism) {
     EXPECT_LT(dp, 5e-3) << to_string(g);
     EXPECT_EQ(r.comm_bytes * 2, tiny.comm_bytes) << to_string(g);
   }
+}
+
+// ZeRO-1 reduce-scatters the gradients unit by unit during backward
+// (strategies/shard_map.hpp): units of whole layers, the uneven ones (a
+// size dp does not divide) through padded copies. Oracles: single-rank
+// training (1e-5: float sums in another order over 20 steps), and the one-unit
+// run bitwise where the sum of two ranks cannot depend on the split.
+TEST(Mesh, ShardedGradientsInUnitsMatchSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c;
+  const auto single = test::train_single(c);
+  for (int dp : {2, 3}) {
+    auto o = mesh(dp, 1, 1);
+    o.zero = 1;
+    o.bucket_bytes = 0;  // one unit
+    const auto whole = on_threads(dp, c, o);
+    EXPECT_EQ(test::compare(whole, single, 1e-5), "") << "dp" << dp << ", one unit";
+    for (std::size_t bytes : {std::size_t(64), std::size_t(1024)}) {
+      for (bool overlap : {true, false}) {
+        auto b = o;
+        b.bucket_bytes = bytes;  // 64: a unit per layer with parameters (sizes 8x..., odd biases)
+        b.overlap = overlap;
+        const auto r = on_threads(dp, c, b);
+        EXPECT_EQ(test::compare(r, single, 1e-5), "") << "dp" << dp << ", " << bytes << "-byte units";
+        if (dp == 2) EXPECT_EQ(r.params, whole.params) << bytes << "-byte units, overlap " << overlap;
+      }
+    }
+  }
+  // Compression joins sharding: the units travel in 16 bits (half the bytes
+  // of the same padded units in fp32).
+  auto plain = mesh(2, 1, 1);
+  plain.zero = 1;
+  plain.bucket_bytes = 64;
+  const std::size_t fp32_bytes = on_threads(2, c, plain).comm_bytes;
+  for (GradCompression g : {GradCompression::bf16, GradCompression::fp16}) {
+    auto z = plain;
+    z.compression = g;
+    z.loss_scaling = g == GradCompression::fp16;
+    z.scaler.init_scale = 1024;  // as in test_data_parallel.cpp: no step skipped
+    const auto r = on_threads(2, c, z);
+    const auto [dl, dp] = test::deviation_of_largest(r, single);
+    std::printf("ZeRO-1 dp2, compression %s: loss deviation %.2e, parameter deviation %.2e\n",
+                to_string(g), dl, dp);
+    // As the allreduce's compression above: bf16 keeps 8 bits of each sum.
+    EXPECT_LT(dl, 2e-3) << to_string(g);
+    EXPECT_LT(dp, 5e-3) << to_string(g);
+    EXPECT_EQ(r.comm_bytes * 2, fp32_bytes) << to_string(g);
+  }
+}
+
+// Units are runs of whole layers closed from the last layer once they hold
+// the unit size; a rank's pieces and the shard round trip. Oracle: the
+// layout worked by hand.
+TEST(ShardMap, UnitsOfWholeLayersAndPiecesThatCoverTheBufferOnce) {
+  // Layers of 5, 0, 4 and 11 values; units of at least 4; 3 ranks.
+  const ShardMap m({0, 5, 5, 9, 20}, 4, 3);
+  ASSERT_EQ(m.units().size(), 3u);
+  EXPECT_EQ(m.units()[0].first, 0u);
+  EXPECT_EQ(m.units()[0].last, 5u);
+  EXPECT_EQ(m.units()[0].first_layer, 0u);
+  EXPECT_EQ(m.units()[0].last_layer, 2u);  // the empty layer 1 joins it
+  EXPECT_EQ(m.units()[1].first, 5u);
+  EXPECT_EQ(m.units()[1].last, 9u);
+  EXPECT_EQ(m.units()[2].first, 9u);
+  EXPECT_EQ(m.units()[2].last, 20u);
+  // Slices ceil(5/3) = 2, ceil(4/3) = 2, ceil(11/3) = 4.
+  EXPECT_EQ(m.shard_size(), 8u);
+  EXPECT_EQ(m.uneven_padded(), 6u + 6u + 12u);
+  const std::vector<ShardPiece> p2 = m.pieces(2);  // [4, 5) [9, 9) none, [17, 20)
+  ASSERT_EQ(p2.size(), 2u);
+  EXPECT_EQ(p2[0].flat, 4u);
+  EXPECT_EQ(p2[0].count, 1u);
+  EXPECT_EQ(p2[0].shard, 0u);
+  EXPECT_EQ(p2[1].flat, 17u);
+  EXPECT_EQ(p2[1].count, 3u);
+  EXPECT_EQ(p2[1].shard, 4u);
+  std::vector<int> covered(20, 0);
+  for (int r = 0; r < 3; ++r)
+    for (const ShardPiece& p : m.pieces(r))
+      for (std::size_t i = 0; i < p.count; ++i) ++covered[p.flat + i];
+  EXPECT_EQ(covered, std::vector<int>(20, 1));
+  std::vector<double> flat(20);
+  for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<double>(i) + 0.5;
+  std::vector<double> all;
+  for (int r = 0; r < 3; ++r) {
+    const auto s = m.to_shard(flat, r);
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  EXPECT_EQ(m.to_flat(all), flat);
+  EXPECT_EQ(m.to_shard(flat, 2)[3], 0.0);  // padding
+  // No unit size: one unit for everything.
+  EXPECT_EQ(ShardMap({0, 5, 5, 9, 20}, 0, 3).units().size(), 1u);
 }
 
 TEST(Mesh, GroupsFollowTheDocumentedLayout) {

@@ -84,9 +84,20 @@ Layout mesh_layout(std::size_t chunk, int dp, int pp, int tp, std::size_t micro,
   return {name, dp * pp * tp, 1, o};
 }
 
-// Pipelines of 2 and 3 stages (GPipe, 1F1B), ZeRO-1, a dp2 x pp2 mesh.
+// ZeRO-1 over 3 ranks in units of whole layers of at least 16 values: the
+// gradients reduce-scattered unit by unit, uneven units through padded copies.
+Layout sharded_in_units(std::size_t chunk) {
+  Layout l = mesh_layout(chunk, 3, 1, 1, 1, Schedule::one_f_one_b, 1);
+  l.options.mesh.bucket_bytes = 64;
+  l.name += ", 64-byte units";
+  return l;
+}
+
+// Pipelines of 2 and 3 stages (GPipe, 1F1B), ZeRO-1 (one unit, and units of
+// layers over 3 ranks), a dp2 x pp2 mesh.
 std::vector<Layout> model_parallel_layouts(std::size_t chunk) {
-  return {mesh_layout(chunk, 1, 2, 1, 3, Schedule::gpipe),
+  return {sharded_in_units(chunk),
+          mesh_layout(chunk, 1, 2, 1, 3, Schedule::gpipe),
           mesh_layout(chunk, 1, 2, 1, 4),
           mesh_layout(chunk, 1, 3, 1, 2),
           mesh_layout(chunk, 2, 1, 1, 1, Schedule::one_f_one_b, 1),
