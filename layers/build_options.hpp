@@ -14,6 +14,7 @@
 #include "backends/precision.hpp"
 
 #include <cstddef>
+#include <vector>
 
 namespace strata {
 
@@ -46,11 +47,25 @@ struct Numerics {
   }
 };
 
+// A run of layers [first_layer, last_layer) whose parameter gradients live in
+// gradient buffer `buffer` (from its start, padded with zeros to a multiple
+// of BuildOptions::pad_multiple). Units sharing a buffer take turns in it:
+// ZeRO-2 keeps a unit's gradients only until they are reduce-scattered
+// (strategies/gradient_reduce_scatter.hpp).
+struct GradUnit {
+  std::size_t first_layer = 0, last_layer = 0;
+  std::size_t buffer = 0;
+};
+
 struct BuildOptions {
   std::size_t max_batch = 1;     // rows of the largest forward
   std::size_t slots = 1;         // micro-batches in flight (pipeline schedules)
-  std::size_t pad_multiple = 1;  // flat buffers padded to a multiple (sharded optimizers)
+  std::size_t pad_multiple = 1;  // buffers padded to a multiple (sharded optimizers)
   Numerics numerics;
+  // Empty: one flat gradient buffer. Else units covering every layer in
+  // order, and the gradients in their buffers (not with exact sums, whose
+  // twin follows the flat buffer).
+  std::vector<GradUnit> grad_units;
 };
 
 }  // namespace strata

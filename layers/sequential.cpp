@@ -241,8 +241,31 @@ void Sequential<T>::build(const BuildOptions& o) {
   const std::size_t n = num_params();
   const std::size_t padded = (n + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple;
   params_ = VectorBuffer<T>("strata::params", padded);
-  grads_owner_ = VectorBuffer<T>("strata::grads", padded);
-  grads_ = grads_owner_;
+  pad_multiple_ = o.pad_multiple;
+  if (o.grad_units.empty()) {
+    grads_owner_ = VectorBuffer<T>("strata::grads", padded);
+    grads_ = grads_owner_;
+  } else {
+    STRATA_REQUIRE(!nm.exact(), config, "Sequential: gradient units with exact sums (the exact "
+                   "twin follows one flat gradient buffer)");
+    std::vector<std::size_t> sizes;
+    std::size_t next = 0;
+    for (const GradUnit& u : o.grad_units) {
+      STRATA_REQUIRE(u.first_layer == next && u.last_layer > u.first_layer &&
+                         u.last_layer <= layers_.size(),
+                     config, "Sequential: gradient unit of layers [", u.first_layer, ", ",
+                     u.last_layer, ") after layer ", next, " of ", layers_.size());
+      next = u.last_layer;
+      if (sizes.size() <= u.buffer) sizes.resize(u.buffer + 1, 0);
+      const std::size_t n = offsets_[u.last_layer] - offsets_[u.first_layer];
+      sizes[u.buffer] = std::max(sizes[u.buffer], (n + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple);
+    }
+    STRATA_REQUIRE(next == layers_.size(), config, "Sequential: gradient units cover layers [0, ",
+                   next, ") of ", layers_.size());
+    grad_units_ = o.grad_units;
+    for (std::size_t b = 0; b < sizes.size(); ++b)
+      grad_buffers_.emplace_back("strata::unit_grads", sizes[b]);
+  }
   bind_layers();
   if (nm.exact()) exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * padded);
   dout_.clear();
@@ -290,18 +313,49 @@ template <class T>
 void Sequential<T>::bind_layers() {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const auto slice = Kokkos::make_pair(offsets_[i], offsets_[i + 1]);
-    layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice), Kokkos::subview(grads_, slice));
+    layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice), grads(offsets_[i], offsets_[i + 1]));
   }
   for (const Tie& t : ties_) {
     const auto slice = Kokkos::make_pair(t.offset, t.offset + t.size);
     capability<TiedWeight<T>>(*layers_[t.layer])->bind_tied(Kokkos::subview(Vector<T>(params_), slice),
-                                Kokkos::subview(grads_, slice));
+                                grads(t.offset, t.offset + t.size));
   }
+}
+
+template <class T>
+Vector<T> Sequential<T>::flat_grads() const {
+  STRATA_REQUIRE(grad_units_.empty(), config, "Sequential: the gradients are in units "
+                 "(BuildOptions::grad_units), not in one flat buffer");
+  return grads_;
+}
+
+template <class T>
+Vector<T> Sequential<T>::grads(std::size_t first, std::size_t last) const {
+  STRATA_REQUIRE(first <= last && last <= num_params(), config, "Sequential: gradients [", first,
+                 ", ", last, ") of ", num_params());
+  if (grad_units_.empty()) return Kokkos::subview(grads_, Kokkos::make_pair(first, last));
+  if (first == last) return Vector<T>(grad_buffers_.front().data(), 0);
+  for (const GradUnit& u : grad_units_) {
+    const std::size_t lo = offsets_[u.first_layer], hi = offsets_[u.last_layer];
+    if (first >= lo && last <= hi && (first < hi || lo == hi))
+      return Vector<T>(grad_buffers_[u.buffer].data() + (first - lo), last - first);
+  }
+  STRATA_THROW(config, "Sequential: gradients [", first, ", ", last, ") span two gradient units");
+}
+
+template <class T>
+Vector<T> Sequential<T>::unit_grads(std::size_t u) const {
+  STRATA_REQUIRE(u < grad_units_.size(), config, "Sequential: gradient unit ", u, " of ",
+                 grad_units_.size());
+  const GradUnit& g = grad_units_[u];
+  const std::size_t n = offsets_[g.last_layer] - offsets_[g.first_layer];
+  return Vector<T>(grad_buffers_[g.buffer].data(), (n + pad_multiple_ - 1) / pad_multiple_ * pad_multiple_);
 }
 
 template <class T>
 void Sequential<T>::use_grad_storage(Vector<T> storage) {
   STRATA_REQUIRE(built_, config, "Sequential: use_grad_storage() before build()");
+  STRATA_REQUIRE(grad_units_.empty(), config, "Sequential: use_grad_storage() with gradient units");
   STRATA_REQUIRE(storage.extent(0) >= grads_.extent(0), config, "Sequential: gradient storage of ",
                  storage.extent(0), " elements for ", grads_.extent(0));
   Vector<T> target(storage.data(), grads_.extent(0));
@@ -431,6 +485,10 @@ void Sequential<T>::zero_grad(Context& ctx) {
   T* g = grads_.data();
   for_range(ctx, "strata::zero_grad", grads_.extent(0),
             KOKKOS_LAMBDA(const std::size_t i) { g[i] = T(0); });
+  for (const auto& b : grad_buffers_) {
+    T* u = b.data();
+    for_range(ctx, "strata::zero_grad", b.extent(0), KOKKOS_LAMBDA(const std::size_t i) { u[i] = T(0); });
+  }
   if (numerics_.exact()) {
     double* e = exact_.data();
     for_range(ctx, "strata::zero_exact_grad", exact_.extent(0),
@@ -536,7 +594,7 @@ std::string Sequential<T>::first_nonfinite(Context& ctx) const {
   }
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const std::size_t n = offsets_[i + 1] - offsets_[i];
-    if (n > 0 && detail::count_nonfinite(ctx, grads_.data() + offsets_[i], n) > 0)
+    if (n > 0 && detail::count_nonfinite(ctx, grads(offsets_[i], offsets_[i + 1]).data(), n) > 0)
       return "the parameter gradients of " + where(i);
   }
   return "";

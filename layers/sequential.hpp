@@ -163,6 +163,13 @@ class Sequential {
   // the tying layer's weight would have, the name of the weight it uses),
   // e.g. ("lm_head.weight", "wte.weight").
   std::vector<std::pair<std::string, std::string>> tied_weights() const;
+  // The flat ranges of the weights that later layers use (their gradients
+  // arrive while those layers run backward).
+  std::vector<std::pair<std::size_t, std::size_t>> tied_ranges() const {
+    std::vector<std::pair<std::size_t, std::size_t>> r;
+    for (const Tie& t : ties_) r.push_back({t.offset, t.offset + t.size});
+    return r;
+  }
   // Every buffer of the model (full names) with its values, and back:
   // write_buffers throws config naming a buffer the model has and `values`
   // lacks, or one of another size; names the model lacks are errors too.
@@ -181,10 +188,19 @@ class Sequential {
   std::size_t param_offset(std::size_t i) const { return offsets_[i]; }
 
   // The flat buffers without padding (num_params() elements) and with it.
+  // The gradients are flat unless the model was built with gradient units
+  // (then grads() and padded_grads() throw; see grads(first, last)).
   Vector<T> params() const { return Vector<T>(params_.data(), num_params()); }
-  Vector<T> grads() const { return Vector<T>(grads_.data(), num_params()); }
+  Vector<T> grads() const { return Vector<T>(flat_grads().data(), num_params()); }
   Vector<T> padded_params() const { return params_; }
-  Vector<T> padded_grads() const { return grads_; }
+  Vector<T> padded_grads() const { return flat_grads(); }
+  // Where the gradients of the flat values [first, last) are, flat or in a
+  // gradient unit (throws config for a range across two units).
+  Vector<T> grads(std::size_t first, std::size_t last) const;
+  // Gradient units (BuildOptions::grad_units): unit u's buffer, its
+  // gradients followed by zeros up to a multiple of pad_multiple.
+  const std::vector<GradUnit>& grad_units() const { return grad_units_; }
+  Vector<T> unit_grads(std::size_t u) const;
 
   // Moves the flat gradient buffer into `storage` (at least
   // padded_grads().extent(0) elements, host or device memory as MemSpace;
@@ -216,6 +232,7 @@ class Sequential {
 
  private:
   void bind_layers();
+  Vector<T> flat_grads() const;
   void allocate_activations();
   std::vector<bool> kept_outputs() const;
   std::size_t saved_per_slot(std::size_t max_batch) const;  // Layer::saved_size of all
@@ -240,6 +257,9 @@ class Sequential {
   bool weights_rounded_ = false;  // set_weights_rounded
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
+  std::vector<GradUnit> grad_units_;         // or gradients in units:
+  std::vector<VectorBuffer<T>> grad_buffers_;  // their buffers
+  std::size_t pad_multiple_ = 1;
   Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage

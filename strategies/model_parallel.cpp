@@ -89,10 +89,12 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
   return bounds;
 }
 
-// What a stage is built for: its micro-batch, the micro-batches in flight
-// and the run's numerics (the ZeRO shards pad their own copies).
-BuildOptions stage_build(const ModelParallelOptions& options, std::size_t max_micro,
-                         std::size_t slots) {
+// What a stage is built for: its micro-batch, the micro-batches in flight,
+// the run's numerics, and with ZeRO-2 its gradient units (padded to the
+// data-parallel group; not under exact sums, whose twin is flat).
+template <class T>
+BuildOptions stage_build(const Sequential<T>& stage, const ModelParallelOptions& options,
+                         std::size_t max_micro, std::size_t slots, bool holds, std::size_t held) {
   BuildOptions b;
   b.max_batch = max_micro;
   b.slots = slots;
@@ -100,12 +102,17 @@ BuildOptions stage_build(const ModelParallelOptions& options, std::size_t max_mi
   b.numerics.emulated = options.emulate_storage;
   b.numerics.exact_chunk = options.reproducible_chunk;
   b.numerics.inner_chunk = options.reproducible_tp_chunk;
+  if (options.zero >= 2 && options.mesh.dp > 1 && !b.numerics.exact()) {
+    b.grad_units = zero2_grad_units(shard_units(stage, options, options.mesh.dp), stage, holds, held);
+    b.pad_multiple = static_cast<std::size_t>(options.mesh.dp);
+  }
   return b;
 }
 
 template <class T>
 MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
-                          const OptimizerConfig& optimizer, std::size_t max_shard, int p) {
+                          const OptimizerConfig& optimizer, std::size_t max_shard, int p,
+                          bool holds, std::size_t held) {
   const std::size_t M = options.micro_batches;
   const int S = options.mesh.pp;
   MemoryReport memory;
@@ -113,7 +120,7 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
                                 static_cast<std::size_t>(p), M);
   const std::size_t max_micro = (max_shard + M - 1) / M;
   const std::size_t dp = static_cast<std::size_t>(options.mesh.dp);
-  const BuildOptions build = stage_build(options, max_micro, memory.slots);
+  const BuildOptions build = stage_build(stage, options, max_micro, memory.slots, holds, held);
   const std::size_t n = stage.num_params();
   memory.params = memory.grads = n * sizeof(T);
   std::size_t updated = n;
@@ -121,10 +128,13 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
     // The shard (strategies/shard_map.hpp): its working values and padded
     // gathers beside the parameters, its gradients and the copies they
     // travel in beside the gradients.
+    // ZeRO-2: the unit buffers instead of the whole gradients.
     const ShardMap map = shard_units(stage, options, options.mesh.dp);
     updated = map.shard_size();
     memory.params += (updated + map.uneven_padded()) * sizeof(T);
-    memory.grads += reduce_scatter_bytes(map, options, build.numerics.exact(), sizeof(T));
+    if (!build.grad_units.empty()) memory.grads = unit_grad_bytes(map, build.grad_units, sizeof(T));
+    memory.grads += reduce_scatter_bytes(map, options, build.numerics.exact(), build.grad_units,
+                                         M > 1, sizeof(T));
   } else if (options.compression != GradCompression::none && dp > 1) {
     memory.grads += n * 2;  // 16-bit buckets
   }
@@ -150,9 +160,9 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   validate<T>(options, "model parallel");
   validate(static_cast<const GradSyncOptions&>(options), options.loss_scaling);
   STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
-  STRATA_REQUIRE(options.zero == 0 || options.zero == 1, config, "--zero ", options.zero,
-                 ": ZeRO stages 0 and 1 are available (1: optimizer state and gradient sums "
-                 "sharded)");
+  STRATA_REQUIRE(options.zero >= 0 && options.zero <= 2, config, "--zero ", options.zero,
+                 ": ZeRO stages 0 to 2 are available (1: optimizer state and gradient sums "
+                 "sharded; 2: and no whole gradient buffer)");
   STRATA_REQUIRE(max_shard > 0, config, "model parallel: batch size must be positive");
   STRATA_REQUIRE(options.reproducible_chunk == 0 || options.mesh.tp == 1 ||
                      options.reproducible_tp_chunk > 0,
@@ -191,8 +201,11 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   for (std::size_t i = bounds_[p]; i < bounds_[p + 1]; ++i)
     stage_->add(std::move(all.layers[i]), all.names[i]);
 
+  // Tied weights across stages (their gradients wait for the tie sum).
+  ties_ = std::make_unique<StageTies<T>>(ctx, *mesh_, *stage_, bounds_, std::move(cross_ties));
   // Memory: known before allocation.
-  memory_ = stage_memory(*stage_, options, optimizer, max_shard, p);
+  memory_ = stage_memory(*stage_, options, optimizer, max_shard, p, ties_->holds_gradients(),
+                         ties_->held());
   slots_ = memory_.slots;
   max_micro_ = (max_shard + M - 1) / M;
   if (options.memory_budget > 0) {
@@ -207,13 +220,13 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                    "smaller batch");
   }
 
-  stage_->build(stage_build(options, max_micro_, slots_));
+  stage_->build(stage_build(*stage_, options, max_micro_, slots_, ties_->holds_gradients(),
+                            ties_->held()));
   stage_->init(init, seed);
   if (options.reproducible_chunk > 0) enable_reproducible(ctx);
-  ties_ = std::make_unique<StageTies<T>>(ctx, *mesh_, *stage_, bounds_, std::move(cross_ties));
   ties_->share_weights();
   sharded_ = std::make_unique<ShardedOptimizer<T>>(ctx, *mesh_, *stage_, options, options,
-                                                    options.zero, optimizer, *ties_);
+                                                    options.zero, optimizer, *ties_, M);
   layout_ = std::make_unique<StageLayout<T>>(*mesh_, *stage_, *ties_, bounds_, std::move(full_sizes),
                                              sharded_->shards());
   if (all.classes > 0)  // the logits split over the tensor group by class
@@ -314,12 +327,12 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool las
   }
   Matrix<T> dx;
   if (!first_stage()) dx = rows(dx_, count, stage_->in_features());
-  // The last backward of the step launches the gradient buckets it completes.
-  if (last)
-    stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) {
-      if (!ties_->holds_gradients() || k > ties_->held()) sharded_->layer_done(k);
-    });
-  else stage_->backward(ctx_, dy, dx, slot);
+  // Gradient buckets start as backward completes them (layers up to the
+  // held one wait for the tie sum).
+  sharded_->backward_begins(last);
+  stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) {
+    if (!ties_->holds_gradients() || k > ties_->held()) sharded_->layer_done(k);
+  });
   if (!first_stage()) {
     ctx_.exec.fence();
     mesh_->pp().send(dx, p - 1, tag);
@@ -491,9 +504,11 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
 }
 
 template MemoryReport stage_memory<float>(const Sequential<float>&, const ModelParallelOptions&,
-                                          const OptimizerConfig&, std::size_t, int);
+                                          const OptimizerConfig&, std::size_t, int, bool,
+                                          std::size_t);
 template MemoryReport stage_memory<double>(const Sequential<double>&, const ModelParallelOptions&,
-                                           const OptimizerConfig&, std::size_t, int);
+                                           const OptimizerConfig&, std::size_t, int, bool,
+                                           std::size_t);
 template class ModelParallel<float>;
 template class ModelParallel<double>;
 

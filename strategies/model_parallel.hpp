@@ -63,7 +63,7 @@ struct ModelParallelOptions : MixedPrecisionOptions, GradSyncOptions {
   // empty: balanced automatically.
   std::vector<std::size_t> cuts;
   Balance balance = Balance::params;
-  int zero = 0;  // 1: shard the optimizer state over the data-parallel group
+  int zero = 0;  // ZeRO stage (strategies/sharded_optimizer.hpp): 0, 1 or 2
   bool recompute = false;  // activation recomputation in every top-level block
   // --reproducible (strategies/reproducible.hpp): samples per chunk, and
   // values per chunk of the sums tensor parallelism splits (--tp-chunk, needed
@@ -87,11 +87,14 @@ struct MemoryReport {
 // What one rank of pipeline stage p holds (options: its mesh, micro-batches,
 // schedule, ZeRO, precision, compression), known before anything is
 // allocated: `stage` need not be built. max_shard: the largest
-// data-parallel shard of the global batch. ModelParallel's own accounting,
-// and the planner's (planner/cost_model.hpp).
+// data-parallel shard of the global batch; holds, held: whether layers up to
+// `held` wait for a pipeline's tie sum (StageTies; ZeRO-2 pins their
+// gradients). ModelParallel's own accounting, and the planner's
+// (planner/cost_model.hpp).
 template <class T>
 MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
-                          const OptimizerConfig& optimizer, std::size_t max_shard, int p);
+                          const OptimizerConfig& optimizer, std::size_t max_shard, int p,
+                          bool holds = false, std::size_t held = 0);
 
 // Stage boundaries: cuts[s] is the first layer of stage s, cuts[pp] the
 // number of layers. Throws config for more stages than layers, cuts that are

@@ -13,13 +13,14 @@ template <class T>
 ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& stage,
                                       const MixedPrecisionOptions& precision,
                                       const GradSyncOptions& sync, int zero,
-                                      const OptimizerConfig& config, const StageTies<T>& ties)
+                                      const OptimizerConfig& config, const StageTies<T>& ties,
+                                      std::size_t micro_batches)
     : ctx_(ctx), mesh_(mesh), stage_(stage), zero_(zero) {
   Vector<T> updated;  // the working values this rank's optimizer updates
   std::vector<std::pair<std::size_t, std::size_t>> no_decay;
   if (zero >= 1 && mesh_.dp().size() > 1) {
     rs_ = std::make_unique<GradientReduceScatter<T>>(ctx, mesh_.dp(), stage_, sync,
-                                                     precision.loss_scaling);
+                                                     precision.loss_scaling, micro_batches > 1);
     const ShardMap& map = rs_->map();
     const int r = mesh_.dp_rank();
     shard_params_ = VectorBuffer<T>("strata::zero::shard_params", map.shard_size());
@@ -71,9 +72,15 @@ void ShardedOptimizer<T>::begin(StepInfo& info) {
 }
 
 template <class T>
+void ShardedOptimizer<T>::backward_begins(bool last) {
+  last_ = last;
+  if (rs_) rs_->backward_begins(last);
+}
+
+template <class T>
 void ShardedOptimizer<T>::layer_done(std::size_t k) {
   if (rs_) rs_->layer_done(k);
-  else sync_->layer_done(k);
+  else if (last_) sync_->layer_done(k);  // the buckets start in the last backward
 }
 
 template <class T>

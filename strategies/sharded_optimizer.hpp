@@ -10,7 +10,13 @@
 //           it unit by unit as backward completes each unit
 //           (GradientReduceScatter, overlapped like the buckets), its
 //           optimizer state and fp32 master weights are its shard's only,
-//           and the updated shard is all-gathered unit by unit.
+//           and the updated shard is all-gathered unit by unit;
+//   zero 2  as 1, and the stage keeps no whole gradient buffer: its units
+//           take turns in two unit buffers, each reduce-scattered and added
+//           into the shard as soon as backward completes it, in every
+//           backward of the step (the stage is built with the units of
+//           zero2_grad_units; under --reproducible it stays flat, as ZeRO-1,
+//           since the exact twin follows the flat buffer).
 // The engine (strategies/model_parallel.hpp) calls begin() before a step's
 // first backward and step() after its last.
 #pragma once
@@ -35,13 +41,17 @@ template <class T>
 class ShardedOptimizer {
  public:
   // stage: built, its parameters initialised; ties: the stage's tied
-  // weights across stages (their copies count once in the norm).
+  // weights across stages (their copies count once in the norm);
+  // micro_batches: backwards per step.
   ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& stage,
                    const MixedPrecisionOptions& precision, const GradSyncOptions& sync,
-                   int zero, const OptimizerConfig& config, const StageTies<T>& ties);
+                   int zero, const OptimizerConfig& config, const StageTies<T>& ties,
+                   std::size_t micro_batches);
 
   // A new step: nothing launched yet; info.comm_bytes will count the payload.
   void begin(StepInfo& info);
+  // Before each backward of the step; last: the step's last.
+  void backward_begins(bool last);
   // Backward hook: local layer k's gradients (and every later layer's) are written.
   void layer_done(std::size_t k);
   // After the last backward (and the tied gradients' sum): finishes the
@@ -78,6 +88,7 @@ class ShardedOptimizer {
   Mesh& mesh_;
   Sequential<T>& stage_;
   int zero_;
+  bool last_ = true;  // the current backward is the step's last
   std::unique_ptr<GradientSync<T>> sync_;            // zero 0 (or one rank)
   std::unique_ptr<GradientReduceScatter<T>> rs_;     // sharded
   VectorBuffer<T> shard_params_;                     // sharded: the working values of the shard

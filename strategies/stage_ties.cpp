@@ -126,8 +126,7 @@ void StageTies<T>::sum_gradients() {
       add_into_exact(ctx_, e, other, n);
       continue;
     }
-    const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
-    Vector<T> g = Kokkos::subview(stage_.padded_grads(), range);
+    Vector<T> g = stage_.grads(offset(t), offset(t) + t.size);  // flat or in a gradient unit
     if (buffer_.extent(0) < t.size) buffer_ = VectorBuffer<T>("strata::pipeline::tie", t.size);
     Vector<T> other(buffer_.data(), t.size);
     ctx_.exec.fence();

@@ -347,6 +347,20 @@ TEST_F(TrainApp, ModelParallelCheckpointsResumeOnAnotherMesh) {
   expect_close(losses(read_metrics("a.jsonl")), losses(read_metrics("b.jsonl")), 1e-5);
 }
 
+// ZeRO-2 in small units (a few layers each): a checkpoint written at dp 2
+// resumes on one rank; the losses follow 12 uninterrupted single-rank steps.
+TEST_F(TrainApp, Zero2CheckpointResumesOnOneRank) {
+  const std::string args = std::string(kCheckpointRun) + "--log-every 1 --checkpoint-dir ";
+  ASSERT_EQ(train(args + path("one") + " --steps 12 --metrics " + path("b.jsonl")).exit_code, 0);
+  auto r = train(args + path("z") + " --steps 6 --ranks 2 --zero 2 --bucket-mb 0.001 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto cont = train(args + path("z") + " --steps 12 --resume --metrics " + path("a.jsonl"));
+  ASSERT_EQ(cont.exit_code, 0) << cont.output;
+  const auto a = losses(read_metrics("a.jsonl")), b = losses(read_metrics("b.jsonl"));
+  ASSERT_EQ(a.size(), 6u);
+  expect_close(a, std::vector<double>(b.end() - 6, b.end()), 1e-5);
+}
+
 // Two checkpoints hold the same run state (configuration, position,
 // counters, parameters and optimizer state), bitwise.
 void expect_same_checkpoint(const std::string& a, const std::string& b) {

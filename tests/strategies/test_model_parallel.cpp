@@ -793,6 +793,71 @@ TEST(Mesh, ShardedGradientsInUnitsMatchSingleRank) {
   }
 }
 
+// ZeRO-2 keeps no whole gradient buffer: units take turns in two buffers,
+// each reduce-scattered into the shard in every backward. Oracles: ZeRO-1
+// bitwise where both add the same two terms (2 ranks, one backward a step:
+// the same units, the same sums), single-rank training (1e-5) where
+// micro-batches are summed one by one, or 3 ranks sum in another order; the
+// memory report worked by hand.
+TEST(Mesh, Zero2KeepsTwoUnitsOfGradientsAndMatchesZero1) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c;  // layers of 208, 0, 136, 0 and 27 parameters
+  const auto single = test::train_single(c);
+  for (int dp : {2, 3}) {
+    auto one = mesh(dp, 1, 1);
+    one.zero = 1;
+    one.bucket_bytes = 64;  // units of layers [0, 2), [2, 4), [4, 5)
+    auto two = one;
+    two.zero = 2;
+    std::vector<MemoryReport> m1, m2;
+    const auto r1 = on_threads(dp, c, one, &m1);
+    const auto r2 = on_threads(dp, c, two, &m2);
+    EXPECT_EQ(test::compare(r2, single, 1e-5), "") << "dp" << dp;
+    if (dp == 2) {
+      EXPECT_EQ(r2.params, r1.params);
+      // Unit buffers: 208 (units 2 and 0 padded to 28 and 208, in turns) and
+      // 136; the shard 104 + 68 + 14.
+      for (const auto& m : m2) EXPECT_EQ(m.grads, (208 + 136 + 186) * sizeof(float));
+      // ZeRO-1: the whole 371 gradients, the shard, unit 2's padded copy.
+      for (const auto& m : m1) EXPECT_EQ(m.grads, (371 + 186 + 28) * sizeof(float));
+    }
+    auto late = two;
+    late.overlap = false;
+    EXPECT_EQ(on_threads(dp, c, late).params, r2.params) << "dp" << dp << " without overlap";
+    // Micro-batches: each backward's units are reduce-scattered and added.
+    auto micro = two;
+    micro.micro_batches = 3;
+    EXPECT_EQ(test::compare(on_threads(dp, c, micro), single, 1e-5), "") << "dp" << dp << " x 3 micro-batches";
+  }
+  // Compression: the units travel in bf16 (bounds as for ZeRO-1 above).
+  auto z = mesh(2, 1, 1);
+  z.zero = 2;
+  z.bucket_bytes = 64;
+  z.micro_batches = 2;
+  z.compression = GradCompression::bf16;
+  const auto [dl, dp] = test::deviation_of_largest(on_threads(2, c, z), single);
+  EXPECT_LT(dl, 2e-3);
+  EXPECT_LT(dp, 5e-3);
+}
+
+// ZeRO-2 where gradients arrive before their own layers run backward: a
+// GPT's tied head (the embedding's unit is pinned), a dp2 x pp2 mesh whose
+// stages sum the tied weight's gradients, and dp2 x tp2. Oracle: single-rank
+// training (1e-5).
+TEST(Gpt, Zero2WithTiedWeightsPipelinesAndTensorParallelismMatchesSingleRank) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  const DpConfig c = test::gpt_config(true);
+  const auto single = test::train_single(c);
+  for (auto [dp, pp, tp] : {std::array<int, 3>{2, 1, 1}, {2, 2, 1}, {2, 1, 2}}) {
+    auto o = mesh(dp, pp, tp);
+    o.zero = 2;
+    o.bucket_bytes = 4096;  // several units per stage
+    if (pp > 1) o.micro_batches = 2;
+    EXPECT_EQ(test::compare(on_threads(dp * pp * tp, c, o), single, 1e-5), "")
+        << "dp" << dp << " x pp" << pp << " x tp" << tp << " ZeRO-2";
+  }
+}
+
 // Units are runs of whole layers closed from the last layer once they hold
 // the unit size; a rank's pieces and the shard round trip. Oracle: the
 // layout worked by hand.
@@ -1036,6 +1101,12 @@ TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
     o.zero = 1;
     return o;
   };
+  // ZeRO-2 in units of layers: each rank's pieces are slices of every unit.
+  auto zero2 = [](ModelParallelOptions o) {
+    o.zero = 2;
+    o.bucket_bytes = 64;
+    return o;
+  };
   // Mixed precision: shards hold the fp32 master weights, as full_params does.
   auto bf16 = [](ModelParallelOptions o) {
     o.precision = Precision::bf16;
@@ -1043,9 +1114,9 @@ TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
   };
   for (const ModelParallelOptions& o :
        {mesh(1, 2, 1), mesh(1, 1, 2), mesh(2, 1, 1), zero(mesh(2, 1, 1)), zero(mesh(3, 1, 1)),
-        zero(mesh(2, 1, 2)), mesh(1, 2, 2), mesh(2, 2, 1), bf16(mesh(1, 2, 1)),
-        bf16(zero(mesh(3, 1, 1))), bf16(mesh(1, 2, 2))}) {
-    SCOPED_TRACE(o.mesh.str() + (o.zero ? " ZeRO-1 " : " ") + to_string(o.precision));
+        zero(mesh(2, 1, 2)), zero2(mesh(3, 1, 1)), mesh(1, 2, 2), mesh(2, 2, 1), bf16(mesh(1, 2, 1)),
+        bf16(zero(mesh(3, 1, 1))), bf16(zero2(mesh(2, 1, 1))), bf16(mesh(1, 2, 2))}) {
+    SCOPED_TRACE(o.mesh.str() + " ZeRO-" + std::to_string(o.zero) + " " + to_string(o.precision));
     const int world = o.mesh.size();
     std::vector<ModelParallel<float>::CheckpointShard> shards(world);
     test::FullState whole;

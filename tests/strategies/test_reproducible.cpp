@@ -80,23 +80,24 @@ Layout mesh_layout(std::size_t chunk, int dp, int pp, int tp, std::size_t micro,
   o.mesh.zero = zero;
   std::string name = "dp" + std::to_string(dp) + " x pp" + std::to_string(pp) + " x tp" +
                      std::to_string(tp) + ", " + std::to_string(micro) + " micro-batches, " +
-                     to_string(schedule) + (zero ? ", ZeRO-1" : "");
+                     to_string(schedule) + (zero ? ", ZeRO-" + std::to_string(zero) : std::string());
   return {name, dp * pp * tp, 1, o};
 }
 
-// ZeRO-1 over 3 ranks in units of whole layers of at least 16 values: the
-// gradients reduce-scattered unit by unit, uneven units through padded copies.
-Layout sharded_in_units(std::size_t chunk) {
-  Layout l = mesh_layout(chunk, 3, 1, 1, 1, Schedule::one_f_one_b, 1);
+// ZeRO-1 (and ZeRO-2, whose gradients stay flat under --reproducible) over 3
+// ranks in units of whole layers of at least 16 values: the gradients
+// reduce-scattered unit by unit, uneven units through padded copies.
+Layout sharded_in_units(std::size_t chunk, int zero) {
+  Layout l = mesh_layout(chunk, 3, 1, 1, 1, Schedule::one_f_one_b, zero);
   l.options.mesh.bucket_bytes = 64;
-  l.name += ", 64-byte units";
+  l.name += ", ZeRO-" + std::to_string(zero) + " in 64-byte units";
   return l;
 }
 
 // Pipelines of 2 and 3 stages (GPipe, 1F1B), ZeRO-1 (one unit, and units of
 // layers over 3 ranks), a dp2 x pp2 mesh.
 std::vector<Layout> model_parallel_layouts(std::size_t chunk) {
-  return {sharded_in_units(chunk),
+  return {sharded_in_units(chunk, 1), sharded_in_units(chunk, 2),
           mesh_layout(chunk, 1, 2, 1, 3, Schedule::gpipe),
           mesh_layout(chunk, 1, 2, 1, 4),
           mesh_layout(chunk, 1, 3, 1, 2),
