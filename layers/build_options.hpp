@@ -47,12 +47,13 @@ struct Numerics {
   }
 };
 
-// A run of layers [first_layer, last_layer) whose parameter gradients live in
-// gradient buffer `buffer` (from its start, padded with zeros to a multiple
+// A run of layers [first_layer, last_layer) whose parameters (or gradients)
+// live in buffer `buffer` (from its start, padded with zeros to a multiple
 // of BuildOptions::pad_multiple). Units sharing a buffer take turns in it:
 // ZeRO-2 keeps a unit's gradients only until they are reduce-scattered
-// (strategies/gradient_reduce_scatter.hpp).
-struct GradUnit {
+// (strategies/gradient_reduce_scatter.hpp), ZeRO-3 its parameters only while
+// its layers run (strategies/parameter_gather.hpp).
+struct BufferUnit {
   std::size_t first_layer = 0, last_layer = 0;
   std::size_t buffer = 0;
 };
@@ -65,7 +66,9 @@ struct BuildOptions {
   // Empty: one flat gradient buffer. Else units covering every layer in
   // order, and the gradients in their buffers (not with exact sums, whose
   // twin follows the flat buffer).
-  std::vector<GradUnit> grad_units;
+  std::vector<BufferUnit> grad_units;
+  // The same for the parameters (empty: one flat parameter buffer).
+  std::vector<BufferUnit> param_units;
 };
 
 }  // namespace strata

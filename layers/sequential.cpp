@@ -240,31 +240,15 @@ void Sequential<T>::build(const BuildOptions& o) {
   slots_ = slots;
   const std::size_t n = num_params();
   const std::size_t padded = (n + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple;
-  params_ = VectorBuffer<T>("strata::params", padded);
-  pad_multiple_ = o.pad_multiple;
-  if (o.grad_units.empty()) {
-    grads_owner_ = VectorBuffer<T>("strata::grads", padded);
-    grads_ = grads_owner_;
-  } else {
+  if (!o.param_units.empty()) param_units_ = UnitBuffers<T>(o.param_units, offsets_, o.pad_multiple, "strata::unit_params");
+  else params_ = VectorBuffer<T>("strata::params", padded);
+  if (!o.grad_units.empty()) {
     STRATA_REQUIRE(!nm.exact(), config, "Sequential: gradient units with exact sums (the exact "
                    "twin follows one flat gradient buffer)");
-    std::vector<std::size_t> sizes;
-    std::size_t next = 0;
-    for (const GradUnit& u : o.grad_units) {
-      STRATA_REQUIRE(u.first_layer == next && u.last_layer > u.first_layer &&
-                         u.last_layer <= layers_.size(),
-                     config, "Sequential: gradient unit of layers [", u.first_layer, ", ",
-                     u.last_layer, ") after layer ", next, " of ", layers_.size());
-      next = u.last_layer;
-      if (sizes.size() <= u.buffer) sizes.resize(u.buffer + 1, 0);
-      const std::size_t n = offsets_[u.last_layer] - offsets_[u.first_layer];
-      sizes[u.buffer] = std::max(sizes[u.buffer], (n + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple);
-    }
-    STRATA_REQUIRE(next == layers_.size(), config, "Sequential: gradient units cover layers [0, ",
-                   next, ") of ", layers_.size());
-    grad_units_ = o.grad_units;
-    for (std::size_t b = 0; b < sizes.size(); ++b)
-      grad_buffers_.emplace_back("strata::unit_grads", sizes[b]);
+    grad_units_ = UnitBuffers<T>(o.grad_units, offsets_, o.pad_multiple, "strata::unit_grads");
+  } else {
+    grads_owner_ = VectorBuffer<T>("strata::grads", padded);
+    grads_ = grads_owner_;
   }
   bind_layers();
   if (nm.exact()) exact_ = Kokkos::View<double*, MemSpace>("strata::exact_grads", 2 * padded);
@@ -311,15 +295,11 @@ void Sequential<T>::allocate_activations() {
 
 template <class T>
 void Sequential<T>::bind_layers() {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    const auto slice = Kokkos::make_pair(offsets_[i], offsets_[i + 1]);
-    layers_[i]->bind(Kokkos::subview(Vector<T>(params_), slice), grads(offsets_[i], offsets_[i + 1]));
-  }
-  for (const Tie& t : ties_) {
-    const auto slice = Kokkos::make_pair(t.offset, t.offset + t.size);
-    capability<TiedWeight<T>>(*layers_[t.layer])->bind_tied(Kokkos::subview(Vector<T>(params_), slice),
-                                grads(t.offset, t.offset + t.size));
-  }
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->bind(params(offsets_[i], offsets_[i + 1]), grads(offsets_[i], offsets_[i + 1]));
+  for (const Tie& t : ties_)
+    capability<TiedWeight<T>>(*layers_[t.layer])->bind_tied(params(t.offset, t.offset + t.size),
+                                                             grads(t.offset, t.offset + t.size));
 }
 
 template <class T>
@@ -330,26 +310,26 @@ Vector<T> Sequential<T>::flat_grads() const {
 }
 
 template <class T>
+Vector<T> Sequential<T>::flat_params() const {
+  STRATA_REQUIRE(param_units_.empty(), config, "Sequential: the parameters are in units "
+                 "(BuildOptions::param_units), not in one flat buffer");
+  return params_;
+}
+
+template <class T>
 Vector<T> Sequential<T>::grads(std::size_t first, std::size_t last) const {
   STRATA_REQUIRE(first <= last && last <= num_params(), config, "Sequential: gradients [", first,
                  ", ", last, ") of ", num_params());
   if (grad_units_.empty()) return Kokkos::subview(grads_, Kokkos::make_pair(first, last));
-  if (first == last) return Vector<T>(grad_buffers_.front().data(), 0);
-  for (const GradUnit& u : grad_units_) {
-    const std::size_t lo = offsets_[u.first_layer], hi = offsets_[u.last_layer];
-    if (first >= lo && last <= hi && (first < hi || lo == hi))
-      return Vector<T>(grad_buffers_[u.buffer].data() + (first - lo), last - first);
-  }
-  STRATA_THROW(config, "Sequential: gradients [", first, ", ", last, ") span two gradient units");
+  return grad_units_.range(first, last);
 }
 
 template <class T>
-Vector<T> Sequential<T>::unit_grads(std::size_t u) const {
-  STRATA_REQUIRE(u < grad_units_.size(), config, "Sequential: gradient unit ", u, " of ",
-                 grad_units_.size());
-  const GradUnit& g = grad_units_[u];
-  const std::size_t n = offsets_[g.last_layer] - offsets_[g.first_layer];
-  return Vector<T>(grad_buffers_[g.buffer].data(), (n + pad_multiple_ - 1) / pad_multiple_ * pad_multiple_);
+Vector<T> Sequential<T>::params(std::size_t first, std::size_t last) const {
+  STRATA_REQUIRE(first <= last && last <= num_params(), config, "Sequential: parameters [", first,
+                 ", ", last, ") of ", num_params());
+  if (param_units_.empty()) return Kokkos::subview(Vector<T>(params_), Kokkos::make_pair(first, last));
+  return param_units_.range(first, last);
 }
 
 template <class T>
@@ -368,13 +348,34 @@ void Sequential<T>::use_grad_storage(Vector<T> storage) {
 template <class T>
 void Sequential<T>::init(Init scheme, std::uint64_t seed) {
   STRATA_REQUIRE(built_, config, "Sequential: init() before build()");
-  auto host = Kokkos::create_mirror_view(params_);
-  Kokkos::deep_copy(host, T(0));
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    HostVector<T> slice(host.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
+  if (!param_units_.empty()) {
+    for (std::size_t u = 0; u < param_units_.units().size(); ++u) {
+      if (!param_units_.alone(u)) continue;
+      const BufferUnit& unit = param_units_.units()[u];
+      const std::vector<T> v = initial_values(unit.first_layer, unit.last_layer, scheme, seed);
+      Kokkos::deep_copy(Kokkos::subview(param_units_.unit(u), Kokkos::make_pair(std::size_t(0), v.size())),
+                        Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(v.data(), v.size()));
+    }
+    return;
+  }
+  const std::vector<T> v = initial_values(0, layers_.size(), scheme, seed);
+  Kokkos::deep_copy(Kokkos::subview(Vector<T>(params_), Kokkos::make_pair(std::size_t(0), v.size())),
+                    Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(v.data(), v.size()));
+}
+
+template <class T>
+std::vector<T> Sequential<T>::initial_values(std::size_t first_layer, std::size_t last_layer,
+                                             Init scheme, std::uint64_t seed) {
+  STRATA_REQUIRE(first_layer <= last_layer && last_layer <= layers_.size(), config,
+                 "Sequential: initial values of layers [", first_layer, ", ", last_layer, ") of ",
+                 layers_.size());
+  const std::size_t base = offsets_[first_layer];
+  std::vector<T> host(offsets_[last_layer] - base, T(0));
+  for (std::size_t i = first_layer; i < last_layer; ++i) {
+    HostVector<T> slice(host.data() + offsets_[i] - base, offsets_[i + 1] - offsets_[i]);
     layers_[i]->init(slice, scheme, seed, first_index_ + i);
   }
-  Kokkos::deep_copy(params_, host);
+  return host;
 }
 
 template <class T>
@@ -398,6 +399,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
     if (new_pass) strata::begin_pass(*layers_[i]);
+    if (before_layer_) before_layer_(i, Pass::forward);
     Matrix<T> out = real16 ? store_.output(i, batch)
                            : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
@@ -460,6 +462,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
   for (std::size_t k = layers_.size(); k-- > 0;) {
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
+    if (before_layer_) before_layer_(k, Pass::backward);
     {
       STRATA_SPAN("compute", "backward " + layers_[k]->name());
       if (real16) {  // the views the layer saved in forward hold its activations again
@@ -485,10 +488,7 @@ void Sequential<T>::zero_grad(Context& ctx) {
   T* g = grads_.data();
   for_range(ctx, "strata::zero_grad", grads_.extent(0),
             KOKKOS_LAMBDA(const std::size_t i) { g[i] = T(0); });
-  for (const auto& b : grad_buffers_) {
-    T* u = b.data();
-    for_range(ctx, "strata::zero_grad", b.extent(0), KOKKOS_LAMBDA(const std::size_t i) { u[i] = T(0); });
-  }
+  grad_units_.zero(ctx);
   if (numerics_.exact()) {
     double* e = exact_.data();
     for_range(ctx, "strata::zero_exact_grad", exact_.extent(0),

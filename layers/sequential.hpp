@@ -19,6 +19,7 @@
 #include "layers/activation_store.hpp"
 #include "layers/build_options.hpp"
 #include "layers/capabilities.hpp"
+#include "layers/unit_buffers.hpp"
 
 #include <functional>
 #include <map>
@@ -92,7 +93,9 @@ class Sequential {
   const Numerics& numerics() const { return numerics_; }
 
   // Writes initial parameters (host-side counter-based generator, so the
-  // same seed gives the same parameters on every backend).
+  // same seed gives the same parameters on every backend). With parameter
+  // units: those alone in their buffer (units taking turns hold nothing
+  // between uses; see initial_values).
   void init(Init scheme, std::uint64_t seed);
 
   // y = model(x); x: (batch, in_features) with batch <= max_batch, device
@@ -120,6 +123,10 @@ class Sequential {
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, std::size_t slot,
                 const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
+  // Called before layer i runs forward or backward (ZeRO-3 gathers the
+  // layer's parameters there: strategies/parameter_gather.hpp); empty: none.
+  enum class Pass { forward, backward };
+  void set_before_layer(std::function<void(std::size_t, Pass)> hook) { before_layer_ = std::move(hook); }
 
   // The exact twin of the gradient buffer (empty without exact sums).
   Kokkos::View<double*, MemSpace> exact_grads() const { return exact_; }
@@ -188,19 +195,28 @@ class Sequential {
   std::size_t param_offset(std::size_t i) const { return offsets_[i]; }
 
   // The flat buffers without padding (num_params() elements) and with it.
-  // The gradients are flat unless the model was built with gradient units
-  // (then grads() and padded_grads() throw; see grads(first, last)).
-  Vector<T> params() const { return Vector<T>(params_.data(), num_params()); }
+  // They are flat unless the model was built with units (then these throw;
+  // see params(first, last) and grads(first, last)).
+  Vector<T> params() const { return Vector<T>(flat_params().data(), num_params()); }
   Vector<T> grads() const { return Vector<T>(flat_grads().data(), num_params()); }
-  Vector<T> padded_params() const { return params_; }
+  Vector<T> padded_params() const { return flat_params(); }
   Vector<T> padded_grads() const { return flat_grads(); }
-  // Where the gradients of the flat values [first, last) are, flat or in a
-  // gradient unit (throws config for a range across two units).
+  // Where the parameters or gradients of the flat values [first, last) are,
+  // flat or in a unit (throws config for a range across two units).
+  Vector<T> params(std::size_t first, std::size_t last) const;
   Vector<T> grads(std::size_t first, std::size_t last) const;
-  // Gradient units (BuildOptions::grad_units): unit u's buffer, its
-  // gradients followed by zeros up to a multiple of pad_multiple.
-  const std::vector<GradUnit>& grad_units() const { return grad_units_; }
-  Vector<T> unit_grads(std::size_t u) const;
+  // Units (BuildOptions::grad_units, param_units): unit u's buffer, its
+  // values followed by zeros up to a multiple of pad_multiple.
+  const std::vector<BufferUnit>& grad_units() const { return grad_units_.units(); }
+  Vector<T> unit_grads(std::size_t u) const { return grad_units_.unit(u); }
+  const std::vector<BufferUnit>& param_units() const { return param_units_.units(); }
+  Vector<T> unit_params(std::size_t u) const { return param_units_.unit(u); }
+  // Whether parameter unit u has its buffer to itself (init() writes it,
+  // and its values stay between uses).
+  bool holds_unit_params(std::size_t u) const { return param_units_.alone(u); }
+  // The initial values init() gives layers [first_layer, last_layer) (host).
+  std::vector<T> initial_values(std::size_t first_layer, std::size_t last_layer, Init scheme,
+                                std::uint64_t seed);
 
   // Moves the flat gradient buffer into `storage` (at least
   // padded_grads().extent(0) elements, host or device memory as MemSpace;
@@ -233,6 +249,7 @@ class Sequential {
  private:
   void bind_layers();
   Vector<T> flat_grads() const;
+  Vector<T> flat_params() const;
   void allocate_activations();
   std::vector<bool> kept_outputs() const;
   std::size_t saved_per_slot(std::size_t max_batch) const;  // Layer::saved_size of all
@@ -257,9 +274,8 @@ class Sequential {
   bool weights_rounded_ = false;  // set_weights_rounded
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
-  std::vector<GradUnit> grad_units_;         // or gradients in units:
-  std::vector<VectorBuffer<T>> grad_buffers_;  // their buffers
-  std::size_t pad_multiple_ = 1;
+  UnitBuffers<T> grad_units_, param_units_;  // or the values in units
+  std::function<void(std::size_t, Pass)> before_layer_;
   Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage

@@ -28,11 +28,11 @@ std::size_t padded_copies(const ShardMap& map, bool compress) {
 }  // namespace
 
 template <class T>
-std::vector<GradUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>& model,
+std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>& model,
                                        bool holds, std::size_t held) {
   const auto& units = map.units();
   const auto tied = model.tied_ranges();
-  std::vector<GradUnit> out(units.size());
+  std::vector<BufferUnit> out(units.size());
   std::size_t pooled = 0, pinned = 2;
   for (std::size_t u = units.size(); u-- > 0;) {
     const ShardUnit& unit = units[u];
@@ -42,9 +42,9 @@ std::vector<GradUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>&
   }
   return out;
 }
-template std::vector<GradUnit> zero2_grad_units(const ShardMap&, const Sequential<float>&, bool,
+template std::vector<BufferUnit> zero2_grad_units(const ShardMap&, const Sequential<float>&, bool,
                                                 std::size_t);
-template std::vector<GradUnit> zero2_grad_units(const ShardMap&, const Sequential<double>&, bool,
+template std::vector<BufferUnit> zero2_grad_units(const ShardMap&, const Sequential<double>&, bool,
                                                 std::size_t);
 
 namespace {
@@ -61,7 +61,7 @@ void add_values(Context& ctx, T* into, const T* from, std::size_t n) {
 // Per gradient buffer of ZeRO-2: its padded size and the largest slice of its units.
 struct BufferSizes {
   std::vector<std::size_t> padded, slice;
-  BufferSizes(const ShardMap& map, const std::vector<GradUnit>& units) {
+  BufferSizes(const ShardMap& map, const std::vector<BufferUnit>& units) {
     for (std::size_t u = 0; u < units.size(); ++u) {
       const std::size_t b = units[u].buffer;
       if (padded.size() <= b) padded.resize(b + 1, 0), slice.resize(b + 1, 0);
@@ -78,13 +78,13 @@ struct BufferSizes {
 };
 }  // namespace
 
-std::size_t unit_grad_bytes(const ShardMap& map, const std::vector<GradUnit>& units,
+std::size_t unit_grad_bytes(const ShardMap& map, const std::vector<BufferUnit>& units,
                             std::size_t value_bytes) {
   return BufferSizes::sum(BufferSizes(map, units).padded) * value_bytes;
 }
 
 std::size_t reduce_scatter_bytes(const ShardMap& map, const GradSyncOptions& options, bool exact,
-                                 const std::vector<GradUnit>& units, bool accumulates,
+                                 const std::vector<BufferUnit>& units, bool accumulates,
                                  std::size_t value_bytes) {
   const bool compress = options.compression != GradCompression::none;
   std::size_t bytes = map.shard_size() * value_bytes;
@@ -119,7 +119,7 @@ GradientReduceScatter<T>::GradientReduceScatter(Context& ctx, comm::Communicator
   const auto& units = map_.units();
   shard_grads_ = VectorBuffer<T>("strata::zero::shard_grads", map_.shard_size());
   const bool compress = options.compression != GradCompression::none;
-  const std::vector<GradUnit>& grad_units = model.grad_units();
+  const std::vector<BufferUnit>& grad_units = model.grad_units();
   flat_ = grad_units.empty();
   bytes_ = reduce_scatter_bytes(map_, options, exact_, grad_units, accumulates, sizeof(T));
   if (!flat_) {  // ZeRO-2: the model's gradient units are the map's units

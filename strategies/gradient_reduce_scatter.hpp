@@ -52,7 +52,7 @@ ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options,
 // layer up to `held`, whose gradients a pipeline's tie sum completes after
 // backward), each in a buffer of its own.
 template <class T>
-std::vector<GradUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>& model,
+std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>& model,
                                        bool holds, std::size_t held);
 
 // Bytes GradientReduceScatter allocates for `map` (the gradient shard and the
@@ -62,9 +62,9 @@ std::vector<GradUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>&
 // the bytes of the model's gradient buffers with those units (padded to the
 // group size).
 std::size_t reduce_scatter_bytes(const ShardMap& map, const GradSyncOptions& options, bool exact,
-                                 const std::vector<GradUnit>& units, bool accumulates,
+                                 const std::vector<BufferUnit>& units, bool accumulates,
                                  std::size_t value_bytes);
-std::size_t unit_grad_bytes(const ShardMap& map, const std::vector<GradUnit>& units,
+std::size_t unit_grad_bytes(const ShardMap& map, const std::vector<BufferUnit>& units,
                             std::size_t value_bytes);
 
 template <class T>

@@ -102,8 +102,10 @@ BuildOptions stage_build(const Sequential<T>& stage, const ModelParallelOptions&
   b.numerics.emulated = options.emulate_storage;
   b.numerics.exact_chunk = options.reproducible_chunk;
   b.numerics.inner_chunk = options.reproducible_tp_chunk;
-  if (options.zero >= 2 && options.mesh.dp > 1 && !b.numerics.exact()) {
-    b.grad_units = zero2_grad_units(shard_units(stage, options, options.mesh.dp), stage, holds, held);
+  if (options.zero >= 2 && options.mesh.dp > 1) {
+    const auto units = zero2_grad_units(shard_units(stage, options, options.mesh.dp), stage, holds, held);
+    if (!b.numerics.exact()) b.grad_units = units;
+    if (options.zero >= 3) b.param_units = units;
     b.pad_multiple = static_cast<std::size_t>(options.mesh.dp);
   }
   return b;
@@ -129,9 +131,11 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
     // gathers beside the parameters, its gradients and the copies they
     // travel in beside the gradients.
     // ZeRO-2: the unit buffers instead of the whole gradients.
+    // ZeRO-3: the unit buffers instead of the whole parameters.
     const ShardMap map = shard_units(stage, options, options.mesh.dp);
     updated = map.shard_size();
-    memory.params += (updated + map.uneven_padded()) * sizeof(T);
+    if (!build.param_units.empty()) memory.params = unit_grad_bytes(map, build.param_units, sizeof(T)) + updated * sizeof(T);
+    else memory.params += (updated + map.uneven_padded()) * sizeof(T);
     if (!build.grad_units.empty()) memory.grads = unit_grad_bytes(map, build.grad_units, sizeof(T));
     memory.grads += reduce_scatter_bytes(map, options, build.numerics.exact(), build.grad_units,
                                          M > 1, sizeof(T));
@@ -160,9 +164,9 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   validate<T>(options, "model parallel");
   validate(static_cast<const GradSyncOptions&>(options), options.loss_scaling);
   STRATA_REQUIRE(options.micro_batches > 0, config, "--micro-batches must be positive");
-  STRATA_REQUIRE(options.zero >= 0 && options.zero <= 2, config, "--zero ", options.zero,
-                 ": ZeRO stages 0 to 2 are available (1: optimizer state and gradient sums "
-                 "sharded; 2: and no whole gradient buffer)");
+  STRATA_REQUIRE(options.zero >= 0 && options.zero <= 3, config, "--zero ", options.zero,
+                 ": ZeRO stages 0 to 3 are available (1: optimizer state and gradient sums "
+                 "sharded; 2: and no whole gradient buffer; 3: nor parameter buffer)");
   STRATA_REQUIRE(max_shard > 0, config, "model parallel: batch size must be positive");
   STRATA_REQUIRE(options.reproducible_chunk == 0 || options.mesh.tp == 1 ||
                      options.reproducible_tp_chunk > 0,
@@ -226,7 +230,10 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   if (options.reproducible_chunk > 0) enable_reproducible(ctx);
   ties_->share_weights();
   sharded_ = std::make_unique<ShardedOptimizer<T>>(ctx, *mesh_, *stage_, options, options,
-                                                    options.zero, optimizer, *ties_, M);
+                                                    options.zero, optimizer, *ties_, M,
+                                                    [this, init, seed](std::size_t a, std::size_t b) {
+                                                      return stage_->initial_values(a, b, init, seed);
+                                                    });
   layout_ = std::make_unique<StageLayout<T>>(*mesh_, *stage_, *ties_, bounds_, std::move(full_sizes),
                                              sharded_->shards());
   if (all.classes > 0)  // the logits split over the tensor group by class
@@ -386,19 +393,15 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
 
 template <class T>
 std::vector<T> ModelParallel<T>::full_params() {
-  if (options_.precision == Precision::fp32) return layout_->gather(copy_to_host<T>(stage_->params()));
-  return layout_->gather(layout_->stage_state(sharded_->precision().master()));  // sharded: master shards gathered
+  if (options_.precision == Precision::fp32 && !sharded_->shards())
+    return layout_->gather(copy_to_host<T>(stage_->params()));
+  // The values the optimizer updates (sharded: the shards gathered).
+  return layout_->gather(layout_->stage_state(sharded_->precision().master()));
 }
 
 template <class T>
 void ModelParallel<T>::set_full_params(const std::vector<T>& full) {
-  const std::vector<T> mine = layout_->scatter(full);
-  copy_from_host<T>(mine, stage_->params());
-  if (options_.precision != Precision::fp32) {
-    layout_->set_stage_state(sharded_->precision().master(), mine);
-    round_to_precision(ctx_, options_.precision, stage_->params());
-  }
-  sharded_->params_changed();
+  sharded_->set_params(layout_->scatter(full));
 }
 
 template <class T>
@@ -438,10 +441,9 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
   // Optimizer state and master weights: in shard order when sharded, else
   // in the stage's flat order.
   auto values = [&](Vector<T> v) { return copy_to_host<T>(v); };
-  const std::vector<T> flat_params = copy_to_host<T>(stage_->params());
-  const bool mixed = options_.precision != Precision::fp32;
-  // Mixed precision: the fp32 master weights, not the working copy rounded to 16 bits.
-  const std::vector<T> master = mixed ? values(sharded_->precision().master()) : std::vector<T>();
+  // The values the optimizer updates: with mixed precision the fp32 master
+  // weights, not the working copy rounded to 16 bits; sharded, the shard.
+  const std::vector<T> master = values(sharded_->precision().master());
   std::vector<T> state[2];
   for (int k = 0; k < 2; ++k) {
     Vector<T> st = k == 0 ? sharded_->optimizer().state0() : sharded_->optimizer().state1();
@@ -456,7 +458,7 @@ typename ModelParallel<T>::CheckpointShard ModelParallel<T>::checkpoint_shard() 
         out.ranges.emplace_back(at, 0);
       ++out.ranges.back().second;
       const std::size_t i = k - piece.flat + shift;
-      out.params.push_back(mixed ? master[i] : flat_params[k]);
+      out.params.push_back(master[i]);
       for (int s = 0; s < 2; ++s)
         if (!state[s].empty()) (s == 0 ? out.opt0 : out.opt1).push_back(state[s][i]);
     }

@@ -14,7 +14,7 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
                                       const MixedPrecisionOptions& precision,
                                       const GradSyncOptions& sync, int zero,
                                       const OptimizerConfig& config, const StageTies<T>& ties,
-                                      std::size_t micro_batches)
+                                      std::size_t micro_batches, const InitialValues& initial)
     : ctx_(ctx), mesh_(mesh), stage_(stage), zero_(zero) {
   Vector<T> updated;  // the working values this rank's optimizer updates
   std::vector<std::pair<std::size_t, std::size_t>> no_decay;
@@ -24,7 +24,32 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
     const ShardMap& map = rs_->map();
     const int r = mesh_.dp_rank();
     shard_params_ = VectorBuffer<T>("strata::zero::shard_params", map.shard_size());
-    copy_from_host<T>(map.to_shard(copy_to_host<T>(stage_.params()), r), shard_params_);
+    if (stage_.param_units().empty()) {
+      copy_from_host<T>(map.to_shard(copy_to_host<T>(stage_.params()), r), shard_params_);
+    } else {  // ZeRO-3: unit by unit, from the stage where it holds the unit, else from scratch
+      std::vector<T> shard(map.shard_size(), T(0));
+      const auto& units = map.units();
+      for (std::size_t u = 0; u < units.size(); ++u) {
+        const ShardUnit& unit = units[u];
+        std::vector<T> values;
+        if (stage_.holds_unit_params(u)) {
+          values = copy_to_host<T>(stage_.unit_params(u));
+          values.resize(unit.size());
+        } else {
+          values = initial(unit.first_layer, unit.last_layer);
+        }
+        const std::size_t lo = std::min(unit.size(), unit.slice * static_cast<std::size_t>(r));
+        const std::size_t hi = std::min(unit.size(), lo + unit.slice);
+        std::copy(values.begin() + static_cast<std::ptrdiff_t>(lo),
+                  values.begin() + static_cast<std::ptrdiff_t>(hi),
+                  shard.begin() + static_cast<std::ptrdiff_t>(unit.shard));
+      }
+      copy_from_host<T>(shard, shard_params_);
+      gather_ = std::make_unique<ParameterGather<T>>(ctx, mesh_.dp(), stage_, map, shard_params_);
+      stage_.set_before_layer([g = gather_.get()](std::size_t i, typename Sequential<T>::Pass pass) {
+        g->before_layer(i, pass);
+      });
+    }
     updated = shard_params_;
     grads_ = rs_->shard_grads();
     if (config.no_decay_bias_norm) {
@@ -53,16 +78,16 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
   // The working weights outside this rank's shard are rounded too (the
   // shard's owner rounds the same values the same way).
   if (precision.precision != Precision::fp32) {
-    round_to_precision(ctx, precision.precision, stage_.padded_params());
+    if (!gather_) round_to_precision(ctx, precision.precision, stage_.padded_params());
     stage_.set_weights_rounded(true);  // 16-bit-input GEMMs (cuBLAS)
   }
+  if (gather_) gather_->shard_changed();  // the pinned units from the (rounded) shard
   count_gradients(ties);
 }
 
 template <class T>
-std::size_t ShardedOptimizer<T>::shard_bytes() const {
-  if (!rs_) return 0;
-  return rs_->bytes() + (shard_params_.extent(0) + gather_pad_.extent(0)) * sizeof(T);
+ShardedOptimizer<T>::~ShardedOptimizer() {
+  if (gather_) stage_.set_before_layer({});
 }
 
 template <class T>
@@ -156,7 +181,8 @@ void ShardedOptimizer<T>::step(StepInfo& info) {
   if (mixed_->fused() && mesh_.world().size() > 1)
     sumsq = ctx_.reproducible ? unique_sumsq() : mesh_.world().allreduce_value(unique_sumsq());
   mixed_->step(ctx_, *optimizer_, grads_, info, sumsq);
-  if (rs_) gather_params();
+  if (gather_) gather_->shard_changed();
+  else if (rs_) gather_params();
 }
 
 template <class T>
@@ -184,15 +210,15 @@ void ShardedOptimizer<T>::gather_params() {
 }
 
 template <class T>
-void ShardedOptimizer<T>::params_changed() {
-  if (!rs_) return;
-  if (mixed_->master().data() != shard_params_.data()) {
-    mixed_->sync_working(ctx_);  // the master weights were written
-    return;
-  }
-  ctx_.exec.fence();
-  copy_from_host<T>(rs_->map().to_shard(copy_to_host<T>(stage_.params()), mesh_.dp_rank()),
-                    shard_params_);
+void ShardedOptimizer<T>::set_params(const std::vector<T>& stage_values) {
+  const bool mixed = mixed_->master().data() != (rs_ ? shard_params_.data() : stage_.params().data());
+  const std::vector<T> mine = rs_ ? rs_->map().to_shard(stage_values, mesh_.dp_rank()) : stage_values;
+  // The values the optimizer updates (the master weights with a 16-bit
+  // precision), then the working copies rounded from them.
+  copy_from_host<T>(mine, mixed_->master());
+  if (mixed) mixed_->sync_working(ctx_);
+  if (gather_) gather_->shard_changed();
+  else if (rs_) gather_params();
 }
 
 template class ShardedOptimizer<float>;

@@ -16,7 +16,11 @@
 //           into the shard as soon as backward completes it, in every
 //           backward of the step (the stage is built with the units of
 //           zero2_grad_units; under --reproducible it stays flat, as ZeRO-1,
-//           since the exact twin follows the flat buffer).
+//           since the exact twin follows the flat buffer);
+//   zero 3  as 2, and the stage keeps no whole parameter buffer either: the
+//           shard is the only copy, each unit gathered just before its
+//           layers run (strategies/parameter_gather.hpp; the stage is built
+//           with the same units for its parameters).
 // The engine (strategies/model_parallel.hpp) calls begin() before a step's
 // first backward and step() after its last.
 #pragma once
@@ -27,10 +31,12 @@
 #include "strategies/gradient_sync.hpp"
 #include "strategies/mesh.hpp"
 #include "strategies/mixed_precision.hpp"
+#include "strategies/parameter_gather.hpp"
 #include "strategies/shard_map.hpp"
 #include "strategies/stage_ties.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -42,11 +48,14 @@ class ShardedOptimizer {
  public:
   // stage: built, its parameters initialised; ties: the stage's tied
   // weights across stages (their copies count once in the norm);
-  // micro_batches: backwards per step.
+  // micro_batches: backwards per step; initial: the initial values of layers
+  // [first, last) (ZeRO-3: of units the stage does not hold).
+  using InitialValues = std::function<std::vector<T>(std::size_t, std::size_t)>;
   ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& stage,
                    const MixedPrecisionOptions& precision, const GradSyncOptions& sync,
                    int zero, const OptimizerConfig& config, const StageTies<T>& ties,
-                   std::size_t micro_batches);
+                   std::size_t micro_batches, const InitialValues& initial);
+  ~ShardedOptimizer();
 
   // A new step: nothing launched yet; info.comm_bytes will count the payload.
   void begin(StepInfo& info);
@@ -58,10 +67,10 @@ class ShardedOptimizer {
   // sums, takes the norm the precision policy needs, updates this rank's
   // values and gathers the updated parameters (sharded).
   void step(StepInfo& info);
-  // The stage's parameters were written from outside (a checkpoint): the
-  // shard takes them (fp32; with a 16-bit precision the caller writes the
-  // master weights and this rounds them into the shard).
-  void params_changed();
+  // Sets the stage's parameters (stage order, host; a checkpoint): the
+  // flat buffer or the shard, and with a 16-bit precision the master
+  // weights and their rounded working copies. Collective over dp.
+  void set_params(const std::vector<T>& stage_values);
 
   // The loss scale the next step's loss gradient is multiplied by (1 without loss scaling).
   double loss_scale() const { return mixed_->loss_scale(); }
@@ -72,9 +81,6 @@ class ShardedOptimizer {
   // (they are in the stage's flat order).
   const ShardMap* shards() const { return rs_ ? &rs_->map() : nullptr; }
   int zero() const { return zero_; }
-  // Bytes this object allocated beside the stage: the shard of the
-  // parameters, the shard of the gradients and the communication copies.
-  std::size_t shard_bytes() const;
 
  private:
   // The ranges of the updated gradients (flat or shard order) this rank
@@ -91,6 +97,7 @@ class ShardedOptimizer {
   bool last_ = true;  // the current backward is the step's last
   std::unique_ptr<GradientSync<T>> sync_;            // zero 0 (or one rank)
   std::unique_ptr<GradientReduceScatter<T>> rs_;     // sharded
+  std::unique_ptr<ParameterGather<T>> gather_;       // ZeRO-3
   VectorBuffer<T> shard_params_;                     // sharded: the working values of the shard
   VectorBuffer<T> gather_pad_;                       // sharded: padded copies of uneven units
   std::vector<std::size_t> gather_at_;

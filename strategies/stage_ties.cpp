@@ -97,8 +97,7 @@ void StageTies<T>::share_weights() {
   for (std::size_t k = 0; k < ties_.size(); ++k) {
     const CrossTie& t = ties_[k];
     if (p != t.source_stage && p != t.copy_stage) continue;
-    const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
-    Vector<T> w = Kokkos::subview(stage_.padded_params(), range);
+    Vector<T> w = stage_.params(offset(t), offset(t) + t.size);  // flat or in a pinned unit
     ctx_.exec.fence();
     if (p == t.source_stage) mesh_.pp().send(w, t.copy_stage, kTieTag + static_cast<int>(k));
     else mesh_.pp().recv(w, t.source_stage, kTieTag + static_cast<int>(k));
@@ -149,7 +148,7 @@ double StageTies<T>::copy_deviation() {
     const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
     std::vector<T> mine(t.size), theirs(t.size);
     Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(mine.data(), t.size),
-                      Kokkos::subview(stage_.padded_params(), range));
+                      stage_.params(offset(t), offset(t) + t.size));
     const int peer = p == t.source_stage ? t.copy_stage : t.source_stage;
     mesh_.pp().send(mine.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));
     mesh_.pp().recv(theirs.data(), t.size, comm::data_type_of<T>(), peer, kTieTag + 100 + static_cast<int>(k));

@@ -351,8 +351,9 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--zero", c.zero,
                  "1: shard optimizer state and gradient sums over data-parallel ranks (ZeRO-1; "
                  "reduce-scattered in units of --bucket-mb during backward); 2: and keep no whole "
-                 "gradient buffer, only two units of it (ZeRO-2)")
-      ->check(CLI::Range(0, 2));
+                 "gradient buffer, only two units of it (ZeRO-2); 3: nor a whole parameter buffer, "
+                 "each unit gathered just before its layers run (ZeRO-3)")
+      ->check(CLI::Range(0, 3));
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "refuse to start when a rank needs more MiB for parameters, gradients, "
                  "optimizer state and activations (runs the mesh engine, as --pp/--tp/--zero "

@@ -361,6 +361,26 @@ TEST_F(TrainApp, Zero2CheckpointResumesOnOneRank) {
   expect_close(a, std::vector<double>(b.end() - 6, b.end()), 1e-5);
 }
 
+// ZeRO-3 (the shard the only copy of the parameters): a checkpoint written
+// at dp 4 resumes at dp 2, and that one on one rank; the losses follow 12
+// uninterrupted single-rank steps.
+TEST_F(TrainApp, Zero3CheckpointResumesOnFewerRanks) {
+  const std::string args = std::string(kCheckpointRun) + "--log-every 1 --checkpoint-dir ";
+  ASSERT_EQ(train(args + path("one") + " --steps 12 --metrics " + path("b.jsonl")).exit_code, 0);
+  const std::string z = " --zero 3 --bucket-mb 0.001 --threads 1";
+  auto r = train(args + path("z") + " --steps 4 --ranks 4" + z);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto half = train(args + path("z") + " --steps 8 --ranks 2 --resume --metrics " + path("a.jsonl") + z);
+  ASSERT_EQ(half.exit_code, 0) << half.output;
+  auto cont = train(args + path("z") + " --steps 12 --resume --metrics " + path("c.jsonl"));
+  ASSERT_EQ(cont.exit_code, 0) << cont.output;
+  auto a = losses(read_metrics("a.jsonl"));
+  const auto c = losses(read_metrics("c.jsonl")), b = losses(read_metrics("b.jsonl"));
+  a.insert(a.end(), c.begin(), c.end());
+  ASSERT_EQ(a.size(), 8u);
+  expect_close(a, std::vector<double>(b.end() - 8, b.end()), 1e-5);
+}
+
 // Two checkpoints hold the same run state (configuration, position,
 // counters, parameters and optimizer state), bitwise.
 void expect_same_checkpoint(const std::string& a, const std::string& b) {

@@ -840,22 +840,70 @@ TEST(Mesh, Zero2KeepsTwoUnitsOfGradientsAndMatchesZero1) {
   EXPECT_LT(dp, 5e-3);
 }
 
-// ZeRO-2 where gradients arrive before their own layers run backward: a
-// GPT's tied head (the embedding's unit is pinned), a dp2 x pp2 mesh whose
-// stages sum the tied weight's gradients, and dp2 x tp2. Oracle: single-rank
-// training (1e-5).
-TEST(Gpt, Zero2WithTiedWeightsPipelinesAndTensorParallelismMatchesSingleRank) {
+// ZeRO-3 keeps no whole parameter buffer either: the shard is the only copy,
+// each unit gathered before its layers run. Oracles: ZeRO-2 bitwise (the
+// gathered values are the values ZeRO-2 gathers into its flat buffer, the
+// same sums), single-rank training (1e-5) with micro-batches and 3 ranks;
+// the memory report worked by hand.
+TEST(Mesh, Zero3GathersEachUnitAndMatchesZero2) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c;  // layers of 208, 0, 136, 0 and 27 parameters
+  const auto single = test::train_single(c);
+  for (int dp : {2, 3}) {
+    auto two = mesh(dp, 1, 1);
+    two.zero = 2;
+    two.bucket_bytes = 64;  // units of layers [0, 2), [2, 4), [4, 5)
+    auto three = two;
+    three.zero = 3;
+    std::vector<MemoryReport> m3;
+    const auto r3 = on_threads(dp, c, three, &m3);
+    EXPECT_EQ(test::compare(r3, single, 1e-5), "") << "dp" << dp;
+    if (dp == 2) {
+      EXPECT_EQ(r3.params, on_threads(dp, c, two).params);
+      // Unit buffers of 208 and 136 values, the shard of 186: no whole buffer.
+      for (const auto& m : m3) EXPECT_EQ(m.params, (208 + 136 + 186) * sizeof(float));
+    }
+    auto late = three;
+    late.overlap = false;
+    EXPECT_EQ(on_threads(dp, c, late).params, r3.params) << "dp" << dp << " without overlap";
+    auto micro = three;
+    micro.micro_batches = 3;
+    EXPECT_EQ(test::compare(on_threads(dp, c, micro), single, 1e-5), "") << "dp" << dp << " x 3 micro-batches";
+  }
+  // Mixed precision: the gathered working weights are the rounded shard.
+  auto one = mesh(2, 1, 1);
+  one.precision = Precision::bf16;
+  one.zero = 1;
+  one.bucket_bytes = 64;
+  auto three = one;
+  three.zero = 3;
+  EXPECT_EQ(on_threads(2, c, three).params, on_threads(2, c, one).params) << "bf16";
+}
+
+// ZeRO-2 and 3 where gradients arrive before their own layers run backward
+// (and parameters are used by a later layer): a GPT's tied head (the
+// embedding's unit is pinned), a dp2 x pp2 mesh whose stages sum the tied
+// weight's gradients, and dp2 x tp2. Oracle: single-rank training (1e-5).
+TEST(Gpt, Zero2And3WithTiedWeightsPipelinesAndTensorParallelismMatchSingleRank) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   const DpConfig c = test::gpt_config(true);
   const auto single = test::train_single(c);
-  for (auto [dp, pp, tp] : {std::array<int, 3>{2, 1, 1}, {2, 2, 1}, {2, 1, 2}}) {
-    auto o = mesh(dp, pp, tp);
-    o.zero = 2;
-    o.bucket_bytes = 4096;  // several units per stage
-    if (pp > 1) o.micro_batches = 2;
-    EXPECT_EQ(test::compare(on_threads(dp * pp * tp, c, o), single, 1e-5), "")
-        << "dp" << dp << " x pp" << pp << " x tp" << tp << " ZeRO-2";
-  }
+  for (int zero : {2, 3})
+    for (auto [dp, pp, tp] : {std::array<int, 3>{2, 1, 1}, {2, 2, 1}, {2, 1, 2}}) {
+      auto o = mesh(dp, pp, tp);
+      o.zero = zero;
+      o.bucket_bytes = 4096;  // several units per stage
+      if (pp > 1) o.micro_batches = 2;
+      EXPECT_EQ(test::compare(on_threads(dp * pp * tp, c, o), single, 1e-5), "")
+          << "dp" << dp << " x pp" << pp << " x tp" << tp << " ZeRO-" << zero;
+    }
+  // ZeRO-3 with per-block recomputation (a block's forward again in its backward).
+  DpConfig r = c;
+  r.recompute = true;
+  auto o = mesh(2, 1, 1);
+  o.zero = 3;
+  o.bucket_bytes = 4096;
+  EXPECT_EQ(test::compare(on_threads(2, r, o), single, 1e-5), "") << "ZeRO-3 with recomputation";
 }
 
 // Units are runs of whole layers closed from the last layer once they hold
@@ -1107,6 +1155,11 @@ TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
     o.bucket_bytes = 64;
     return o;
   };
+  auto zero3 = [&](ModelParallelOptions o) {
+    o = zero2(o);
+    o.zero = 3;
+    return o;
+  };
   // Mixed precision: shards hold the fp32 master weights, as full_params does.
   auto bf16 = [](ModelParallelOptions o) {
     o.precision = Precision::bf16;
@@ -1115,7 +1168,8 @@ TEST(Mesh, CheckpointShardsCoverTheModelExactlyOnce) {
   for (const ModelParallelOptions& o :
        {mesh(1, 2, 1), mesh(1, 1, 2), mesh(2, 1, 1), zero(mesh(2, 1, 1)), zero(mesh(3, 1, 1)),
         zero(mesh(2, 1, 2)), zero2(mesh(3, 1, 1)), mesh(1, 2, 2), mesh(2, 2, 1), bf16(mesh(1, 2, 1)),
-        bf16(zero(mesh(3, 1, 1))), bf16(zero2(mesh(2, 1, 1))), bf16(mesh(1, 2, 2))}) {
+        bf16(zero(mesh(3, 1, 1))), bf16(zero2(mesh(2, 1, 1))), zero3(mesh(3, 1, 1)),
+        bf16(zero3(mesh(2, 1, 1))), zero3(mesh(2, 2, 1)), bf16(mesh(1, 2, 2))}) {
     SCOPED_TRACE(o.mesh.str() + " ZeRO-" + std::to_string(o.zero) + " " + to_string(o.precision));
     const int world = o.mesh.size();
     std::vector<ModelParallel<float>::CheckpointShard> shards(world);

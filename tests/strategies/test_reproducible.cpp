@@ -84,7 +84,7 @@ Layout mesh_layout(std::size_t chunk, int dp, int pp, int tp, std::size_t micro,
   return {name, dp * pp * tp, 1, o};
 }
 
-// ZeRO-1 (and ZeRO-2, whose gradients stay flat under --reproducible) over 3
+// ZeRO-1 (and ZeRO-2 and 3, whose gradients stay flat under --reproducible) over 3
 // ranks in units of whole layers of at least 16 values: the gradients
 // reduce-scattered unit by unit, uneven units through padded copies.
 Layout sharded_in_units(std::size_t chunk, int zero) {
@@ -97,7 +97,7 @@ Layout sharded_in_units(std::size_t chunk, int zero) {
 // Pipelines of 2 and 3 stages (GPipe, 1F1B), ZeRO-1 (one unit, and units of
 // layers over 3 ranks), a dp2 x pp2 mesh.
 std::vector<Layout> model_parallel_layouts(std::size_t chunk) {
-  return {sharded_in_units(chunk, 1), sharded_in_units(chunk, 2),
+  return {sharded_in_units(chunk, 1), sharded_in_units(chunk, 2), sharded_in_units(chunk, 3),
           mesh_layout(chunk, 1, 2, 1, 3, Schedule::gpipe),
           mesh_layout(chunk, 1, 2, 1, 4),
           mesh_layout(chunk, 1, 3, 1, 2),

@@ -1,0 +1,58 @@
+// ZeRO-3's parameters: each rank stores its shard of the stage's parameters
+// only (strategies/shard_map.hpp). A unit's parameters are all-gathered into
+// its buffer just before its layers run, in forward and again in backward;
+// meanwhile the next unit's gather (the next in the pass's direction) is
+// already under way, and a buffer is reused by a later unit once its own
+// layers are done. Units alone in their buffer (pinned: a tied weight that a
+// later layer uses, or a pipeline's tied copy) stay gathered, and are
+// gathered again whenever the shard changes.
+//
+//   ParameterGather<float> g(ctx, group, stage, map, shard);  // stage built with param units
+//   stage.set_before_layer([&](std::size_t i, auto pass) { g.before_layer(i, pass); });
+//   ... forward and backward gather as they go ...
+//   optimizer updates the shard; g.shard_changed();
+#pragma once
+
+#include "backends/comm/communicator.hpp"
+#include "backends/context.hpp"
+#include "layers/sequential.hpp"
+#include "strategies/shard_map.hpp"
+
+#include <vector>
+
+namespace strata {
+
+template <class T>
+class ParameterGather {
+ public:
+  // model: built with parameter units, the units of `map`; shard: this
+  // rank's values in shard order (outlives this object).
+  ParameterGather(Context& ctx, comm::Communicator& group, Sequential<T>& model,
+                  const ShardMap& map, Vector<T> shard);
+
+  // Before layer i runs: its unit is gathered (waits for it), the next one started.
+  void before_layer(std::size_t i, typename Sequential<T>::Pass pass);
+  // The shard changed (an optimizer step, a checkpoint): the units taking
+  // turns are stale; the pinned ones are gathered again (collective).
+  void shard_changed();
+  bool pinned(std::size_t u) const;
+
+ private:
+  void start(std::size_t u);   // its gather launched into its buffer
+  void ensure(std::size_t u);  // its values complete in its buffer
+
+  Context& ctx_;
+  comm::Communicator& group_;
+  Sequential<T>& model_;
+  const ShardMap& map_;
+  Vector<T> shard_;
+  std::vector<std::size_t> unit_of_layer_;
+  std::vector<bool> pinned_;  // alone in its buffer
+  // Per buffer: the unit it holds or receives (SIZE_MAX: none) and the
+  // gather in flight.
+  std::vector<std::size_t> resident_;
+  std::vector<comm::Handle> pending_;
+  std::vector<bool> in_flight_;
+};
+
+}  // namespace strata
