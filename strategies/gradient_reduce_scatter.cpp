@@ -6,46 +6,58 @@
 namespace strata {
 
 template <class T>
-ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks) {
+std::vector<bool> tied_layers(const Sequential<T>& model, const std::vector<std::size_t>& cross) {
+  std::vector<bool> tied(model.num_layers(), false);
+  for (const auto& [first, last] : model.tied_ranges())
+    for (std::size_t l = 0; l < model.num_layers(); ++l)
+      if (first < model.param_offset(l + 1) && last > model.param_offset(l)) tied[l] = true;
+  for (std::size_t l : cross) tied.at(l) = true;
+  return tied;
+}
+template std::vector<bool> tied_layers(const Sequential<float>&, const std::vector<std::size_t>&);
+template std::vector<bool> tied_layers(const Sequential<double>&, const std::vector<std::size_t>&);
+
+template <class T>
+ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks,
+                     const std::vector<bool>& tied) {
   std::vector<std::size_t> offsets;
   for (std::size_t i = 0; i <= model.num_layers(); ++i) offsets.push_back(model.param_offset(i));
   const std::size_t unit =
       options.bucket_bytes == 0 ? 0 : std::max<std::size_t>(1, options.bucket_bytes / sizeof(T));
-  return ShardMap(offsets, unit, ranks);
+  return ShardMap(offsets, unit, ranks, tied);
 }
-template ShardMap shard_units(const Sequential<float>&, const GradSyncOptions&, int);
-template ShardMap shard_units(const Sequential<double>&, const GradSyncOptions&, int);
+template ShardMap shard_units(const Sequential<float>&, const GradSyncOptions&, int,
+                              const std::vector<bool>&);
+template ShardMap shard_units(const Sequential<double>&, const GradSyncOptions&, int,
+                              const std::vector<bool>&);
 
 namespace {
-// Values of the padded copies: every unit when compressing (it is converted
-// anyway), else the units the group does not divide.
+// Values of the padded copies of ZeRO-1: every unit when compressing (it is
+// converted anyway), else the units the group does not divide.
 std::size_t padded_copies(const ShardMap& map, bool compress) {
   if (!compress) return map.uneven_padded();
   std::size_t n = 0;
   for (const ShardUnit& u : map.units()) n += u.slice * static_cast<std::size_t>(map.ranks());
   return n;
 }
+// Whether unit u holds a tied layer.
+bool unit_is_tied(const ShardUnit& u, const std::vector<bool>& tied) {
+  for (std::size_t l = u.first_layer; l < u.last_layer; ++l)
+    if (l < tied.size() && tied[l]) return true;
+  return false;
+}
 }  // namespace
 
-template <class T>
-std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>& model,
-                                       bool holds, std::size_t held) {
+std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const std::vector<bool>& tied) {
   const auto& units = map.units();
-  const auto tied = model.tied_ranges();
   std::vector<BufferUnit> out(units.size());
   std::size_t pooled = 0, pinned = 2;
   for (std::size_t u = units.size(); u-- > 0;) {
-    const ShardUnit& unit = units[u];
-    bool pin = holds && unit.first_layer <= held;
-    for (const auto& [first, last] : tied) pin = pin || (first < unit.last && last > unit.first);
-    out[u] = {unit.first_layer, unit.last_layer, pin ? pinned++ : pooled++ % 2};
+    const bool pin = unit_is_tied(units[u], tied);
+    out[u] = {units[u].first_layer, units[u].last_layer, pin ? pinned++ : pooled++ % 2};
   }
   return out;
 }
-template std::vector<BufferUnit> zero2_grad_units(const ShardMap&, const Sequential<float>&, bool,
-                                                std::size_t);
-template std::vector<BufferUnit> zero2_grad_units(const ShardMap&, const Sequential<double>&, bool,
-                                                std::size_t);
 
 namespace {
 // Kernels as free functions (device lambdas cannot live in private members).
@@ -106,9 +118,9 @@ template <class T>
 GradientReduceScatter<T>::GradientReduceScatter(Context& ctx, comm::Communicator& group,
                                                 Sequential<T>& model,
                                                 const GradSyncOptions& options, bool loss_scaled,
-                                                bool accumulates)
+                                                bool accumulates, const std::vector<bool>& tied)
     : ctx_(ctx), group_(group), model_(model), options_(options),
-      map_(shard_units(model, options, group.size())) {
+      map_(shard_units(model, options, group.size(), tied)) {
   STRATA_REQUIRE(model.built(), config, "sharded gradients: build the model first");
   validate(options, loss_scaled);
   exact_ = model.numerics().exact();
@@ -122,6 +134,7 @@ GradientReduceScatter<T>::GradientReduceScatter(Context& ctx, comm::Communicator
   const std::vector<BufferUnit>& grad_units = model.grad_units();
   flat_ = grad_units.empty();
   bytes_ = reduce_scatter_bytes(map_, options, exact_, grad_units, accumulates, sizeof(T));
+  for (const ShardUnit& u : units) held_.push_back(unit_is_tied(u, tied));
   if (!flat_) {  // ZeRO-2: the model's gradient units are the map's units
     STRATA_REQUIRE(grad_units.size() == units.size(), config, "sharded gradients: ",
                    grad_units.size(), " gradient units for ", units.size(), " units");
@@ -201,17 +214,14 @@ void GradientReduceScatter<T>::backward_begins(bool last) {
 }
 
 template <class T>
-bool GradientReduceScatter<T>::pinned(std::size_t u) const {
-  return !flat_ && model_.grad_units()[u].buffer >= 2;
-}
-
-template <class T>
 void GradientReduceScatter<T>::layer_done(std::size_t k) {
   const auto& units = map_.units();
   if (flat_) {
     if (!options_.overlap || !last_backward_) return;
-    while (next_ < units.size() && units[units.size() - 1 - next_].first_layer >= k)
-      launch(units.size() - 1 - next_++);
+    while (next_ < units.size() && units[units.size() - 1 - next_].first_layer >= k) {
+      const std::size_t u = units.size() - 1 - next_++;
+      if (!held_[u]) launch(u);  // tied units wait for finish()
+    }
     return;
   }
   // ZeRO-2: every backward launches each complete unit (pinned ones wait
@@ -351,7 +361,12 @@ void GradientReduceScatter<T>::finish() {
     info_ = nullptr;
     return;
   }
-  while (next_ < units.size()) launch(units.size() - 1 - next_++);
+  while (next_ < units.size()) {
+    const std::size_t u = units.size() - 1 - next_++;
+    if (!held_[u]) launch(u);
+  }
+  for (std::size_t u = units.size(); u-- > 0;)
+    if (held_[u]) launch(u);  // complete after the tie sum
   for (auto& h : handles_) h.wait();
   handles_.clear();
   info_ = nullptr;

@@ -22,7 +22,8 @@
 //           reused once its reduce-scatter has finished. Units whose
 //           gradients arrive before their own layers run backward (a tied
 //           weight, or a pipeline's tie sum) are pinned in buffers of their
-//           own, accumulated over the step and reduce-scattered in finish().
+//           own, accumulated over the step and reduce-scattered in finish()
+//           (as ZeRO-1 does with them too).
 // Compression: a unit travels in bf16 or fp16 and is widened back into the
 // shard. Reproducible (a model built with exact sums, always flat): the exact
 // twins of the gradients travel (two doubles per value, a sum exact in any
@@ -42,18 +43,23 @@
 
 namespace strata {
 
-// The units of a model's flat buffers over `ranks` (the gradient buckets).
+// The tied layers of a model (per layer): those holding a weight a later
+// layer uses (its gradients arrive before the layer's own backward) and
+// `cross`, the layers of a tie across pipeline stages (StageTies::layers:
+// their gradients are complete only after the tie sum).
 template <class T>
-ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks);
+std::vector<bool> tied_layers(const Sequential<T>& model, const std::vector<std::size_t>& cross);
 
-// ZeRO-2's gradient units for BuildOptions::grad_units: the units of `map`,
-// taking turns in buffers 0 and 1 in backward order, except the pinned ones
-// (the units holding a weight a later layer ties to, and those holding a
-// layer up to `held`, whose gradients a pipeline's tie sum completes after
-// backward), each in a buffer of its own.
+// The units of a model's flat buffers over `ranks` (the gradient buckets);
+// every tied layer is a unit alone.
 template <class T>
-std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const Sequential<T>& model,
-                                       bool holds, std::size_t held);
+ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks,
+                     const std::vector<bool>& tied);
+
+// ZeRO-2's gradient units for BuildOptions::grad_units (ZeRO-3's parameter
+// units too): the units of `map`, taking turns in buffers 0 and 1 in
+// backward order, except the tied ones, each pinned in a buffer of its own.
+std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const std::vector<bool>& tied);
 
 // Bytes GradientReduceScatter allocates for `map` (the gradient shard and the
 // padded, 16-bit or exact copies the units travel in, ZeRO-2's received
@@ -74,8 +80,10 @@ class GradientReduceScatter {
   // zero2_grad_units over this map); its units are runs of layers of about
   // options.bucket_bytes; accumulates: steps may run more than one backward
   // (micro-batches; ZeRO-2 then receives later ones beside the shard).
+  // tied: tied_layers of the model.
   GradientReduceScatter(Context& ctx, comm::Communicator& group, Sequential<T>& model,
-                        const GradSyncOptions& options, bool loss_scaled, bool accumulates);
+                        const GradSyncOptions& options, bool loss_scaled, bool accumulates,
+                        const std::vector<bool>& tied);
 
   void begin(StepInfo& info);
   // Before each backward of the step; last: the step's last backward.
@@ -99,7 +107,7 @@ class GradientReduceScatter {
   void launch_unit(std::size_t u, bool adds);
   void prepare(std::size_t u);        // its buffer free and zeroed
   void complete(std::size_t buffer);  // waits for the buffer's unit in flight, sums it in
-  bool pinned(std::size_t u) const;
+  bool pinned(std::size_t u) const { return held_[u]; }
 
   Context& ctx_;
   comm::Communicator& group_;
@@ -128,7 +136,7 @@ class GradientReduceScatter {
   std::vector<std::size_t> buffer_at_, tmp_at_;  // each buffer's 16-bit copy, received slice
   VectorBuffer<T> tmp_;
   Kokkos::View<std::uint16_t*, MemSpace> comp_tmp_;
-  std::vector<bool> prepared_;
+  std::vector<bool> prepared_, held_;  // held: a tied unit, reduce-scattered in finish()
   std::vector<std::size_t> unit_of_layer_;
   std::size_t backwards_ = 0;  // of this step so far
   bool adds_ = false, last_backward_ = true, accumulates_ = false;

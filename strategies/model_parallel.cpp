@@ -94,7 +94,7 @@ std::vector<std::size_t> plan_stages(const std::vector<double>& cost,
 // data-parallel group; not under exact sums, whose twin is flat).
 template <class T>
 BuildOptions stage_build(const Sequential<T>& stage, const ModelParallelOptions& options,
-                         std::size_t max_micro, std::size_t slots, bool holds, std::size_t held) {
+                         std::size_t max_micro, std::size_t slots, const std::vector<bool>& tied) {
   BuildOptions b;
   b.max_batch = max_micro;
   b.slots = slots;
@@ -103,7 +103,7 @@ BuildOptions stage_build(const Sequential<T>& stage, const ModelParallelOptions&
   b.numerics.exact_chunk = options.reproducible_chunk;
   b.numerics.inner_chunk = options.reproducible_tp_chunk;
   if (options.zero >= 2 && options.mesh.dp > 1) {
-    const auto units = zero2_grad_units(shard_units(stage, options, options.mesh.dp), stage, holds, held);
+    const auto units = zero2_grad_units(shard_units(stage, options, options.mesh.dp, tied), tied);
     if (!b.numerics.exact()) b.grad_units = units;
     if (options.zero >= 3) b.param_units = units;
     b.pad_multiple = static_cast<std::size_t>(options.mesh.dp);
@@ -114,15 +114,16 @@ BuildOptions stage_build(const Sequential<T>& stage, const ModelParallelOptions&
 template <class T>
 MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
                           const OptimizerConfig& optimizer, std::size_t max_shard, int p,
-                          bool holds, std::size_t held) {
+                          const std::vector<std::size_t>& cross) {
   const std::size_t M = options.micro_batches;
+  const std::vector<bool> tied = tied_layers(stage, cross);
   const int S = options.mesh.pp;
   MemoryReport memory;
   memory.slots = schedule_slots(options.schedule, static_cast<std::size_t>(S),
                                 static_cast<std::size_t>(p), M);
   const std::size_t max_micro = (max_shard + M - 1) / M;
   const std::size_t dp = static_cast<std::size_t>(options.mesh.dp);
-  const BuildOptions build = stage_build(stage, options, max_micro, memory.slots, holds, held);
+  const BuildOptions build = stage_build(stage, options, max_micro, memory.slots, tied);
   const std::size_t n = stage.num_params();
   memory.params = memory.grads = n * sizeof(T);
   std::size_t updated = n;
@@ -132,7 +133,7 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
     // travel in beside the gradients.
     // ZeRO-2: the unit buffers instead of the whole gradients.
     // ZeRO-3: the unit buffers instead of the whole parameters.
-    const ShardMap map = shard_units(stage, options, options.mesh.dp);
+    const ShardMap map = shard_units(stage, options, options.mesh.dp, tied);
     updated = map.shard_size();
     if (!build.param_units.empty()) memory.params = unit_grad_bytes(map, build.param_units, sizeof(T)) + updated * sizeof(T);
     else memory.params += (updated + map.uneven_padded()) * sizeof(T);
@@ -208,8 +209,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   // Tied weights across stages (their gradients wait for the tie sum).
   ties_ = std::make_unique<StageTies<T>>(ctx, *mesh_, *stage_, bounds_, std::move(cross_ties));
   // Memory: known before allocation.
-  memory_ = stage_memory(*stage_, options, optimizer, max_shard, p, ties_->holds_gradients(),
-                         ties_->held());
+  memory_ = stage_memory(*stage_, options, optimizer, max_shard, p, ties_->layers());
+  const std::vector<bool> tied = tied_layers(*stage_, ties_->layers());
   slots_ = memory_.slots;
   max_micro_ = (max_shard + M - 1) / M;
   if (options.memory_budget > 0) {
@@ -224,8 +225,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                    "smaller batch");
   }
 
-  stage_->build(stage_build(*stage_, options, max_micro_, slots_, ties_->holds_gradients(),
-                            ties_->held()));
+  stage_->build(stage_build(*stage_, options, max_micro_, slots_, tied));
   stage_->init(init, seed);
   if (options.reproducible_chunk > 0) enable_reproducible(ctx);
   ties_->share_weights();
@@ -233,7 +233,8 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                                                     options.zero, optimizer, *ties_, M,
                                                     [this, init, seed](std::size_t a, std::size_t b) {
                                                       return stage_->initial_values(a, b, init, seed);
-                                                    });
+                                                    },
+                                                    tied);
   layout_ = std::make_unique<StageLayout<T>>(*mesh_, *stage_, *ties_, bounds_, std::move(full_sizes),
                                              sharded_->shards());
   if (all.classes > 0)  // the logits split over the tensor group by class
@@ -334,12 +335,9 @@ void ModelParallel<T>::backward_micro(std::size_t m, std::size_t count, bool las
   }
   Matrix<T> dx;
   if (!first_stage()) dx = rows(dx_, count, stage_->in_features());
-  // Gradient buckets start as backward completes them (layers up to the
-  // held one wait for the tie sum).
+  // Gradient buckets start as backward completes them.
   sharded_->backward_begins(last);
-  stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) {
-    if (!ties_->holds_gradients() || k > ties_->held()) sharded_->layer_done(k);
-  });
+  stage_->backward(ctx_, dy, dx, slot, [&](std::size_t k) { sharded_->layer_done(k); });
   if (!first_stage()) {
     ctx_.exec.fence();
     mesh_->pp().send(dx, p - 1, tag);
@@ -506,11 +504,11 @@ Evaluation ModelParallel<T>::evaluate(const data::Dataset& d) {
 }
 
 template MemoryReport stage_memory<float>(const Sequential<float>&, const ModelParallelOptions&,
-                                          const OptimizerConfig&, std::size_t, int, bool,
-                                          std::size_t);
+                                          const OptimizerConfig&, std::size_t, int,
+                                          const std::vector<std::size_t>&);
 template MemoryReport stage_memory<double>(const Sequential<double>&, const ModelParallelOptions&,
-                                           const OptimizerConfig&, std::size_t, int, bool,
-                                           std::size_t);
+                                           const OptimizerConfig&, std::size_t, int,
+                                           const std::vector<std::size_t>&);
 template class ModelParallel<float>;
 template class ModelParallel<double>;
 

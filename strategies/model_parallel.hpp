@@ -87,14 +87,13 @@ struct MemoryReport {
 // What one rank of pipeline stage p holds (options: its mesh, micro-batches,
 // schedule, ZeRO, precision, compression), known before anything is
 // allocated: `stage` need not be built. max_shard: the largest
-// data-parallel shard of the global batch; holds, held: whether layers up to
-// `held` wait for a pipeline's tie sum (StageTies; ZeRO-2 pins their
-// gradients). ModelParallel's own accounting, and the planner's
-// (planner/cost_model.hpp).
+// data-parallel shard of the global batch; cross: the stage's layers of
+// ties across stages (StageTies::layers; ZeRO-2 and 3 pin their units).
+// ModelParallel's own accounting, and the planner's (planner/cost_model.hpp).
 template <class T>
 MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions& options,
                           const OptimizerConfig& optimizer, std::size_t max_shard, int p,
-                          bool holds = false, std::size_t held = 0);
+                          const std::vector<std::size_t>& cross = {});
 
 // Stage boundaries: cuts[s] is the first layer of stage s, cuts[pp] the
 // number of layers. Throws config for more stages than layers, cuts that are

@@ -6,33 +6,45 @@
 
 namespace strata {
 
-ShardMap::ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks)
+ShardMap::ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks,
+                   const std::vector<bool>& alone)
     : ranks_(ranks) {
   STRATA_REQUIRE(ranks > 0, config, "shard map: ", ranks, " ranks");
   STRATA_REQUIRE(!offsets.empty() && offsets.front() == 0, config,
                  "shard map: layer offsets must begin at 0");
   const std::size_t layers = offsets.size() - 1;
   flat_size_ = offsets.back();
+  STRATA_REQUIRE(alone.empty() || alone.size() == layers, config, "shard map: ", alone.size(),
+                 " flags for ", layers, " layers");
+  auto is_alone = [&](std::size_t i) { return !alone.empty() && alone[i]; };
   // From the last layer down (backward's order), a unit closes once it holds
-  // unit_elements values; layers without values stay with their neighbour.
+  // unit_elements values, or before a layer that is a unit alone; layers
+  // without values stay with their neighbour.
   std::vector<ShardUnit> down;
   std::size_t end_layer = layers;
+  auto close = [&](std::size_t first_layer) {
+    const std::size_t first = offsets[first_layer], last = offsets[end_layer];
+    if (last > first || down.empty()) {
+      ShardUnit u;
+      u.first = first;
+      u.last = last;
+      u.first_layer = first_layer;
+      u.last_layer = end_layer;
+      down.push_back(u);
+    } else {
+      down.back().first_layer = first_layer;  // only empty layers: the unit above takes them
+    }
+    end_layer = first_layer;
+  };
   for (std::size_t i = layers; i > 0; --i) {
+    if (is_alone(i - 1)) {
+      if (end_layer > i) close(i);  // what lies above it
+      close(i - 1);
+      continue;
+    }
     const std::size_t first = offsets[i - 1], last = offsets[end_layer];
     const bool full = unit_elements > 0 && last - first >= unit_elements;
-    if (full || i == 1) {
-      if (last > first || down.empty()) {
-        ShardUnit u;
-        u.first = first;
-        u.last = last;
-        u.first_layer = i - 1;
-        u.last_layer = end_layer;
-        down.push_back(u);
-      } else {
-        down.back().first_layer = i - 1;  // only empty layers are left: the lowest unit takes them
-      }
-      end_layer = i - 1;
-    }
+    if (full || i == 1 || is_alone(i - 2)) close(i - 1);
   }
   units_.assign(down.rbegin(), down.rend());
   const auto r = static_cast<std::size_t>(ranks);

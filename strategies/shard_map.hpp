@@ -39,9 +39,11 @@ class ShardMap {
  public:
   // offsets: the layers' first values in the flat buffer (Sequential::
   // param_offset(0..L)); unit_elements: the least size of a unit (0: one
-  // unit for everything); ranks: the group size. Layers without values join
-  // a neighbour; a layer larger than unit_elements is a unit of its own.
-  ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks);
+  // unit for everything); ranks: the group size; alone: the layers that are
+  // a unit by themselves (empty: none). Layers without values join a
+  // neighbour; a layer larger than unit_elements is a unit of its own.
+  ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks,
+           const std::vector<bool>& alone = {});
 
   int ranks() const { return ranks_; }
   // Units in flat order.

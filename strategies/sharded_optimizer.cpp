@@ -14,13 +14,15 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
                                       const MixedPrecisionOptions& precision,
                                       const GradSyncOptions& sync, int zero,
                                       const OptimizerConfig& config, const StageTies<T>& ties,
-                                      std::size_t micro_batches, const InitialValues& initial)
-    : ctx_(ctx), mesh_(mesh), stage_(stage), zero_(zero) {
+                                      std::size_t micro_batches, const InitialValues& initial,
+                                      const std::vector<bool>& tied)
+    : ctx_(ctx), mesh_(mesh), stage_(stage), zero_(zero), holds_(ties.holds_gradients()),
+      held_(ties.held()) {
   Vector<T> updated;  // the working values this rank's optimizer updates
   std::vector<std::pair<std::size_t, std::size_t>> no_decay;
   if (zero >= 1 && mesh_.dp().size() > 1) {
     rs_ = std::make_unique<GradientReduceScatter<T>>(ctx, mesh_.dp(), stage_, sync,
-                                                     precision.loss_scaling, micro_batches > 1);
+                                                     precision.loss_scaling, micro_batches > 1, tied);
     const ShardMap& map = rs_->map();
     const int r = mesh_.dp_rank();
     shard_params_ = VectorBuffer<T>("strata::zero::shard_params", map.shard_size());
@@ -105,7 +107,9 @@ void ShardedOptimizer<T>::backward_begins(bool last) {
 template <class T>
 void ShardedOptimizer<T>::layer_done(std::size_t k) {
   if (rs_) rs_->layer_done(k);
-  else if (last_) sync_->layer_done(k);  // the buckets start in the last backward
+  // The buckets start in the last backward; those of the layers up to the
+  // held one wait for the tie sum (in order: the later ones too).
+  else if (last_ && (!holds_ || k > held_)) sync_->layer_done(k);
 }
 
 template <class T>

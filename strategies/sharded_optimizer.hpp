@@ -49,12 +49,14 @@ class ShardedOptimizer {
   // stage: built, its parameters initialised; ties: the stage's tied
   // weights across stages (their copies count once in the norm);
   // micro_batches: backwards per step; initial: the initial values of layers
-  // [first, last) (ZeRO-3: of units the stage does not hold).
+  // [first, last) (ZeRO-3: of units the stage does not hold); tied: the
+  // stage's tied_layers (gradient_reduce_scatter.hpp).
   using InitialValues = std::function<std::vector<T>(std::size_t, std::size_t)>;
   ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& stage,
                    const MixedPrecisionOptions& precision, const GradSyncOptions& sync,
                    int zero, const OptimizerConfig& config, const StageTies<T>& ties,
-                   std::size_t micro_batches, const InitialValues& initial);
+                   std::size_t micro_batches, const InitialValues& initial,
+                   const std::vector<bool>& tied);
   ~ShardedOptimizer();
 
   // A new step: nothing launched yet; info.comm_bytes will count the payload.
@@ -95,6 +97,8 @@ class ShardedOptimizer {
   Sequential<T>& stage_;
   int zero_;
   bool last_ = true;  // the current backward is the step's last
+  bool holds_ = false;  // layers up to held_ wait for the tie sum (zero 0)
+  std::size_t held_ = 0;
   std::unique_ptr<GradientSync<T>> sync_;            // zero 0 (or one rank)
   std::unique_ptr<GradientReduceScatter<T>> rs_;     // sharded
   std::unique_ptr<ParameterGather<T>> gather_;       // ZeRO-3

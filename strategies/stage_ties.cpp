@@ -92,6 +92,16 @@ void add_into_exact(Context& ctx, double* e, const double* other, std::size_t n)
 }  // namespace
 
 template <class T>
+std::vector<std::size_t> StageTies<T>::layers() const {
+  const std::size_t p = static_cast<std::size_t>(mesh_.pp_rank());
+  std::vector<std::size_t> out;
+  for (const CrossTie& t : ties_)
+    for (const std::size_t layer : {t.source, t.copy})
+      if (layer >= bounds_[p] && layer < bounds_[p + 1]) out.push_back(layer - bounds_[p]);
+  return out;
+}
+
+template <class T>
 void StageTies<T>::share_weights() {
   const int p = mesh_.pp_rank();
   for (std::size_t k = 0; k < ties_.size(); ++k) {

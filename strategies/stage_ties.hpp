@@ -48,6 +48,8 @@ class StageTies {
   // must not start before.
   bool holds_gradients() const { return holds_; }
   std::size_t held() const { return held_; }
+  // The stage's local layers that are a source or a copy of a tie.
+  std::vector<std::size_t> layers() const;
 
   // The source stage sends each weight to its copy (collective over the pipeline).
   void share_weights();

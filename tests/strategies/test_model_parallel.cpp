@@ -948,6 +948,17 @@ TEST(ShardMap, UnitsOfWholeLayersAndPiecesThatCoverTheBufferOnce) {
   EXPECT_EQ(m.to_shard(flat, 2)[3], 0.0);  // padding
   // No unit size: one unit for everything.
   EXPECT_EQ(ShardMap({0, 5, 5, 9, 20}, 0, 3).units().size(), 1u);
+  // A tied layer is a unit alone: layers 0 and 2 of layers of 5, 0, 4, 11
+  // with no unit size give [0, 1) [1, 3) [3, 4): the empty layer joins the
+  // tied one above it.
+  const ShardMap t({0, 5, 5, 9, 20}, 0, 3, {true, false, true, false});
+  ASSERT_EQ(t.units().size(), 3u);
+  EXPECT_EQ(t.units()[0].last_layer, 1u);
+  EXPECT_EQ(t.units()[1].first_layer, 1u);
+  EXPECT_EQ(t.units()[1].last_layer, 3u);
+  EXPECT_EQ(t.units()[1].first, 5u);
+  EXPECT_EQ(t.units()[1].last, 9u);
+  EXPECT_EQ(t.units()[2].first, 9u);
 }
 
 TEST(Mesh, GroupsFollowTheDocumentedLayout) {
