@@ -18,7 +18,7 @@ std::string Layout::str() const {
     s += ", " + std::to_string(micro_batches) + " micro-batches " + to_string(schedule);
   else if (micro_batches > 1)
     s += ", " + std::to_string(micro_batches) + " micro-batches";
-  if (zero) s += ", ZeRO-1";
+  if (zero) s += ", ZeRO-" + std::to_string(zero);
   if (recompute) s += ", recompute";
   return s;
 }
@@ -164,7 +164,7 @@ double CostModel::layer_time(double flops, double gemms, double values, double r
 
 double CostModel::exposed_bucket_time(const std::vector<double>& params,
                                       const std::vector<double>& backward, int dp,
-                                      const Link& link) {
+                                      const Link& link, double fraction) {
   // GradientSync's buckets: bucket_bytes of gradients from the end of the
   // flat buffer, each launched when the layer holding its first value has
   // finished backward, one allreduce after another.
@@ -178,7 +178,7 @@ double CostModel::exposed_bucket_time(const std::vector<double>& params,
     // Launch every bucket whose values all lie at or above this layer's.
     for (double begin = std::max(0.0, end - cap); end > 0 && begin >= offset;
          begin = std::max(0.0, end - cap)) {
-      busy_until = std::max(busy_until, clock) + allreduce_time((end - begin) * 4, dp, link);
+      busy_until = std::max(busy_until, clock) + fraction * allreduce_time((end - begin) * 4, dp, link);
       end = begin;
     }
   }
@@ -207,7 +207,7 @@ Prediction CostModel::predict(const Layout& l) const {
     return pr;
   }
   if (l.zero && dp == 1) {
-    pr.rejected = "ZeRO-1 without data parallelism";
+    pr.rejected = "ZeRO-" + std::to_string(l.zero) + " without data parallelism";
     return pr;
   }
   const Split& s = split(tp, pp);
@@ -296,13 +296,24 @@ Prediction CostModel::predict(const Layout& l) const {
   pr.pipeline_comm = slowest_send * M;
   pr.bubble = slowest * (pp - 1);
   if (dp > 1) {
-    if (l.zero)  // a reduce-scatter after backward, then an allgather of the weights
-      pr.data_comm = allreduce_time(grads * 4, dp,
-                                    request_.ranks <= per_node_ && profile_.reduce_scatter_allgather.bandwidth > 0
-                                        ? profile_.reduce_scatter_allgather
-                                        : dp_link);
-    else
+    if (l.zero) {
+      // ZeRO (strategies/sharded_optimizer.hpp): a reduce-scatter per unit
+      // as backward completes it (half an allreduce, overlapped like the
+      // buckets; ZeRO-2 and 3 also in every earlier micro-batch, counted as
+      // not hidden), then the updated shards all-gathered (the other half;
+      // ZeRO-3 instead gathers every unit before its forward and its
+      // backward, prefetched: exposed where the gathers outlast the compute).
+      const Link& link = request_.ranks <= per_node_ && profile_.reduce_scatter_allgather.bandwidth > 0
+                             ? profile_.reduce_scatter_allgather
+                             : dp_link;
+      const double half = 0.5 * allreduce_time(grads * 4, dp, link);
+      pr.data_comm = exposed_bucket_time(slowest_cost->params, last_backward, dp, link, 0.5);
+      if (l.zero >= 2) pr.data_comm += static_cast<double>(M - 1) * half;
+      if (l.zero >= 3) pr.data_comm += std::max(0.0, 2.0 * static_cast<double>(M) * half - pr.compute);
+      else pr.data_comm += half;
+    } else {
       pr.data_comm = exposed_bucket_time(slowest_cost->params, last_backward, dp, dp_link);
+    }
   }
   // The optimizer reads and writes its values: the weight, gradient and state.
   const double state = static_cast<double>(state_elements(request_.optimizer, 1));

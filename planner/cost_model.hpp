@@ -1,5 +1,5 @@
 // The planner's cost model: for a model, a global batch and a layout
-// (dp x pp x tp, micro-batches, schedule, ZeRO-1, recomputation), the step
+// (dp x pp x tp, micro-batches, schedule, ZeRO stage, recomputation), the step
 // time and the memory of every rank on a machine (planner/profile.hpp),
 // without running anything.
 //
@@ -28,10 +28,13 @@
 //   data parallelism: ring allreduces of the stage's gradient buckets
 //     (GradientSync's 25 MiB from the end), each started when the last
 //     micro-batch's backward has written it and the previous one is done;
-//     what runs past backward counts. ZeRO-1: a reduce-scatter after
-//     backward, then an allgather of the updated weights, neither hidden,
-//     on the profile's reduce_scatter_allgather link inside a node when it
-//     has one
+//     what runs past backward counts. ZeRO: the same buckets as
+//     reduce-scatters (half an allreduce each; ZeRO-2 and 3 also in every
+//     earlier micro-batch, not hidden), then an allgather of the updated
+//     weights (the other half, not hidden; ZeRO-3 instead gathers every unit
+//     before its forward and backward, exposed where that outlasts the
+//     compute), on the profile's reduce_scatter_allgather link inside a node
+//     when it has one
 //   optimizer: the rank's updated values read and written at memory bandwidth
 //
 // What it leaves out: kernel fusion and cache effects beyond f_half, the
@@ -122,9 +125,11 @@ class CostModel {
   // its last backward: GradientSync's buckets (GradSyncOptions' default
   // size, from the last layer's end) each start when backward has written
   // them and the previous bucket is done. params, backward: per top-level
-  // layer, its parameters and its backward seconds.
+  // layer, its parameters and its backward seconds; fraction: of an
+  // allreduce's time each bucket takes (ZeRO's reduce-scatter: 0.5).
   static double exposed_bucket_time(const std::vector<double>& params,
-                                    const std::vector<double>& backward, int dp, const Link& link);
+                                    const std::vector<double>& backward, int dp, const Link& link,
+                                    double fraction = 1.0);
 
  private:
   struct Split;  // the layers and stages of one (tp, pp)

@@ -28,7 +28,7 @@ std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& o
                                                     options.max_micro_batches))
         for (const Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
           if (schedule == Schedule::gpipe && (pp == 1 || !options.gpipe)) continue;
-          for (int zero = 0; zero <= (options.zero && dp > 1 ? 1 : 0); ++zero)
+          for (int zero = 0; zero <= (options.zero && dp > 1 ? 3 : 0); ++zero)
             for (int rc = 0; rc <= (options.recompute ? 1 : 0); ++rc) {
               Layout l;
               l.mesh = {dp, pp, tp};

@@ -1,6 +1,6 @@
 // The planner's search: every layout of a rank count (dp x pp x tp with
 // dp pp tp = ranks; micro-batch counts for pipelines; both schedules;
-// ZeRO-1 with data parallelism; recomputation), each predicted by the cost
+// ZeRO-1, 2 and 3 with data parallelism; recomputation), each predicted by the cost
 // model, ranked: the layouts that fit first, fastest first (equal times:
 // less memory first), then the rejected ones with their reasons.
 #pragma once
@@ -13,7 +13,7 @@ namespace strata::planner {
 
 struct SearchOptions {
   bool gpipe = true;       // also GPipe (1F1B holds fewer micro-batches, the same time)
-  bool zero = true;        // also ZeRO-1 where dp > 1
+  bool zero = true;        // also ZeRO-1, 2 and 3 where dp > 1
   bool recompute = true;   // also with recomputation
   std::size_t max_micro_batches = 256;
 };

@@ -92,7 +92,7 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
                      "pipeline, else 1, as strata-train)")
           ->check(whole_number(1)),
       app.add_option("--schedule", c.schedule, "predict one layout: 1f1b or gpipe"),
-      app.add_option("--zero", c.zero, "predict one layout: 1 for ZeRO-1")->check(CLI::Range(0, 1)),
+      app.add_option("--zero", c.zero, "predict one layout: its ZeRO stage (0-3)")->check(CLI::Range(0, 3)),
       app.add_flag("--recompute", c.recompute, "predict one layout: with recomputation"),
       app.add_flag("--only", "predict the one layout these options give (dp: the ranks left)")};
   auto* cal = app.add_subcommand(

@@ -265,6 +265,18 @@ TEST(ModelParallelMpi, MeshesOfFourRanksMatchSingleRank) {
   auto o = mesh_options(2, 2, 1, 3);
   o.zero = 1;
   EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, o), single, 1e-5), "");
+  // ZeRO-2 and 3 in units of layers (64 bytes: one per layer with
+  // parameters), over processes; and ZeRO-3 over all four as data parallel.
+  o.bucket_bytes = 64;
+  for (int zero : {2, 3}) {
+    o.zero = zero;
+    EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, o), single, 1e-5), "")
+        << "dp2 x pp2 ZeRO-" << zero;
+  }
+  auto d = mesh_options(4, 1, 1);
+  d.zero = 3;
+  d.bucket_bytes = 64;
+  EXPECT_EQ(test::compare(test::train_model_parallel(ctx, world, c, d), single, 1e-5), "") << "dp4 ZeRO-3";
 }
 
 // --reproducible over MPI processes (ctest runs this at 1, 2, 3 and 4

@@ -209,7 +209,13 @@ TEST(PlannerTime, BucketsStartWhenBackwardHasWrittenThem) {
   EXPECT_EQ(CostModel::exposed_bucket_time({10, 20}, {1, 1}, 1, link), 0.0);
 }
 
-// ZeRO-1: a reduce-scatter after backward and an allgather, neither hidden.
+// ZeRO-1 of a model of one unit (under 25 MiB): its reduce-scatter (half an
+// allreduce) starts when backward ends and the allgather (the other half)
+// follows, neither hidden: an allreduce's time (to the rounding of the
+// subtraction in exposed_bucket_time, 1e-12 relative). ZeRO-2 with 2
+// micro-batches adds the first micro-batch's reduce-scatter; ZeRO-3 gathers
+// each unit before forward and backward instead of the allgather, hidden
+// behind this model's compute.
 TEST(PlannerTime, ZeroSumsAfterBackward) {
   test::DpConfig c;
   c.widths = {100, 200, 10};
@@ -222,12 +228,25 @@ TEST(PlannerTime, ZeroSumsAfterBackward) {
   const Prediction p = model.predict(l);
   ASSERT_EQ(p.rejected, "");
   const double params = 100 * 200 + 200 + 200 * 10 + 10;
-  EXPECT_EQ(p.data_comm, CostModel::allreduce_time(params * 4, 2, cpu_profile().intra_node));
+  const double ar = CostModel::allreduce_time(params * 4, 2, cpu_profile().intra_node);
+  EXPECT_NEAR(p.data_comm, ar, 1e-12 * ar);
   // A calibrated reduce-scatter + allgather replaces the allreduce's link.
   MachineProfile calibrated = cpu_profile();
   calibrated.reduce_scatter_allgather = {3e-6, 2e8};
-  EXPECT_EQ(CostModel(request(c, 2), calibrated).predict(l).data_comm,
-            CostModel::allreduce_time(params * 4, 2, calibrated.reduce_scatter_allgather));
+  const double cal = CostModel::allreduce_time(params * 4, 2, calibrated.reduce_scatter_allgather);
+  EXPECT_NEAR(CostModel(request(c, 2), calibrated).predict(l).data_comm, cal, 1e-12 * cal);
+  Layout two = l;
+  two.zero = 2;
+  two.micro_batches = 2;
+  const Prediction p2 = model.predict(two);
+  ASSERT_EQ(p2.rejected, "");
+  EXPECT_NEAR(p2.data_comm, 1.5 * ar, 1e-12 * ar);
+  Layout three = l;
+  three.zero = 3;
+  const Prediction p3 = model.predict(three);
+  ASSERT_EQ(p3.rejected, "");
+  EXPECT_NEAR(p3.data_comm, 0.5 * ar + std::max(0.0, ar - p3.compute), 1e-12 * ar);
+  EXPECT_EQ(p3.optimizer, p.optimizer);  // the same shard updated
   l.zero = 0;
   EXPECT_NEAR(model.predict(l).optimizer, 2 * p.optimizer, 1e-12 * p.optimizer);  // half the update
 }
