@@ -351,7 +351,11 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   const std::size_t B = shard.size();
   STRATA_REQUIRE(B <= max_micro_ * options_.micro_batches, config, "model parallel: shard of ", B,
                  " rows exceeds the ", max_micro_ * options_.micro_batches, " it was built for");
-  const std::size_t M = std::min(options_.micro_batches, B);
+  // ZeRO-2 and 3 communicate in every micro-batch's passes: every rank runs
+  // them all, a micro-batch without rows (a short last batch) as an idle
+  // pass that takes part in the collectives only.
+  const bool every_pass = sharded_->communicates_per_pass();
+  const std::size_t M = every_pass ? options_.micro_batches : std::min(options_.micro_batches, B);
   info_ = StepInfo{};
   // With loss scaling the loss gradient is multiplied by the scale.
   const T scale = static_cast<T>(sharded_->loss_scale()) / static_cast<T>(global_samples);
@@ -365,9 +369,14 @@ double ModelParallel<T>::step(const data::Batch<T>& shard, std::size_t global_sa
   auto micro = [&](std::size_t m) { return data::BatchLoader<T>::shard(B, static_cast<int>(m), static_cast<int>(M)); };
   auto F = [&](std::size_t m) {
     const auto [first, count] = micro(m);
-    forward_micro(shard, m, first, count, scale, loss_sum);
+    if (count == 0) sharded_->idle_forward();
+    else forward_micro(shard, m, first, count, scale, loss_sum);
   };
-  auto Bk = [&](std::size_t m) { backward_micro(m, micro(m).second, m + 1 == M); };
+  auto Bk = [&](std::size_t m) {
+    const std::size_t count = micro(m).second;
+    if (count == 0) sharded_->idle_backward(m + 1 == M);
+    else backward_micro(m, count, m + 1 == M);
+  };
   for (const PipelineAction& a :
        schedule_actions(options_.schedule, static_cast<std::size_t>(mesh_->shape().pp),
                         static_cast<std::size_t>(mesh_->pp_rank()), M))

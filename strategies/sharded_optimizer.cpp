@@ -26,8 +26,10 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
     const ShardMap& map = rs_->map();
     const int r = mesh_.dp_rank();
     shard_params_ = VectorBuffer<T>("strata::zero::shard_params", map.shard_size());
-    if (stage_.param_units().empty()) {
-      copy_from_host<T>(map.to_shard(copy_to_host<T>(stage_.params()), r), shard_params_);
+    if (stage_.param_units().empty()) {  // this rank's pieces, copied in place (no whole copy)
+      for (const ShardPiece& p : map.pieces(r))
+        Kokkos::deep_copy(Kokkos::subview(Vector<T>(shard_params_), Kokkos::make_pair(p.shard, p.shard + p.count)),
+                          stage_.params(p.flat, p.flat + p.count));
     } else {  // ZeRO-3: unit by unit, from the stage where it holds the unit, else from scratch
       std::vector<T> shard(map.shard_size(), T(0));
       const auto& units = map.units();
@@ -102,6 +104,27 @@ template <class T>
 void ShardedOptimizer<T>::backward_begins(bool last) {
   last_ = last;
   if (rs_) rs_->backward_begins(last);
+}
+
+template <class T>
+bool ShardedOptimizer<T>::communicates_per_pass() const {
+  return gather_ || (rs_ && !rs_->keeps_gradients());
+}
+
+template <class T>
+void ShardedOptimizer<T>::idle_forward() {
+  if (!gather_) return;
+  for (std::size_t i = 0; i < stage_.num_layers(); ++i)
+    gather_->before_layer(i, Sequential<T>::Pass::forward);
+}
+
+template <class T>
+void ShardedOptimizer<T>::idle_backward(bool last) {
+  backward_begins(last);
+  for (std::size_t k = stage_.num_layers(); k-- > 0;) {
+    if (gather_) gather_->before_layer(k, Sequential<T>::Pass::backward);
+    layer_done(k);
+  }
 }
 
 template <class T>

@@ -65,6 +65,12 @@ class ShardedOptimizer {
   void backward_begins(bool last);
   // Backward hook: local layer k's gradients (and every later layer's) are written.
   void layer_done(std::size_t k);
+  // Whether every forward and backward pass communicates (ZeRO-2 and 3 over
+  // more than one rank): then every rank runs the same passes, and a pass
+  // without rows is one of these, which takes part in the collectives only.
+  bool communicates_per_pass() const;
+  void idle_forward();
+  void idle_backward(bool last);
   // After the last backward (and the tied gradients' sum): finishes the
   // sums, takes the norm the precision policy needs, updates this rank's
   // values and gathers the updated parameters (sharded).

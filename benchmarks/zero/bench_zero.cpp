@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
         zeros.push_back(std::stoi(z));
       }
     }
-    const int threads = std::max(s.ranks, throughput ? throughput_ranks : 1);
+    const int threads = std::max(no_memory ? 1 : s.ranks, throughput ? throughput_ranks : 1);
     std::string kthreads = kokkos_threads_option(threads);
     args.kokkos.insert(args.kokkos.end() - 1, kthreads.data());
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
@@ -238,7 +238,13 @@ int main(int argc, char** argv) {
           }
       });
       std::printf("%-6s %-28s\n", "stage", "samples/s: median [min-max]");
-      for (int z : zeros) std::printf("ZeRO-%d %-28s\n", z, rate_text(stats(rate[z])).c_str());
+      for (int z : zeros) {
+        const Stats r = stats(rate[z]);
+        std::printf("ZeRO-%d %.3g [%.3g-%.3g]%s\n", z, r.median, r.min, r.max, r.noisy() ? "*" : "");
+        if (json.is_open())
+          json << nlohmann::json{{"table", "throughput"}, {"zero", z}, {"samples_per_s", r.median},
+                                 {"min", r.min}, {"max", r.max}}.dump() << "\n";
+      }
       auto ratios = [&](int a, int b) {
         std::vector<double> q;
         for (std::size_t r = 0; r < rate[a].size() && r < rate[b].size(); ++r) q.push_back(rate[a][r] / rate[b][r]);

@@ -880,6 +880,25 @@ TEST(Mesh, Zero3GathersEachUnitAndMatchesZero2) {
   EXPECT_EQ(on_threads(2, c, three).params, on_threads(2, c, one).params) << "bf16";
 }
 
+// ZeRO-2 and 3 communicate in every pass, so a rank whose shard has fewer
+// rows than the micro-batches (or none: the last batch of 2 samples over 4
+// ranks) runs the missing passes idle, taking part in their collectives.
+// Oracle: single-rank training (1e-5).
+TEST(Mesh, Zero2And3WithShardsShorterThanTheMicroBatches) {
+  STRATA_SKIP_WITHOUT_THREAD_RANKS();
+  DpConfig c;
+  c.batch = 6;
+  c.samples = 20;  // batches of 6, 6, 6 and 2 samples
+  const auto single = test::train_single(c);
+  for (int zero : {2, 3}) {
+    auto o = mesh(4, 1, 1);
+    o.zero = zero;
+    o.bucket_bytes = 64;
+    o.micro_batches = 2;  // shards of 2, 2, 1 and 1 rows, then 1, 1, 0 and 0
+    EXPECT_EQ(test::compare(on_threads(4, c, o), single, 1e-5), "") << "ZeRO-" << zero;
+  }
+}
+
 // ZeRO-2 and 3 where gradients arrive before their own layers run backward
 // (and parameters are used by a later layer): a GPT's tied head (the
 // embedding's unit is pinned), a dp2 x pp2 mesh whose stages sum the tied
