@@ -28,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -250,7 +251,8 @@ int main(int argc, char** argv) {
         for (std::size_t r = 0; r < rate[a].size() && r < rate[b].size(); ++r) q.push_back(rate[a][r] / rate[b][r]);
         return q;
       };
-      for (const auto& [a, b] : {std::pair<int, int>{2, 1}, {3, 0}}) {
+      const std::array<std::pair<int, int>, 2> pairs{{{2, 1}, {3, 0}}};
+      for (const auto& [a, b] : pairs) {
         if (rate[a].empty() || rate[b].empty()) continue;
         const Stats q = stats(ratios(a, b));
         std::printf("ZeRO-%d / ZeRO-%d per round: %.3f [%.3f-%.3f]\n", a, b, q.median, q.min, q.max);

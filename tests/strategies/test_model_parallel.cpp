@@ -907,8 +907,9 @@ TEST(Gpt, Zero2And3WithTiedWeightsPipelinesAndTensorParallelismMatchSingleRank) 
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   const DpConfig c = test::gpt_config(true);
   const auto single = test::train_single(c);
+  const std::array<std::array<int, 3>, 3> meshes{{{2, 1, 1}, {2, 2, 1}, {2, 1, 2}}};
   for (int zero : {2, 3})
-    for (auto [dp, pp, tp] : {std::array<int, 3>{2, 1, 1}, {2, 2, 1}, {2, 1, 2}}) {
+    for (const auto& [dp, pp, tp] : meshes) {
       auto o = mesh(dp, pp, tp);
       o.zero = zero;
       o.bucket_bytes = 4096;  // several units per stage
