@@ -58,6 +58,7 @@ void dropout_apply(Context& ctx, const char* label, const T* in, T* out, std::si
 template <class T>
 typename Dropout<T>::Block Dropout<T>::block(std::size_t rows, std::size_t cols,
                                              std::size_t row_offset) const {
+  if (seq_ranks_ > 0) return {rows, cols, row_offset, cols * seq_ranks_};
   if (col_total_ == 0) return {rows, cols, row_offset, cols};
   // A column shard of the last dimension: one row per position.
   const std::size_t width = this->in_shape_.rank() > 0 ? this->in_shape_.back() : cols;
@@ -74,7 +75,7 @@ void Dropout<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& 
   }
   const Block b = block(x.extent(0), x.extent(1), s.row_offset);
   detail::dropout_apply(ctx, "strata::Dropout::forward", x.data(), y.data(), b.rows, b.cols,
-                        b.first_row, col_first_, b.total, seed_, calls_, p_);
+                        b.first_row, first_col(b.cols), b.total, seed_, calls_, p_);
 }
 
 template <class T>
@@ -86,7 +87,7 @@ void Dropout<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T
   }
   const Block b = block(dy.extent(0), dy.extent(1), s.row_offset);
   detail::dropout_apply(ctx, "strata::Dropout::backward", dy.data(), dx.data(), b.rows, b.cols,
-                        b.first_row, col_first_, b.total, seed_, s.counter, p_);
+                        b.first_row, first_col(b.cols), b.total, seed_, s.counter, p_);
 }
 
 template class Dropout<float>;

@@ -43,6 +43,12 @@ class Dropout final : public Layer<T>,
     col_first_ = first;
     col_total_ = total;
   }
+  // Sequence parallelism: each sample's row is run `rank` of `ranks` equal
+  // runs of its positions (the whole row's mask, cut as the row is).
+  void set_sequence_shard(std::size_t rank, std::size_t ranks) {
+    seq_rank_ = rank;
+    seq_ranks_ = ranks;
+  }
 
   // Number of training passes so far: the buffer "calls", checkpointed for
   // an exact resume (a double holds it exactly up to 2^53 passes).
@@ -61,6 +67,9 @@ class Dropout final : public Layer<T>,
     std::size_t rows, cols, first_row, total;
   };
   Block block(std::size_t rows, std::size_t cols, std::size_t row_offset) const;
+  std::size_t first_col(std::size_t cols) const {
+    return seq_ranks_ > 0 ? seq_rank_ * cols : col_first_;
+  }
 
   double p_;
   std::uint64_t seed_;
@@ -68,6 +77,8 @@ class Dropout final : public Layer<T>,
   // A column shard (set_column_shard): columns [col_first_, + width) of the
   // last dimension, col_total_ wide; 0: the whole input.
   std::size_t col_first_ = 0, col_total_ = 0;
+  // A sequence shard (set_sequence_shard); 0 ranks: none.
+  std::size_t seq_rank_ = 0, seq_ranks_ = 0;
 };
 
 }  // namespace strata

@@ -19,6 +19,7 @@ std::string Layout::str() const {
   else if (micro_batches > 1)
     s += ", " + std::to_string(micro_batches) + " micro-batches";
   if (zero) s += ", ZeRO-" + std::to_string(zero);
+  if (sequence_parallel) s += ", sequence parallel";
   if (recompute) s += ", recompute";
   return s;
 }
@@ -82,15 +83,16 @@ double CostModel::allreduce_time(double bytes, int n, const Link& link) {
   return 2.0 * (n - 1) * (link.latency + bytes / (n * link.bandwidth));
 }
 
-const CostModel::Split& CostModel::split(int tp, int pp) const {
-  auto& slot = splits_[{tp, pp}];
+const CostModel::Split& CostModel::split(int tp, int pp, bool sequence) const {
+  auto& slot = splits_[{tp, pp, sequence}];
   if (slot) return *slot;
   slot = std::make_unique<Split>();
   Split& s = *slot;
   s.comm = std::make_unique<PlanningComm>(tp);
   try {
     TensorParallelLayers<float> all = make_tensor_parallel<float>(
-        build_layers<float>(request_.model, 0), *s.comm, request_.loss == LossKind::cross_entropy);
+        build_layers<float>(request_.model, 0), *s.comm, request_.loss == LossKind::cross_entropy,
+        sequence);
     resolve_ties(all.layers, all.names);
     std::vector<double> params(all.layers.size());
     for (std::size_t i = 0; i < params.size(); ++i)
@@ -139,7 +141,7 @@ int CostModel::threads_per_rank() const {
 
 std::vector<GemmShape> CostModel::gemm_shapes(const Layout& l) const {
   std::vector<GemmShape> out;
-  const Split& s = split(l.mesh.tp, l.mesh.pp);
+  const Split& s = split(l.mesh.tp, l.mesh.pp, l.sequence_parallel);
   if (!s.error.empty() || l.mesh.dp < 1 || l.micro_batches == 0) return out;
   const std::size_t m = micro_batch_samples(l);
   for (const StageCost& c : s.cost)
@@ -210,7 +212,7 @@ Prediction CostModel::predict(const Layout& l) const {
     pr.rejected = "ZeRO-" + std::to_string(l.zero) + " without data parallelism";
     return pr;
   }
-  const Split& s = split(tp, pp);
+  const Split& s = split(tp, pp, l.sequence_parallel);
   if (!s.error.empty()) {
     pr.rejected = s.error;
     return pr;
@@ -221,6 +223,7 @@ Prediction CostModel::predict(const Layout& l) const {
   o.micro_batches = M;
   o.schedule = l.schedule;
   o.zero = l.zero;
+  o.sequence_parallel = l.sequence_parallel;
   o.precision = request_.precision;
   for (int p = 0; p < pp; ++p) {
     Sequential<float>& stage = *s.stages[static_cast<std::size_t>(p)];

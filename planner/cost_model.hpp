@@ -52,6 +52,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace strata::planner {
@@ -69,7 +70,8 @@ struct Layout {
   Schedule schedule = Schedule::one_f_one_b;
   int zero = 0;
   bool recompute = false;
-  // "dp 2 x pp 2 x tp 1, 4 micro-batches 1f1b, ZeRO-1, recompute"
+  bool sequence_parallel = false;  // with tp > 1
+  // "dp 2 x pp 2 x tp 2, 4 micro-batches 1f1b, ZeRO-1, sequence parallel, recompute"
   std::string str() const;
 };
 
@@ -133,7 +135,8 @@ class CostModel {
 
  private:
   struct Split;  // the layers and stages of one (tp, pp)
-  const Split& split(int tp, int pp) const;
+  // sequence: with sequence parallelism (tp > 1).
+  const Split& split(int tp, int pp, bool sequence = false) const;
   double layer_time(double flops, double gemms, double values, double rate) const;
   std::size_t micro_batch_samples(const Layout& l) const;  // of the largest shard
   double rank_bandwidth() const;  // memory bandwidth one rank has
@@ -142,7 +145,7 @@ class CostModel {
   MachineProfile profile_;
   int per_node_ = 1;
   std::size_t budget_ = 0;
-  mutable std::map<std::pair<int, int>, std::unique_ptr<Split>> splits_;
+  mutable std::map<std::tuple<int, int, bool>, std::unique_ptr<Split>> splits_;
 };
 
 }  // namespace strata::planner

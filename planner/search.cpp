@@ -29,15 +29,17 @@ std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& o
         for (const Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
           if (schedule == Schedule::gpipe && (pp == 1 || !options.gpipe)) continue;
           for (int zero = 0; zero <= (options.zero && dp > 1 ? 3 : 0); ++zero)
-            for (int rc = 0; rc <= (options.recompute ? 1 : 0); ++rc) {
-              Layout l;
-              l.mesh = {dp, pp, tp};
-              l.micro_batches = M;
-              l.schedule = schedule;
-              l.zero = zero;
-              l.recompute = rc != 0;
-              all.push_back(l);
-            }
+            for (int rc = 0; rc <= (options.recompute ? 1 : 0); ++rc)
+              for (int sp = 0; sp <= (options.sequence && tp > 1 ? 1 : 0); ++sp) {
+                Layout l;
+                l.mesh = {dp, pp, tp};
+                l.micro_batches = M;
+                l.schedule = schedule;
+                l.zero = zero;
+                l.recompute = rc != 0;
+                l.sequence_parallel = sp != 0;
+                all.push_back(l);
+              }
         }
     }
   }

@@ -15,6 +15,7 @@ struct SearchOptions {
   bool gpipe = true;       // also GPipe (1F1B holds fewer micro-batches, the same time)
   bool zero = true;        // also ZeRO-1, 2 and 3 where dp > 1
   bool recompute = true;   // also with recomputation
+  bool sequence = true;    // also sequence parallelism where tp > 1
   std::size_t max_micro_batches = 256;
 };
 

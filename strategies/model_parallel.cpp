@@ -7,6 +7,7 @@
 #include "backends/trace.hpp"
 #include "backends/units.hpp"
 #include "strategies/reproducible.hpp"
+#include "strategies/sequence_shards.hpp"
 #include "strategies/vocab_parallel.hpp"
 
 #include <algorithm>
@@ -146,6 +147,10 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
   memory.optimizer = state_elements(optimizer, updated) * sizeof(T);
   memory.master = options.precision != Precision::fp32 ? updated * sizeof(T) : 0;
   memory.activations = stage.activation_bytes(build);
+  std::size_t scratch = 0;  // sequence parallelism's, shared by the stage's layers
+  for (std::size_t i = 0; i < stage.num_layers(); ++i)
+    scratch = std::max(scratch, sequence_scratch_bytes(stage.layer(i), max_micro, build.numerics.exact()));
+  memory.activations += scratch;
   if (p > 0)  // received inputs per slot and the input gradient sent back
     memory.activations += (memory.slots + 1) * max_micro * stage.in_features() * sizeof(T);
   if (p + 1 < S) memory.activations += max_micro * stage.out_features() * sizeof(T);
@@ -169,6 +174,9 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
                  ": ZeRO stages 0 to 3 are available (1: optimizer state and gradient sums "
                  "sharded; 2: and no whole gradient buffer; 3: nor parameter buffer)");
   STRATA_REQUIRE(max_shard > 0, config, "model parallel: batch size must be positive");
+  STRATA_REQUIRE(!options.sequence_parallel || options.mesh.tp > 1, config,
+                 "--sequence-parallel shards the sequence over the tensor-parallel ranks: it "
+                 "needs --tp 2 or more (this layout has --tp ", options.mesh.tp, ")");
   STRATA_REQUIRE(options.reproducible_chunk == 0 || options.mesh.tp == 1 ||
                      options.reproducible_tp_chunk > 0,
                  config, "--reproducible with --tp ", options.mesh.tp, " needs --tp-chunk S: the "
@@ -180,8 +188,9 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   mesh_ = std::make_unique<Mesh>(world, shape);
   const int p = mesh_->pp_rank(), S = shape.pp;
 
-  TensorParallelLayers<T> all = make_tensor_parallel<T>(build_layers<T>(with_recompute(model, options.recompute), seed), mesh_->tp(),
-                                                        loss == LossKind::cross_entropy);
+  TensorParallelLayers<T> all = make_tensor_parallel<T>(
+      build_layers<T>(with_recompute(model, options.recompute), seed), mesh_->tp(),
+      loss == LossKind::cross_entropy, options.sequence_parallel);
   resolve_ties(all.layers, all.names);  // single-rank sizes (full_sizes) of tied layers
   const std::vector<double>& flops = all.flops;
   std::vector<double> cost(all.layers.size());

@@ -65,6 +65,8 @@ struct ModelParallelOptions : MixedPrecisionOptions, GradSyncOptions {
   Balance balance = Balance::params;
   int zero = 0;  // ZeRO stage (strategies/sharded_optimizer.hpp): 0, 1 or 2
   bool recompute = false;  // activation recomputation in every top-level block
+  // Sequence parallelism with tensor parallelism (strategies/sequence_parallel.hpp).
+  bool sequence_parallel = false;
   // --reproducible (strategies/reproducible.hpp): samples per chunk, and
   // values per chunk of the sums tensor parallelism splits (--tp-chunk, needed
   // with tp > 1); 0: off.

@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "layers/attention.hpp"
 #include "layers/batch_sums.hpp"
+#include "strategies/sequence_parallel.hpp"
 #include "strategies/vocab_parallel.hpp"
 
 namespace strata {
@@ -95,13 +96,41 @@ std::string TensorParallelLinear<T>::describe(const char* kind) const {
 
 template <class T>
 void TensorParallelLinear<T>::add_shard_costs(std::vector<LayerCost>& out, bool row) const {
-  out.push_back(this->cost(local_.flops()));
+  // A column-parallel shard under sequence parallelism computes on the
+  // whole sequence (its input shape is this rank's positions).
+  out.push_back(this->cost(local_.flops() * (seq_ && !row ? static_cast<double>(seq_->ranks()) : 1.0)));
   const Shape& in = this->input_shape();
   const Shape o = this->output_shape(in);
   LayerCost& c = out.back();
   c.gemm = features_last_gemm(in.numel(), in.back(), o.back());
-  if (row) c.tp_forward = static_cast<double>(o.numel());
-  else c.tp_backward = static_cast<double>(in.numel());
+  if (seq_) {
+    // A gather or reduce-scatter moves half what an allreduce of the whole
+    // sequence's values does: a column-parallel layer gathers its input
+    // (forward), gathers it again and reduce-scatters its gradient
+    // (backward); a row-parallel one reduce-scatters its output and gathers
+    // its gradient.
+    const double whole = static_cast<double>(sequence_values());
+    c.tp_forward = 0.5 * whole;
+    c.tp_backward = (row ? 0.5 : 1.0) * whole;
+    c.gemm = features_last_gemm(row ? in.numel() : whole, in.back(), o.back());
+  } else if (row) {
+    c.tp_forward = static_cast<double>(o.numel());
+  } else {
+    c.tp_backward = static_cast<double>(in.numel());
+  }
+}
+
+template <class T>
+std::size_t TensorParallelLinear<T>::sequence_scratch(std::size_t max_batch, bool exact) const {
+  if (!seq_) return 0;
+  return max_batch * sequence_values() * (exact ? 2 * sizeof(double) : sizeof(T));
+}
+
+template <class T>
+void TensorParallelLinear<T>::reserve(std::size_t batch, std::size_t in) {
+  Layer<T>::reserve(batch, in);
+  if (seq_)
+    seq_->reserve(sequence_scratch(batch, local_.exact_forward() || local_.exact_input_grad()));
 }
 
 template <class T>
@@ -176,16 +205,34 @@ Shape ColumnParallelLinear<T>::output_shape(const Shape& in) const {
   STRATA_REQUIRE(in.back() == this->whole_->in(), config, name(),
                  " expects inputs whose last dimension is ", this->whole_->in(), " but gets shape ",
                  in.str());
-  return in.with_back(local_out_);
+  // Sequence parallelism: the input is a shard of the positions, the output all of them.
+  return (this->seq_ ? this->seq_->whole(in) : in).with_back(local_out_);
+}
+
+template <class T>
+std::size_t ColumnParallelLinear<T>::sequence_values() const {
+  return this->input_shape().numel() * this->seq_->ranks();
 }
 
 template <class T>
 void ColumnParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
-  this->local_.forward(ctx, x, y, saved);
+  if (!this->seq_) {
+    this->local_.forward(ctx, x, y, saved);
+    return;
+  }
+  // The whole sequence gathered (again in backward: it is not kept).
+  const std::size_t batch = x.extent(0), w = x.extent(1), whole = w * this->seq_->ranks();
+  T* full = this->seq_->template region<T>(1, batch * whole);
+  this->seq_->template gather<T>(ctx, x.data(), full, batch, w);
+  this->local_.forward(ctx, ConstMatrix<T>(full, batch, whole), y, saved);
 }
 
 template <class T>
 void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  if (this->seq_) {
+    sequence_backward(ctx, dy, dx, saved);
+    return;
+  }
   // dx = sum over ranks of dy_shard W_shard: exact pairs summed before they
   // are rounded (set_inner_chunk), else rounded values.
   const bool exact = dx.data() != nullptr && this->local_.exact_input_grad();
@@ -196,6 +243,37 @@ void ColumnParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T
     detail::round_exact<T>(ctx, pairs, as_rows(dx, this->whole_->in()));
   } else if (dx.data() != nullptr && this->tp_.size() > 1) {
     allreduce_after(ctx, this->tp_, dx);
+  }
+}
+
+template <class T>
+void ColumnParallelLinear<T>::sequence_backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx,
+                                                Saved<T>& saved) {
+  // The weight gradient reads the whole sequence's input: gathered again.
+  SequenceShards& seq = *this->seq_;
+  const std::size_t batch = dy.extent(0), w = this->input_shape().numel(), whole = w * seq.ranks();
+  T* full = seq.template region<T>(1, batch * whole);
+  seq.template gather<T>(ctx, saved.x.data(), full, batch, w);
+  Saved<T> s;
+  s.x = ConstMatrix<T>(full, batch, whole);
+  s.y = saved.y;
+  s.row_offset = saved.row_offset;
+  s.training = saved.training;
+  s.scratch = saved.scratch;
+  // dx = this rank's positions of the sum over ranks of dy_shard W_shard.
+  if (dx.data() != nullptr && this->local_.exact_input_grad()) {
+    this->local_.backward(ctx, dy, Matrix<T>(), s);
+    const auto pairs = this->local_.exact_product(ctx, dy, true);
+    double* mine = seq.template region<double>(2, 2 * batch * w);
+    seq.template reduce_scatter<double>(ctx, pairs.data(), mine, batch, 2 * w);
+    detail::round_exact<T>(ctx, Kokkos::View<const double*, MemSpace>(mine, 2 * batch * w),
+                           as_rows(dx, this->whole_->in()));
+  } else if (dx.data() != nullptr) {
+    T* partial = seq.template region<T>(2, batch * whole);
+    this->local_.backward(ctx, dy, Matrix<T>(partial, batch, whole), s);
+    seq.template reduce_scatter<T>(ctx, partial, dx.data(), batch, w);
+  } else {
+    this->local_.backward(ctx, dy, dx, s);
   }
 }
 
@@ -247,7 +325,14 @@ template <class T>
 Shape RowParallelLinear<T>::output_shape(const Shape& in) const {
   STRATA_REQUIRE(in.back() == local_in_, config, name(), " expects its shard of ", local_in_,
                  " input features in the last dimension but gets shape ", in.str());
-  return in.with_back(this->whole_->out());
+  const Shape out = in.with_back(this->whole_->out());
+  // Sequence parallelism: the output is this rank's shard of the positions.
+  return this->seq_ ? this->seq_->shard(out, name()) : out;
+}
+
+template <class T>
+std::size_t RowParallelLinear<T>::sequence_values() const {
+  return this->input_shape().numel() / local_in_ * this->whole_->out();
 }
 
 template <class T>
@@ -257,11 +342,28 @@ void RowParallelLinear<T>::bind(Vector<T> params, Vector<T> grads) {
   if (!this->whole_->has_bias()) return;
   b_ = s[1].value;
   db_ = s[1].grad;
+  if (this->seq_) bias_grads_.bind(db_);
 }
 
 template <class T>
 void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
-  if (this->local_.exact_forward()) {  // exact pairs summed before they are rounded
+  if (this->seq_) {
+    // The partial products of the whole sequence, reduce-scattered: each rank
+    // gets the sum at its positions.
+    SequenceShards& seq = *this->seq_;
+    const std::size_t batch = x.extent(0), w = y.extent(1), whole = w * seq.ranks();
+    if (this->local_.exact_forward()) {
+      const auto pairs = this->local_.exact_product(ctx, x, false);
+      double* mine = seq.template region<double>(2, 2 * batch * w);
+      seq.template reduce_scatter<double>(ctx, pairs.data(), mine, batch, 2 * w);
+      detail::round_exact<T>(ctx, Kokkos::View<const double*, MemSpace>(mine, 2 * batch * w),
+                             as_rows(y, this->whole_->out()));
+    } else {
+      T* partial = seq.template region<T>(1, batch * whole);
+      this->local_.forward(ctx, x, Matrix<T>(partial, batch, whole), saved);
+      seq.template reduce_scatter<T>(ctx, partial, y.data(), batch, w);
+    }
+  } else if (this->local_.exact_forward()) {  // exact pairs summed before they are rounded
     const auto pairs = this->local_.exact_product(ctx, x, false);
     if (this->tp_.size() > 1) allreduce_after(ctx, this->tp_, pairs);
     detail::round_exact<T>(ctx, pairs, as_rows(y, this->whole_->out()));
@@ -274,6 +376,20 @@ void RowParallelLinear<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, 
 
 template <class T>
 void RowParallelLinear<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved) {
+  if (this->seq_) {
+    // The bias gradient over this rank's positions, summed over the group;
+    // the weight's and the input's need the whole sequence's dy.
+    SequenceShards& seq = *this->seq_;
+    if (this->whole_->has_bias())
+      bias_grads_.run(ctx, this->tp_, [&] {
+        add_column_sums<T>(ctx, as_rows(dy, this->whole_->out()), bias_grads_.local());
+      });
+    const std::size_t batch = dy.extent(0), w = dy.extent(1), whole = w * seq.ranks();
+    T* full = seq.template region<T>(1, batch * whole);
+    seq.template gather<T>(ctx, dy.data(), full, batch, w);
+    this->local_.backward(ctx, ConstMatrix<T>(full, batch, whole), dx, saved);
+    return;
+  }
   if (this->whole_->has_bias())
     add_column_sums<T>(ctx, as_rows(dy, this->whole_->out()), db_);
   this->local_.backward(ctx, dy, dx, saved);  // dx is this rank's shard of the input gradient
@@ -409,7 +525,7 @@ class Splitter {
 
 template <class T>
 TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp,
-                                             bool vocab_head) {
+                                             bool vocab_head, bool sequence) {
   TensorParallelLayers<T> m;
   m.input = model.input;
   m.names = std::move(model.names);
@@ -430,6 +546,12 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
       m.classes = head->out();
       layers[n - 1] = std::make_unique<ColumnParallelLinear<T>>(std::move(head), tp);
       m.first_class = m.classes / static_cast<std::size_t>(tp.size()) * static_cast<std::size_t>(tp.rank());
+    }
+    if (sequence) {
+      m.layers = std::move(layers);
+      make_sequence_parallel(m, tp);
+      layers = std::move(m.layers);
+      m.layers.clear();
     }
   }
   // Walk the top level: after a column-parallel layer the activation is
@@ -459,7 +581,8 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
   template class ColumnParallelLinear<T>;                                                      \
   template class RowParallelLinear<T>;                                                         \
   template class ShardedBlock<T>;                                                              \
-  template TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T>, comm::Communicator&, bool);
+  template TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T>, comm::Communicator&, bool, \
+                                                        bool);
 STRATA_TENSOR_PARALLEL(float)
 STRATA_TENSOR_PARALLEL(double)
 #undef STRATA_TENSOR_PARALLEL

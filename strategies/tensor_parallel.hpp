@@ -33,8 +33,10 @@
 #include "layers/block.hpp"
 #include "layers/linear.hpp"
 #include "layers/registry.hpp"
+#include "strategies/sequence_shards.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace strata {
@@ -97,7 +99,8 @@ template <class T>
 class TensorParallelLinear : public Layer<T>,
                              public TensorShard<T>,
                              public ExactSums,
-                             public TensorShardable {
+                             public TensorShardable,
+                             public SequenceScratchUser {
  public:
   std::size_t full_num_params() const override { return whole_->num_params(); }
   void init(HostVector<T> params, Init scheme, std::uint64_t seed,
@@ -108,6 +111,16 @@ class TensorParallelLinear : public Layer<T>,
   std::size_t saved_size(std::size_t batch) const override { return local_.saved_size(batch); }
   bool backward_reads_output() const override { return false; }
   void set_input_shape(const Shape& in) override;
+  // Sequence parallelism (strategies/sequence_parallel.hpp): the layer's
+  // sequence-sharded side (a column-parallel layer's input, a row-parallel
+  // layer's output) is this rank's shard of the positions. Before the
+  // layer's shapes are set.
+  virtual void set_sequence(std::shared_ptr<SequenceShards> shards) { seq_ = std::move(shards); }
+  bool sequence_parallel() const { return seq_ != nullptr; }
+  // The whole-sequence values of a sample on the sequence-sharded side, in
+  // each of the shared scratch's regions.
+  std::size_t sequence_scratch(std::size_t max_batch, bool exact) const override;
+  void reserve(std::size_t batch, std::size_t in) override;
 
  protected:
   // local: this rank's Linear (local_in x local_out, with a bias when the
@@ -120,9 +133,13 @@ class TensorParallelLinear : public Layer<T>,
   // backward.
   void add_shard_costs(std::vector<LayerCost>& out, bool row) const;
 
+  // Values per sample of the sequence-sharded side, whole sequence.
+  virtual std::size_t sequence_values() const = 0;
+
   std::unique_ptr<Linear<T>> whole_;
   comm::Communicator& tp_;
   Linear<T> local_;
+  std::shared_ptr<SequenceShards> seq_;
 };
 
 template <class T>
@@ -153,6 +170,8 @@ class ColumnParallelLinear final : public TensorParallelLinear<T>, public TiedWe
   std::size_t local_out() const { return local_out_; }
 
  private:
+  std::size_t sequence_values() const override;
+  void sequence_backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved);
   std::size_t groups_, local_out_;
 };
 
@@ -174,14 +193,18 @@ class RowParallelLinear final : public TensorParallelLinear<T> {
   void shard_map(int r, std::size_t* index, std::uint8_t* replica) const override;
 
  private:
+  std::size_t sequence_values() const override;
   std::size_t local_in_;
   Vector<T> b_, db_;  // the replicated bias (the local Linear has none)
+  // Sequence parallelism: the bias is added on a shard of the positions, its
+  // gradient summed over the group.
+  SequenceSummedGrads<T> bias_grads_;
 };
 
 // A block some of whose inner layers are shards: its shard map joins theirs
 // (whole inner layers are replicas).
 template <class T>
-class ShardedBlock final : public Block<T>, public TensorShard<T> {
+class ShardedBlock : public Block<T>, public TensorShard<T> {
  public:
   using Block<T>::Block;
   std::size_t full_num_params() const override;
@@ -225,8 +248,9 @@ struct TensorParallelLayers {
   std::size_t first_class = 0, classes = 0;
 };
 
+// sequence: and sequence-parallel (strategies/sequence_parallel.hpp).
 template <class T>
 TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communicator& tp,
-                                             bool vocab_head = false);
+                                             bool vocab_head = false, bool sequence = false);
 
 }  // namespace strata

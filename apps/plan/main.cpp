@@ -38,12 +38,12 @@ struct PlanConfig {
   std::size_t batch = 0, top = 10;
   int ranks = 1, ranks_per_node = 0;
   double budget_mb = 0;
-  bool all = false, no_recompute = false;
+  bool all = false, no_recompute = false, no_sequence = false;
   // One layout (any of these given): its prediction alone.
   int dp = 0, pp = 1, tp = 1, zero = 0;
   std::size_t micro = 0;  // 0: planner::default_micro_batches(pp), as strata-train
   std::string schedule = "1f1b";
-  bool recompute = false, one = false;
+  bool recompute = false, sequence = false, one = false;
   // strata-plan calibrate
   bool calibrate = false;
   std::string output = "strata-machine.json";
@@ -82,6 +82,8 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
   app.add_option("--top", c.top, "layouts to print")->capture_default_str()->check(whole_number(1));
   app.add_flag("--all", c.all, "print every layout, the rejected ones with their reasons");
   app.add_flag("--no-recompute", c.no_recompute, "leave recomputation out of the search");
+  app.add_flag("--no-sequence-parallel", c.no_sequence,
+               "leave sequence parallelism out of the search");
   // One layout.
   std::vector<CLI::Option*> layout{
       app.add_option("--dp", c.dp, "predict one layout: data-parallel size (default: the rest)")
@@ -94,6 +96,8 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
       app.add_option("--schedule", c.schedule, "predict one layout: 1f1b or gpipe"),
       app.add_option("--zero", c.zero, "predict one layout: its ZeRO stage (0-3)")->check(CLI::Range(0, 3)),
       app.add_flag("--recompute", c.recompute, "predict one layout: with recomputation"),
+      app.add_flag("--sequence-parallel", c.sequence,
+                   "predict one layout: with sequence parallelism (needs --tp 2 or more)"),
       app.add_flag("--only", "predict the one layout these options give (dp: the ranks left)")};
   auto* cal = app.add_subcommand(
       "calibrate", "measure this machine (a few seconds) and write its profile; with a model "
@@ -169,6 +173,7 @@ int run(const PlanConfig& c) {
   const planner::CostModel model(r, profile);
   planner::SearchOptions o;
   o.recompute = !c.no_recompute;
+  o.sequence = !c.no_sequence;
   if (c.one) {
     planner::Layout l;
     STRATA_REQUIRE(c.ranks % (c.pp * c.tp) == 0, config, "--pp ", c.pp, " x --tp ", c.tp,
@@ -178,6 +183,10 @@ int run(const PlanConfig& c) {
     l.schedule = parse_schedule(c.schedule);
     l.zero = c.zero;
     l.recompute = c.recompute;
+    l.sequence_parallel = c.sequence;
+    STRATA_REQUIRE(!c.sequence || c.tp > 1, config,
+                   "--sequence-parallel shards the sequence over the tensor-parallel ranks: give "
+                   "--tp 2 or more with it");
     const planner::Prediction p = model.predict(l);
     STRATA_REQUIRE(p.rejected.empty(), config, l.str(), ": ", p.rejected);
     std::printf("%4s  %-48s %12s %10s %10s   %8s %8s %8s %8s %8s %8s\n", "", "layout",

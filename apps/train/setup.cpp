@@ -286,6 +286,7 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
     m.cuts = c.stage_cuts;
     m.balance = parse_balance(c.balance);
     m.zero = c.zero;
+    m.sequence_parallel = c.sequence_parallel;
     m.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
     static_cast<GradSyncOptions&>(m) = sync;
     set_mixed_precision(c, m);
@@ -320,6 +321,7 @@ TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int wor
   t.schedule = to_string(l.schedule);
   t.zero = l.zero;
   t.recompute = l.recompute;
+  t.sequence_parallel = l.sequence_parallel;
   if (summary) {
     char rate[64];
     std::snprintf(rate, sizeof rate, "%.0f samples/s, %.1f MiB per rank", plans.front().samples_per_s,
@@ -328,7 +330,8 @@ TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int wor
                "; the same as --strategy hybrid --dp " + std::to_string(t.dp) + " --pp " +
                std::to_string(t.pp) + " --tp " + std::to_string(t.tp) + " --micro-batches " +
                std::to_string(t.micro_batches) + " --schedule " + t.schedule + " --zero " +
-               std::to_string(t.zero) + (t.recompute ? " --recompute" : "") + ")";
+               std::to_string(t.zero) + (t.sequence_parallel ? " --sequence-parallel" : "") +
+               (t.recompute ? " --recompute" : "") + ")";
   }
   return t;
 }

@@ -42,7 +42,8 @@ std::vector<std::size_t> parse_positive_list(const char* option, const std::stri
 }  // namespace
 
 bool model_parallel(const TrainConfig& c) {
-  return needs_mesh(c.strategy) || c.pp > 1 || c.tp > 1 || c.zero > 0 || c.memory_budget_mb > 0 || !c.stage_cuts.empty() ||
+  return needs_mesh(c.strategy) || c.pp > 1 || c.tp > 1 || c.zero > 0 || c.memory_budget_mb > 0 ||
+         c.sequence_parallel || !c.stage_cuts.empty() ||
          c.micro_batches > 0;
 }
 
@@ -354,6 +355,11 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "gradient buffer, only two units of it (ZeRO-2); 3: nor a whole parameter buffer, "
                  "each unit gathered just before its layers run (ZeRO-3)")
       ->check(CLI::Range(0, 3));
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "with --tp: LayerNorm, Dropout and the residual stream run on each tensor rank's "
+               "shard of the sequence (Megatron's sequence parallelism: all-gather and "
+               "reduce-scatter at the tensor-parallel pairs instead of allreduce; less activation "
+               "memory)");
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "refuse to start when a rank needs more MiB for parameters, gradients, "
                  "optimizer state and activations (runs the mesh engine, as --pp/--tp/--zero "
@@ -417,9 +423,14 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   STRATA_REQUIRE(c.plan_profile.empty() || plan, config,
                  "--plan-profile applies to --strategy plan");
   STRATA_REQUIRE(!plan || (c.dp == 0 && c.pp == 0 && c.tp == 0 && c.zero == 0 &&
-                                          c.micro_batches == 0 && !c.recompute && cuts.empty()),
-                 config, "--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches and "
-                 "--recompute itself: leave them out (or give them all with --strategy hybrid)");
+                                          c.micro_batches == 0 && !c.recompute &&
+                                          !c.sequence_parallel && cuts.empty()),
+                 config, "--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches, "
+                 "--sequence-parallel and --recompute itself: leave them out (or give them all "
+                 "with --strategy hybrid)");
+  STRATA_REQUIRE(!c.sequence_parallel || plan || c.tp > 1, config,
+                 "--sequence-parallel shards the sequence over the tensor-parallel ranks: give "
+                 "--tp 2 or more with it");
   STRATA_REQUIRE(c.schedule == "gpipe" || c.schedule == "1f1b", config,
                  "--schedule: unknown pipeline schedule '", c.schedule, "' (expected gpipe or 1f1b)");
   STRATA_REQUIRE(c.balance == "params" || c.balance == "flops", config,

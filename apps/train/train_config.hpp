@@ -93,6 +93,7 @@ struct TrainConfig {
   std::vector<std::size_t> stage_cuts;   // first layer of stages 1..pp-1 (empty: balanced)
   std::string balance = "params";        // params | flops
   int zero = 0;                          // 1: shard optimizer state over data-parallel ranks
+  bool sequence_parallel = false;        // with --tp: LayerNorm, Dropout, residual on sequence shards
   double memory_budget_mb = 0;           // per rank; 0: no limit
   // Checkpoints.
   std::string checkpoint_dir;

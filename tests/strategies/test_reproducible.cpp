@@ -337,7 +337,8 @@ TEST(Reproducible, LocalStrategyGivesTheEnginesBits) {
 
 // Tensor parallelism splits sums over features (a column-parallel layer's
 // input gradient, a row-parallel layer's output, the vocabulary-parallel
-// softmax): with the tensor chunk they are exact too. The MLP (Linear(12,
+// softmax): with the tensor chunk they are exact too (and with sequence
+// parallelism on the GPT: tp2, dp2 x tp2 ZeRO-1, pp2 x tp2). The MLP (Linear(12,
 // 16) column-, Linear(16, 8) row-parallel, chunks of 4 features) and the GPT
 // with a vocabulary tp divides (embedding, head and loss split by token id;
 // chunks of 2 features: a rank holds 4 of each head group's 8 features).
@@ -364,6 +365,17 @@ TEST(Reproducible, TensorParallelIsBitwiseTheSameWithATensorChunk) {
     EXPECT_EQ(test::compare(as_run, test::train_single(k.c), 1e-4), "") << k.tag;
     for (const Layout& l : tensor_parallel_layouts(k.chunk, k.tp_chunk))
       EXPECT_EQ(compare_bits(run_layout(k.c, l, k.tag), one), "") << k.tag << ": " << l.name;
+    if (std::string(k.tag) != "tp-gpt") continue;
+    // Sequence parallelism: the LayerNorm and bias gradients summed over
+    // the ranks' positions as exact pairs, the reduce-scatters of exact pairs.
+    for (Layout l : {mesh_layout(k.chunk, 1, 1, 2, 1),
+                     mesh_layout(k.chunk, 2, 1, 2, 1, Schedule::one_f_one_b, 1),
+                     mesh_layout(k.chunk, 1, 2, 2, 2, Schedule::gpipe)}) {
+      l.options.reproducible_tp_chunk = k.tp_chunk;
+      l.options.mesh.sequence_parallel = true;
+      EXPECT_EQ(compare_bits(run_layout(k.c, l, k.tag), one), "")
+          << k.tag << ": " << l.name << ", sequence parallel";
+    }
   }
   EngineOptions plain;
   plain.model_parallel = true;
