@@ -324,12 +324,21 @@ const std::vector<Entry>& catalogue() {
          return "--dataset synthetic --steps 1 --ranks 2 --tp 2 --batch-size 8 --reproducible "
                 "--chunk 2 --tp-chunk 48";
        }},
+      {"--sequence-parallel without tensor parallelism", 2,
+       {"--sequence-parallel shards the sequence over the tensor-parallel ranks: give --tp 2 or more"},
+       [](Workspace&) { return "--dataset synthetic --steps 1 --ranks 2 --sequence-parallel"; }},
+      {"--sequence-parallel on a model without a sequence", 2,
+       {"sequence parallelism: the model has no block with a tensor-parallel pair"},
+       [](Workspace&) {
+         return "--dataset synthetic --steps 1 --ranks 2 --tp 2 --batch-size 8 --sequence-parallel";
+       }},
       {"--tp-chunk without --reproducible", 2, {"--tp-chunk applies to --reproducible runs"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --tp-chunk 8"; }},
       {"--strategy plan without --plan-profile", 2, {"--strategy plan needs --plan-profile FILE"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --strategy plan"; }},
       {"--strategy plan with a layout option", 2,
-       {"--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches and --recompute itself"},
+       {"--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches, --sequence-parallel and "
+        "--recompute itself"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --strategy plan --plan-profile p.json --pp 2"; }},
       {"--strategy plan with a profile missing a field", 2, {"the profile has no 'launch'"},
        [](Workspace& w) {

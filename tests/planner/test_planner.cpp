@@ -105,7 +105,8 @@ PlanRequest request(const test::DpConfig& c, int ranks) {
 
 // The memory the planner predicts is what ModelParallel reserves on every
 // rank (the largest of them), byte for byte: the MLP and the GPT on
-// data-parallel, pipeline (both schedules), tensor-parallel and ZeRO-1 layouts.
+// data-parallel, pipeline (both schedules), tensor-parallel and ZeRO-1 layouts
+// (and the GPT with sequence parallelism, alone and in a pipeline).
 TEST(PlannerMemory, IsWhatTheEngineReserves) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
   test::DpConfig mlp;
@@ -114,14 +115,17 @@ TEST(PlannerMemory, IsWhatTheEngineReserves) {
   mlp.optimizer = {OptimizerKind::adam, 0.001};
   test::DpConfig gpt = test::gpt_config(true, 2, 12);
   gpt.batch = 8;
-  std::vector<Layout> layouts(5);
+  std::vector<Layout> layouts(7);
   layouts[0].mesh = {2, 1, 1};
   layouts[1].mesh = {1, 2, 1}, layouts[1].micro_batches = 4;
   layouts[2].mesh = {1, 2, 1}, layouts[2].micro_batches = 4, layouts[2].schedule = Schedule::gpipe;
   layouts[3].mesh = {1, 1, 2}, layouts[3].recompute = true;
   layouts[4].mesh = {2, 1, 1}, layouts[4].zero = 1;
+  layouts[5].mesh = {1, 1, 2}, layouts[5].sequence_parallel = true;
+  layouts[6].mesh = {1, 2, 2}, layouts[6].micro_batches = 2, layouts[6].sequence_parallel = true;
   for (const test::DpConfig& c : {mlp, gpt})
     for (const Layout& l : layouts) {
+      if (l.sequence_parallel && c.model.empty()) continue;  // an MLP has no sequence
       const CostModel model(request(c, l.mesh.size()), cpu_profile());
       const Prediction p = model.predict(l);
       ASSERT_EQ(p.rejected, "") << l.str();
@@ -134,6 +138,7 @@ TEST(PlannerMemory, IsWhatTheEngineReserves) {
         o.schedule = l.schedule;
         o.zero = l.zero;
         o.recompute = l.recompute;
+        o.sequence_parallel = l.sequence_parallel;
         const std::size_t shard = (c.batch + l.mesh.dp - 1) / l.mesh.dp;
         ModelParallel<float> mp(ctx, world, test::model_of(c), Init::kaiming_uniform, 1,
                                 LossKind::cross_entropy, c.optimizer, shard, o);
