@@ -76,9 +76,8 @@ void SequenceEdgeBlock<T>::set_input_shape(const Shape& in) {
 }
 
 template <class T>
-void SequenceEdgeBlock<T>::reserve(std::size_t batch, std::size_t in) {
+void SequenceEdgeBlock<T>::reserve(std::size_t batch, std::size_t /*in: the whole sequence's*/) {
   Block<T>::reserve(batch, inner_in_.numel());
-  (void)in;
   max_batch_ = batch;
   own_ = VectorBuffer<T>("strata::SequenceEdgeBlock::shards",
                          batch * ((exit_ ? out_shard() : 0) + (entry_ ? in_shard() : 0)));
@@ -222,10 +221,8 @@ void make_sequence_parallel(TensorParallelLayers<T>& model, comm::Communicator& 
   // To the end when the head gathers its input itself, else to the last block.
   const bool head = n > 0 && dynamic_cast<const ColumnParallelLinear<T>*>(layers[n - 1].get());
   std::size_t last = n;
-  if (!head) {
-    last = n;
+  if (!head)
     while (!is_block(last - 1)) --last;
-  }
   std::vector<std::string> labels(n);
   for (std::size_t i = 0; i < n; ++i)
     labels[i] = model.names[i].empty() ? std::to_string(i) : model.names[i];
