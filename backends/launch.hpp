@@ -134,6 +134,13 @@ void for_range(const Context& ctx, const char* name, std::size_t n, const F& f,
   detail::launch_range(ctx, name, n, f, work_per_item);
 }
 
+// dst[i] += src[i] for i in [0, n) (a free function: nvcc refuses device
+// lambdas in private member functions, so classes call this instead).
+template <class D, class S>
+void add_into(const Context& ctx, const char* name, D* dst, const S* src, std::size_t n) {
+  for_range(ctx, name, n, KOKKOS_LAMBDA(const std::size_t i) { dst[i] += src[i]; });
+}
+
 // f(row(i), i, j) for i in [0, rows), j in [0, cols): an elementwise kernel
 // over a matrix, rows x cols items, with what a row shares (its statistics,
 // its offsets) computed by row(i). On a device one item per element, which

@@ -144,20 +144,13 @@ void SequenceSummedGrads<T>::end(Context& ctx, comm::Communicator& tp) {
   ctx.exec.fence();
   if (outer_ == nullptr) {
     tp.allreduce(local_);
-    const T* src = local_.data();
-    T* dst = grads_.data();
-    for_range(ctx, "strata::SequenceSummed::add", local_.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
-      dst[i] += src[i];
-    });
+    add_into(ctx, "strata::SequenceSummed::add", grads_.data(), local_.data(), local_.extent(0));
     return;
   }
   ctx.exact = outer_;
   tp.allreduce(exact_);  // exact pairs: any order adds them exactly
-  double* dst = exact_twin(ctx, grads_.data(), grads_.extent(0));
-  const double* src = exact_.data();
-  for_range(ctx, "strata::SequenceSummed::add_exact", exact_.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
-    dst[i] += src[i];
-  });
+  add_into(ctx, "strata::SequenceSummed::add_exact", exact_twin(ctx, grads_.data(), grads_.extent(0)),
+           exact_.data(), exact_.extent(0));
 }
 
 #define STRATA_SEQUENCE_SHARDS(T)                                                              \

@@ -77,18 +77,6 @@ std::size_t StageTies<T>::offset(const CrossTie& t) const {
 namespace {
 // Tags of the tie exchanges (above every micro-batch tag).
 constexpr int kTieTag = 1 << 28;
-// g += other (a free function: device lambdas cannot live in private members).
-template <class T>
-void add_into(Context& ctx, Vector<T> g, ConstVector<T> other) {
-  for_range(ctx, "strata::pipeline::sum_tied", g.extent(0), KOKKOS_LAMBDA(const std::size_t i) {
-    g(i) += other(i);
-  });
-}
-// e[i] += other[i] for the exact twins of a tied weight's gradient.
-void add_into_exact(Context& ctx, double* e, const double* other, std::size_t n) {
-  for_range(ctx, "strata::pipeline::sum_tied_exact", n,
-            KOKKOS_LAMBDA(const std::size_t i) { e[i] += other[i]; });
-}
 }  // namespace
 
 template <class T>
@@ -132,7 +120,7 @@ void StageTies<T>::sum_gradients() {
       ctx_.exec.fence();
       mesh_.pp().send(e, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
       mesh_.pp().recv(other, n, comm::DataType::f64, peer, kTieTag + static_cast<int>(k));
-      add_into_exact(ctx_, e, other, n);
+      add_into(ctx_, "strata::pipeline::sum_tied_exact", e, other, n);
       continue;
     }
     Vector<T> g = stage_.grads(offset(t), offset(t) + t.size);  // flat or in a gradient unit
@@ -143,7 +131,7 @@ void StageTies<T>::sum_gradients() {
     // two terms on both stages, so the sums are bitwise equal.
     mesh_.pp().send(g, peer, kTieTag + static_cast<int>(k));
     mesh_.pp().recv(other, peer, kTieTag + static_cast<int>(k));
-    add_into<T>(ctx_, g, other);
+    add_into(ctx_, "strata::pipeline::sum_tied", g.data(), other.data(), t.size);
   }
   mesh_.pp().flush();
 }
