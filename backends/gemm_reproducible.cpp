@@ -260,7 +260,7 @@ void run_item_exact_whole(const Job<T>& j, int i0, int mb, int j0, int nb) {
       const T* b = bp.data() + static_cast<std::ptrdiff_t>(qj) * j.k * kNr;
       for (int c0 = 0; c0 < j.k; c0 += j.chunk) {
         std::fill(ct, ct + kMr * kNr, T(0));
-        j.tile(j.chunk, a + static_cast<std::ptrdiff_t>(c0) * kMr,
+        j.tile(std::min(j.chunk, j.k - c0), a + static_cast<std::ptrdiff_t>(c0) * kMr,
                b + static_cast<std::ptrdiff_t>(c0) * kNr, ct);
         if constexpr (std::is_same_v<T, float>)
           for (int r = 0; r < kMr; ++r) j.exact_row(acc + 2 * r * kNr, ct + r * kNr, kNr);
@@ -289,7 +289,7 @@ void run_item(const Job<T>& j, int item) {
   bp.resize(static_cast<std::size_t>(pn) * kNr * kKc);
   part.resize(static_cast<std::size_t>(pm) * pn * kMr * kNr);
   for (int c0 = 0; c0 < j.k; c0 += j.chunk) {
-    const int c1 = c0 + j.chunk;
+    const int c1 = std::min(c0 + j.chunk, j.k);
     for (int p0 = c0; p0 < c1; p0 += kKc) {
       const int kc = std::min(kKc, c1 - p0);
       pack_a(j, i0, mb, p0, kc, ap.data());
@@ -369,8 +369,7 @@ void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
 void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
                               int k, int chunk, const float* A, int lda, const float* B, int ldb,
                               double* E, int lde) {
-  STRATA_REQUIRE(chunk > 0 && k % chunk == 0, config, "gemm_exact_chunks: k = ", k,
-                 " is not a multiple of the chunk ", chunk);
+  STRATA_REQUIRE(chunk > 0, config, "gemm_exact_chunks: chunk ", chunk, " (k = ", k, ")");
   if (m == 0 || n == 0 || k == 0) return;
   if constexpr (!host_kernels) {
     (void)generic;
@@ -378,8 +377,8 @@ void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
     Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> part("strata::gemm_exact::part", m, n);
     const std::ptrdiff_t a_p = ta == Op::N ? 1 : lda, b_p = tb == Op::N ? ldb : 1;
     for (int c0 = 0; c0 < k; c0 += chunk) {
-      gemm_portable_fused(exec, ta, tb, m, n, chunk, 1.0f, A + c0 * a_p, lda, B + c0 * b_p, ldb,
-                          0.0f, part.data(), n);
+      gemm_portable_fused(exec, ta, tb, m, n, std::min(chunk, k - c0), 1.0f, A + c0 * a_p, lda,
+                          B + c0 * b_p, ldb, 0.0f, part.data(), n);
       Kokkos::parallel_for("strata::gemm_exact::add", Range(exec, 0, std::size_t(m) * n),
                            KOKKOS_LAMBDA(const std::size_t e) {
                              const std::size_t i = e / n, c = e % n;

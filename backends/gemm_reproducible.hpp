@@ -28,8 +28,9 @@ void gemm_reproducible(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k,
                        const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc);
 
 // E(i, j) (two doubles per value, hi then lo, row stride lde values) +=
-// sum over chunks c of the chain over p in [c * chunk, (c + 1) * chunk),
-// added exactly. k must be a multiple of chunk.
+// sum over chunks c of the chain over p in [c * chunk, min((c + 1) * chunk, k)),
+// added exactly (a last chunk shorter than the others is the chain a chunk
+// padded with zeros would give: a padded vocabulary's rank computes it so).
 void gemm_exact_chunks(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, int chunk,
                        const float* A, int lda, const float* B, int ldb, double* E, int lde);
 

@@ -41,9 +41,9 @@ Shape Embedding<T>::output_shape(const Shape& in) const {
 
 template <class T>
 void Embedding<T>::set_vocab_shard(std::size_t first, std::size_t total) {
-  STRATA_REQUIRE(first + vocab_ <= total && total <= (std::size_t(1) << 24), config, name(),
-                 ": rows [", first, ", ", first + vocab_, ") are not a block of a vocabulary of ",
-                 total);
+  // The last rows of a padded vocabulary's last block may lie past it.
+  STRATA_REQUIRE(first < total && total <= (std::size_t(1) << 24), config, name(), ": rows [", first,
+                 ", ", first + vocab_, ") are not a block of a vocabulary of ", total);
   first_ = first;
   total_ = total;
 }

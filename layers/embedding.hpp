@@ -48,7 +48,8 @@ class Embedding final : public Layer<T>, public ExactSums, public TensorShardabl
   // Vocabulary parallelism (strategies/vocab_parallel.hpp): this layer holds
   // rows [first, first + vocab) of a vocabulary of `total` ids. Ids are
   // checked against `total`; forward writes zeros for ids outside the
-  // shard, and backward leaves their rows alone.
+  // shard, and backward leaves their rows alone. Rows past `total` (a
+  // padded vocabulary's last block) are never read.
   void set_vocab_shard(std::size_t first, std::size_t total);
 
  private:

@@ -125,8 +125,7 @@ Kokkos::View<double*, MemSpace> Linear<T>::exact_product(Context& ctx, ConstMatr
                                                          bool input_grad) {
   const std::size_t k = input_grad ? out_ : in_, n = input_grad ? in_ : out_;
   STRATA_REQUIRE(input_grad ? exact_input_grad() : exact_forward(), runtime, name(),
-                 ": exact_product of a sum over ", k, " values that are not chunks of ",
-                 inner_chunk_, " (set_inner_chunk)");
+                 ": exact_product of a sum over ", k, " values without a chunk (set_inner_chunk)");
   if (a.extent(1) != k) a = as_rows(a, k);
   const std::size_t rows = a.extent(0), size = 2 * rows * n;
   if (pairs_.extent(0) < size) {

@@ -53,11 +53,12 @@ class Linear final : public Layer<T>,
   TensorSplit tensor_split() const override {
     return tie_.empty() ? TensorSplit::linear : TensorSplit::none;
   }
-  // Exact inner sums (Layer::set_inner_chunk): forward when s divides in,
-  // the input gradient when s divides out.
+  // Exact inner sums (Layer::set_inner_chunk) in forward and for the input
+  // gradient, in chunks of s (the last one shorter when s does not divide
+  // the width: as a padded vocabulary's last rank sums it).
   void set_inner_chunk(std::size_t s) override;
-  bool exact_forward() const { return inner_chunk_ > 0 && in_ % inner_chunk_ == 0; }
-  bool exact_input_grad() const { return inner_chunk_ > 0 && out_ % inner_chunk_ == 0; }
+  bool exact_forward() const { return inner_chunk_ > 0; }
+  bool exact_input_grad() const { return inner_chunk_ > 0; }
   // The exact pairs (two doubles per value, hi then lo, row-major) of x W^T,
   // or with input_grad of dy W, before they are rounded: a tensor-parallel
   // layer adds its group's pairs first (detail::round_exact then gives the

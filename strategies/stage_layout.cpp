@@ -72,7 +72,8 @@ std::vector<T> StageLayout<T>::scatter(const std::vector<T>& full) const {
     const T* whole = full.data() + offset;
     std::size_t copied = 0;  // a copy of a tied weight: from the original's place
     if (const CrossTie* t = ties_.copy_at(i)) {
-      std::copy(full.data() + t->full_offset, full.data() + t->full_offset + t->size, shard);
+      std::copy(full.data() + t->full_offset, full.data() + t->full_offset + t->mapped, shard);
+      std::fill(shard + t->mapped, shard + t->size, T(0));  // a padded vocabulary's rows
       copied = t->size;
     }
     if (const TensorShard<T>* sharded = tensor_shard(stage_.layer(i)))

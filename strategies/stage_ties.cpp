@@ -29,14 +29,18 @@ std::vector<CrossTie> find_cross_ties(const TensorParallelLayers<T>& all,
     // (a vocabulary shard of an embedding is one block of rows).
     for (const auto& info : all.layers[i]->param_table())
       if (info.name == "weight") {
-        std::size_t whole = info.offset;
+        std::size_t whole = info.offset, mapped = info.shape.numel();
         if (const TensorShard<T>* s = tensor_shard(*all.layers[i])) {
           std::vector<std::size_t> index(s->shard_size());
           std::vector<std::uint8_t> replica(s->shard_size());
           s->shard_map(tp_rank, index.data(), replica.data());
           whole = index[info.offset];
+          mapped = static_cast<std::size_t>(
+              std::find(replica.begin() + static_cast<std::ptrdiff_t>(info.offset),
+                        replica.begin() + static_cast<std::ptrdiff_t>(info.offset + mapped), kPadding) -
+              (replica.begin() + static_cast<std::ptrdiff_t>(info.offset)));
         }
-        ties.push_back({i, j, info.shape.numel(), info.offset, full + whole, stage_of(i), stage_of(j)});
+        ties.push_back({i, j, info.shape.numel(), info.offset, full + whole, stage_of(i), stage_of(j), mapped});
       }
   }
   return ties;
@@ -143,7 +147,6 @@ double StageTies<T>::copy_deviation() {
   for (std::size_t k = 0; k < ties_.size(); ++k) {
     const CrossTie& t = ties_[k];
     if (p != t.source_stage && p != t.copy_stage) continue;
-    const auto range = Kokkos::make_pair(offset(t), offset(t) + t.size);
     std::vector<T> mine(t.size), theirs(t.size);
     Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(mine.data(), t.size),
                       stage_.params(offset(t), offset(t) + t.size));

@@ -21,6 +21,7 @@ struct CrossTie {
   std::size_t weight_offset;  // of the weight in the source layer's slice
   std::size_t full_offset;    // of the weight in the single-rank layout
   int source_stage, copy_stage;
+  std::size_t mapped = 0;     // the first values, that are in the single-rank layout (the rest: padding)
 };
 
 // The ties of the whole model (`all`, cut at `bounds`: stage s holds layers

@@ -42,7 +42,8 @@ struct Map {
 template <class T>
 void extract_shard(const TensorShard<T>& s, int r, const T* full, T* shard) {
   const Map<T> m(s, r);
-  for (std::size_t k = 0; k < m.index.size(); ++k) shard[k] = full[m.index[k]];
+  for (std::size_t k = 0; k < m.index.size(); ++k)
+    shard[k] = m.replica[k] == kPadding ? T(0) : full[m.index[k]];
 }
 
 template <class T>
@@ -51,23 +52,22 @@ void assemble_shards(const TensorShard<T>& s, int ranks, const T* blocks, T* ful
     const Map<T> m(s, r);
     const T* block = blocks + static_cast<std::size_t>(r) * m.index.size();
     for (std::size_t k = 0; k < m.index.size(); ++k)
-      if (r == 0 || !m.replica[k]) full[m.index[k]] = block[k];
+      if (m.replica[k] == kOwned || (r == 0 && m.replica[k] == kReplicated)) full[m.index[k]] = block[k];
   }
 }
 
 template <class T>
 std::vector<std::size_t> checkpoint_index(const TensorShard<T>& s, int r) {
   Map<T> m(s, r);
-  if (r != 0)
-    for (std::size_t k = 0; k < m.index.size(); ++k)
-      if (m.replica[k]) m.index[k] = kReplica;
+  for (std::size_t k = 0; k < m.index.size(); ++k)
+    if (m.replica[k] == kPadding || (r != 0 && m.replica[k] == kReplicated)) m.index[k] = kReplica;
   return std::move(m.index);
 }
 
 template <class T>
 std::vector<std::uint8_t> counted_once(const TensorShard<T>& s, int r) {
   Map<T> m(s, r);
-  for (auto& x : m.replica) x = r == 0 || !x;
+  for (auto& x : m.replica) x = x == kOwned || (r == 0 && x == kReplicated);
   return std::move(m.replica);
 }
 
@@ -151,9 +151,15 @@ void TensorParallelLinear<T>::init(HostVector<T> params, Init scheme, std::uint6
 namespace {
 // A column-parallel layer's output features on each rank.
 template <class T>
-std::size_t column_width(const Linear<T>& w, comm::Communicator& tp, std::size_t groups) {
+std::size_t column_width(const Linear<T>& w, comm::Communicator& tp, std::size_t groups, bool padded) {
   STRATA_REQUIRE(groups > 0 && w.out() % groups == 0, config, "tensor parallelism: ", w.name(),
                  " cannot be cut into ", groups, " equal parts");
+  if (padded) {
+    const VocabSplit v(w.out(), tp.size());
+    STRATA_REQUIRE(groups == 1 && v.possible(), config, "tensor parallelism: --tp ", tp.size(),
+                   " leaves a rank without a class of the ", w.out(), " of ", w.name());
+    return v.share;
+  }
   if (groups == 1) return divided(w.out(), tp, w.name(), "output width");
   return groups * divided(w.out() / groups, tp, w.name() + " (" + std::to_string(groups) +
                                                     " parts: queries, keys, values)", "part width");
@@ -162,9 +168,10 @@ std::size_t column_width(const Linear<T>& w, comm::Communicator& tp, std::size_t
 
 template <class T>
 ColumnParallelLinear<T>::ColumnParallelLinear(std::unique_ptr<Linear<T>>&& whole,
-                                              comm::Communicator& tp, std::size_t groups)
-    : TensorParallelLinear<T>(std::move(whole), tp, whole->in(), column_width(*whole, tp, groups),
-                              whole->has_bias()),
+                                              comm::Communicator& tp, std::size_t groups,
+                                              bool padded)
+    : TensorParallelLinear<T>(std::move(whole), tp, whole->in(),
+                              column_width(*whole, tp, groups, padded), whole->has_bias()),
       groups_(groups),
       local_out_(this->local_.out()) {
   if (this->whole_->weight_tied()) this->local_.tie_weight(Shape{local_out_, this->whole_->in()});
@@ -188,10 +195,17 @@ void ColumnParallelLinear<T>::shard_map(int r, std::size_t* index, std::uint8_t*
   const Linear<T>& w = *this->whole_;
   const std::size_t in = w.in(), weights = w.weight_tied() ? 0 : local_out_ * in;
   const std::size_t whole_weights = w.weight_tied() ? 0 : w.out() * in;
-  for (std::size_t k = 0; k < weights; ++k) index[k] = whole_feature(r, k / in) * in + k % in;
+  // Features past the whole output are a padded vocabulary's.
+  for (std::size_t k = 0; k < weights; ++k) {
+    const std::size_t f = whole_feature(r, k / in);
+    index[k] = f * in + k % in;
+    replica[k] = f < w.out() ? kOwned : kPadding;
+  }
   if (w.has_bias())
-    for (std::size_t f = 0; f < local_out_; ++f) index[weights + f] = whole_weights + whole_feature(r, f);
-  std::fill(replica, replica + shard_size(), std::uint8_t{0});
+    for (std::size_t f = 0; f < local_out_; ++f) {
+      index[weights + f] = whole_weights + whole_feature(r, f);
+      replica[weights + f] = whole_feature(r, f) < w.out() ? kOwned : kPadding;
+    }
 }
 
 template <class T>
@@ -313,11 +327,11 @@ void RowParallelLinear<T>::shard_map(int r, std::size_t* index, std::uint8_t* re
   const std::size_t first = local_in_ * static_cast<std::size_t>(r), weights = out * local_in_;
   for (std::size_t k = 0; k < weights; ++k) {
     index[k] = (k / local_in_) * in + first + k % local_in_;
-    replica[k] = 0;
+    replica[k] = kOwned;
   }
   for (std::size_t k = weights; k < this->num_params(); ++k) {
     index[k] = out * in + (k - weights);
-    replica[k] = 1;
+    replica[k] = kReplicated;
   }
 }
 
@@ -427,7 +441,7 @@ void ShardedBlock<T>::shard_map(int r, std::size_t* index, std::uint8_t* replica
     } else {
       for (std::size_t k = 0; k < n; ++k) {
         index[local + k] = whole + k;
-        replica[local + k] = 1;
+        replica[local + k] = kReplicated;
       }
       whole += n;
     }
@@ -455,8 +469,8 @@ class Splitter {
         continue;
       }
       if (is(i, TensorSplit::vocabulary)) {
-        // A vocabulary that tp does not divide stays whole (Megatron pads it).
-        if (dynamic_cast<Embedding<T>&>(*layers[i]).vocab() % static_cast<std::size_t>(tp_.size()) != 0)
+        // Padded when tp does not divide it; whole when too small for every rank.
+        if (!VocabSplit(dynamic_cast<Embedding<T>&>(*layers[i]).vocab(), tp_.size()).possible())
           continue;
         layers[i] = std::make_unique<VocabParallelEmbedding<T>>(
             std::unique_ptr<Embedding<T>>(static_cast<Embedding<T>*>(layers[i].release())), tp_);
@@ -537,15 +551,14 @@ TensorParallelLayers<T> make_tensor_parallel(ModelLayers<T> model, comm::Communi
     std::vector<std::string> labels(n);
     for (std::size_t i = 0; i < n; ++i) labels[i] = m.names[i].empty() ? std::to_string(i) : m.names[i];
     Splitter<T>(tp).split(layers, shapes, labels);
-    // A language model's head: column-parallel over the vocabulary (whole,
-    // as its embedding, when tp does not divide the vocabulary).
+    // A language model's head: column-parallel over the vocabulary, padded
+    // as its embedding (whole, as its embedding, when too small for every rank).
     const auto* last = n > 0 ? dynamic_cast<const Linear<T>*>(layers[n - 1].get()) : nullptr;
-    if (vocab_head && last && shapes[n - 1].rank() >= 2 &&
-        last->out() % static_cast<std::size_t>(tp.size()) == 0) {
+    if (vocab_head && last && shapes[n - 1].rank() >= 2 && VocabSplit(last->out(), tp.size()).possible()) {
       auto head = Splitter<T>::take_linear(layers[n - 1]);
       m.classes = head->out();
-      layers[n - 1] = std::make_unique<ColumnParallelLinear<T>>(std::move(head), tp);
-      m.first_class = m.classes / static_cast<std::size_t>(tp.size()) * static_cast<std::size_t>(tp.rank());
+      layers[n - 1] = std::make_unique<ColumnParallelLinear<T>>(std::move(head), tp, 1, true);
+      m.first_class = VocabSplit(m.classes, tp.size()).first(tp.rank());
     }
     if (sequence) {
       m.layers = std::move(layers);

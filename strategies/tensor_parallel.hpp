@@ -35,6 +35,7 @@
 #include "layers/registry.hpp"
 #include "strategies/sequence_shards.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -55,10 +56,29 @@ class TensorShard {
   // Values of the shard that map into the single-rank layout.
   virtual std::size_t shard_size() const = 0;
   // For value k of group rank r's shard: index[k], its position among the
-  // whole layer's values, and replica[k] != 0 when every rank of the group
-  // holds the same value (a row-parallel layer's bias, a LayerNorm in a
-  // block).
+  // whole layer's values, and replica[k]: kOwned, kReplicated when every
+  // rank of the group holds the same value (a row-parallel layer's bias, a
+  // LayerNorm in a block), or kPadding for a value the whole layer does not
+  // have (a padded vocabulary's rows; index[k] is then meaningless).
   virtual void shard_map(int r, std::size_t* index, std::uint8_t* replica) const = 0;
+};
+constexpr std::uint8_t kOwned = 0, kReplicated = 1, kPadding = 2;
+
+// A vocabulary (an embedding's rows, a head's classes) split over `ranks` in
+// equal blocks, padded as Megatron-LM pads it: each rank holds `share` =
+// ceil(whole / ranks) rows, the first held(r) of them real and the rest
+// padding (zeros that no token id reaches and the softmax leaves out).
+// possible(): every rank holds at least one real row.
+struct VocabSplit {
+  VocabSplit(std::size_t whole, int ranks)
+      : whole(whole), share((whole + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks)),
+        ranks(ranks) {}
+  std::size_t first(int r) const { return share * static_cast<std::size_t>(r); }
+  std::size_t held(int r) const { return first(r) < whole ? std::min(share, whole - first(r)) : 0; }
+  bool possible() const { return ranks > 0 && held(ranks - 1) > 0; }
+  bool padded() const { return share * static_cast<std::size_t>(ranks) != whole; }
+  std::size_t whole, share;
+  int ranks;
 };
 
 // The layer's shard interface, or nullptr for a layer that is whole.
@@ -68,10 +88,10 @@ const TensorShard<T>* tensor_shard(const Layer<T>& layer) {
 }
 
 // Positions in the single-rank layout of a sharded checkpoint: kReplica for
-// a value that another rank of the group writes.
+// a value that another rank of the group writes (or no rank: padding).
 constexpr std::size_t kReplica = ~std::size_t{0};
 
-// shard = group rank r's values out of the whole layer's.
+// shard = group rank r's values out of the whole layer's (padding: zeros).
 template <class T>
 void extract_shard(const TensorShard<T>& s, int r, const T* full, T* shard);
 // full = the whole layer's values from every rank's shard (`ranks` blocks of
@@ -79,11 +99,11 @@ void extract_shard(const TensorShard<T>& s, int r, const T* full, T* shard);
 template <class T>
 void assemble_shards(const TensorShard<T>& s, int ranks, const T* blocks, T* full);
 // For each value of group rank r's shard, its position in the whole layer,
-// or kReplica for a replica that rank 0 writes instead.
+// or kReplica for a replica that rank 0 writes instead, or for padding.
 template <class T>
 std::vector<std::size_t> checkpoint_index(const TensorShard<T>& s, int r);
 // Whether value k of group rank r's shard counts once over the group (the
-// gradient norm): 1 unless it is a replica on a rank other than 0.
+// gradient norm): 1 unless it is padding or a replica on a rank other than 0.
 template <class T>
 std::vector<std::uint8_t> counted_once(const TensorShard<T>& s, int r);
 // shard = group rank r's part of the initial values `whole` draws (its own
@@ -146,8 +166,11 @@ template <class T>
 class ColumnParallelLinear final : public TensorParallelLinear<T>, public TiedWeight<T> {
  public:
   // groups: the output is that many equal parts, each split over the ranks.
+  // padded (a language model's head, groups 1): the output features split as
+  // a vocabulary (VocabSplit), the last ranks' blocks padded with features
+  // of zero weight.
   ColumnParallelLinear(std::unique_ptr<Linear<T>>&& whole, comm::Communicator& tp,
-                       std::size_t groups = 1);
+                       std::size_t groups = 1, bool padded = false);
 
   std::string name() const override { return this->describe("ColumnParallelLinear"); }
   void add_costs(std::vector<LayerCost>& out) const override { this->add_shard_costs(out, false); }
@@ -225,8 +248,9 @@ class ShardedBlock : public Block<T>, public TensorShard<T> {
 //     per-position inputs ({T, C}: a language model's head, tied or not):
 //     column-parallel, its output (the logits) left sharded for
 //     VocabParallelCrossEntropy;
-//   - a vocabulary that tp does not divide keeps its embedding and head
-//     whole and replicated (Megatron pads it instead);
+//   - a vocabulary that tp does not divide is padded (VocabSplit: the last
+//     ranks hold rows and classes of zeros that the loss leaves out); one
+//     too small for a row on every rank keeps its embedding and head whole;
 //   - every other layer (an unpaired Linear, LayerNorm, convolutions, ...)
 //     stays whole and replicated.
 // For an MLP that is every Linear in pairs, the last one whole when their

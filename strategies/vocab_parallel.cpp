@@ -13,12 +13,12 @@ VocabParallelEmbedding<T>::VocabParallelEmbedding(std::unique_ptr<Embedding<T>>&
                                                   comm::Communicator& tp)
     : whole_(std::move(whole)),
       tp_(tp),
-      local_(whole_->vocab() / static_cast<std::size_t>(tp.size()), whole_->dim(),
-             whole_->init_std()) {
-  const auto n = static_cast<std::size_t>(tp.size());
-  STRATA_REQUIRE(whole_->vocab() % n == 0, config, "tensor parallelism: --tp ", n,
-                 " does not divide the vocabulary ", whole_->vocab(), " of ", whole_->name());
-  local_.set_vocab_shard(local_.vocab() * static_cast<std::size_t>(tp.rank()), whole_->vocab());
+      split_(whole_->vocab(), tp.size()),
+      local_(split_.share, whole_->dim(), whole_->init_std()) {
+  STRATA_REQUIRE(split_.possible(), config, "tensor parallelism: --tp ", tp.size(),
+                 " leaves a rank without a row of the vocabulary ", whole_->vocab(), " of ",
+                 whole_->name());
+  local_.set_vocab_shard(split_.first(tp.rank()), whole_->vocab());
 }
 
 template <class T>
@@ -41,11 +41,12 @@ void VocabParallelEmbedding<T>::init(HostVector<T> params, Init scheme, std::uin
 
 template <class T>
 void VocabParallelEmbedding<T>::shard_map(int r, std::size_t* index, std::uint8_t* replica) const {
-  // Rows [r * vocab/tp, (r+1) * vocab/tp): one contiguous block.
-  const std::size_t n = local_.num_params(), first = n * static_cast<std::size_t>(r);
-  for (std::size_t k = 0; k < n; ++k) {
+  // Rows [first(r), first(r) + share): one contiguous block, its rows past
+  // the vocabulary padding.
+  const std::size_t dim = whole_->dim(), first = split_.first(r) * dim, held = split_.held(r) * dim;
+  for (std::size_t k = 0; k < local_.num_params(); ++k) {
     index[k] = first + k;
-    replica[k] = 0;
+    replica[k] = k < held ? kOwned : kPadding;
   }
 }
 
@@ -67,9 +68,10 @@ M per_label(const M& m, std::size_t labels) {
 
 // best(i) = the largest logit of row i on this rank; at(i) its class (the
 // first such), as a value (exact below 2^24).
+// Every kernel reads the rank's `width` real classes of each row, not the
+// padding after them.
 template <class T>
-void row_max(Context& ctx, ConstMatrix<T> z, Vector<T> best, Vector<T> at, int first) {
-  const int width = static_cast<int>(z.extent(1));
+void row_max(Context& ctx, ConstMatrix<T> z, Vector<T> best, Vector<T> at, int first, int width) {
   const bool with_index = at.data() != nullptr;
   for_range(ctx, "strata::VocabParallelCrossEntropy::max", z.extent(0), KOKKOS_LAMBDA(const int i) {
         int b = 0;
@@ -85,8 +87,7 @@ void row_max(Context& ctx, ConstMatrix<T> z, Vector<T> best, Vector<T> at, int f
 // when this rank holds the label's class, else 0.
 template <class T>
 void row_sums(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx, Vector<T> sums,
-              Vector<T> target, int first) {
-  const int width = static_cast<int>(z.extent(1));
+              Vector<T> target, int first, int width) {
   for_range(ctx, "strata::VocabParallelCrossEntropy::sums", z.extent(0), KOKKOS_LAMBDA(const int i) {
         sums(i) = exp_sum(z, i, width, mx(i), false);
         const int c = labels(i) - first;
@@ -100,8 +101,7 @@ void row_sums(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx, 
 // (layers/softmax_sum.hpp).
 template <class T>
 void row_sums_exact(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx, double* e,
-                    int first) {
-  const int width = static_cast<int>(z.extent(1));
+                    int first, int width) {
   const std::size_t R = z.extent(0);
   for_range(ctx, "strata::VocabParallelCrossEntropy::exact_sums", R, KOKKOS_LAMBDA(const int i) {
         double hi = 0, lo = 0;
@@ -124,12 +124,12 @@ void round_sums(Context& ctx, const double* e, std::size_t R, Vector<T> sums, Ve
 }
 
 // The loss of every labelled row (times weight) and, unless dz is empty,
-// dz = (softmax - onehot) * scale on this rank's classes.
+// dz = (softmax - onehot) * scale on this rank's classes (0 on padding).
 template <class T>
 ExactSum loss_and_grad(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVector<T> mx,
                      ConstVector<T> sums, ConstVector<T> target, Matrix<T> dz, T weight, T scale,
-                     int first) {
-  const int width = static_cast<int>(z.extent(1));
+                     int first, int width) {
+  const int padded = static_cast<int>(z.extent(1));
   const bool grad = dz.data() != nullptr;
   ExactSum sum;
   sum_range(ctx, "strata::VocabParallelCrossEntropy::loss", z.extent(0),
@@ -137,7 +137,7 @@ ExactSum loss_and_grad(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVecto
         const int label = labels(i);
         if (label < 0) {  // ignored
           if (grad)
-            for (int j = 0; j < width; ++j) dz(i, j) = T(0);
+            for (int j = 0; j < padded; ++j) dz(i, j) = T(0);
           return;
         }
         acc.add(static_cast<double>((mx(i) + kmath::log(sums(i)) - target(i)) * weight));
@@ -146,6 +146,7 @@ ExactSum loss_and_grad(Context& ctx, ConstMatrix<T> z, Labels labels, ConstVecto
           const int c = label - first;
           for (int j = 0; j < width; ++j)
             dz(i, j) = (vmath::exp(z(i, j) - mx(i)) * inv - (j == c ? T(1) : T(0))) * scale;
+          for (int j = width; j < padded; ++j) dz(i, j) = T(0);
         }
       },
       sum, 2 * z.extent(1));
@@ -167,11 +168,12 @@ std::size_t matches(Context& ctx, ConstVector<T> at, Labels labels) {
 template <class T>
 VocabParallelCrossEntropy<T>::VocabParallelCrossEntropy(comm::Communicator& tp,
                                                         std::size_t first_class, std::size_t classes)
-    : tp_(tp), first_(first_class), classes_(classes) {
-  STRATA_REQUIRE(classes > 0 && classes % static_cast<std::size_t>(tp.size()) == 0 &&
-                     first_class % (classes / static_cast<std::size_t>(tp.size())) == 0,
-                 config, name(), ": classes [", first_class, ", +", classes / std::size_t(tp.size()),
-                 ") are not a rank's block of ", classes);
+    : tp_(tp), first_(first_class), classes_(classes), share_(VocabSplit(classes, tp.size()).share) {
+  const VocabSplit v(classes, tp.size());
+  STRATA_REQUIRE(v.possible() && first_class == v.first(tp.rank()), config, name(), ": classes [",
+                 first_class, ", +", v.share, ") are not rank ", tp.rank(), "'s block of ", classes,
+                 " over ", tp.size(), " ranks");
+  held_ = v.held(tp.rank());
 }
 
 template <class T>
@@ -179,7 +181,7 @@ void VocabParallelCrossEntropy<T>::check(std::size_t batch, std::size_t width,
                                          const Targets<T>& t) const {
   STRATA_REQUIRE(t.labels.data() != nullptr || batch == 0, config, name(),
                  ": needs integer class labels, but the targets are values");
-  const std::size_t n = t.labels.extent(0), share = classes_ / static_cast<std::size_t>(tp_.size());
+  const std::size_t n = t.labels.extent(0), share = share_;
   STRATA_REQUIRE(batch == 0 || (n % batch == 0 && n > 0 && width == (n / batch) * share), config,
                  name(), ": ", n, " labels for a model output of shape (", batch, ", ", width,
                  ") holding ", share, " of the ", classes_, " classes of each position");
@@ -198,24 +200,24 @@ ExactSum VocabParallelCrossEntropy<T>::forward_backward(Context& ctx, ConstMatri
   if (stats_.extent(0) < 3 * R) stats_ = VectorBuffer<T>("strata::VocabParallelCrossEntropy", 3 * R);
   const Vector<T> mx(stats_.data(), R), both(stats_.data() + R, 2 * R);
   const Vector<T> sums(both.data(), R), target(both.data() + R, R);
-  const int first = static_cast<int>(first_);
-  vocab_detail::row_max<T>(ctx, z, mx, Vector<T>(), first);
+  const int first = static_cast<int>(first_), width = static_cast<int>(held_);
+  vocab_detail::row_max<T>(ctx, z, mx, Vector<T>(), first, width);
   ctx.exec.fence();
   tp_.allreduce(mx, comm::ReduceOp::max);
   if (ctx.reproducible) {
     if (exact_.extent(0) < 3 * R) exact_ = Kokkos::View<double*, MemSpace>("strata::VocabParallelCrossEntropy::exact", 3 * R);
     const auto e = Kokkos::subview(exact_, Kokkos::make_pair(std::size_t(0), 3 * R));
-    vocab_detail::row_sums_exact<T>(ctx, z, t.labels, mx, e.data(), first);
+    vocab_detail::row_sums_exact<T>(ctx, z, t.labels, mx, e.data(), first, width);
     ctx.exec.fence();
     tp_.allreduce(e);
     vocab_detail::round_sums<T>(ctx, e.data(), R, sums, target);
   } else {
-    vocab_detail::row_sums<T>(ctx, z, t.labels, mx, sums, target, first);
+    vocab_detail::row_sums<T>(ctx, z, t.labels, mx, sums, target, first, width);
     ctx.exec.fence();
     tp_.allreduce(both);
   }
   return vocab_detail::loss_and_grad<T>(ctx, z, t.labels, mx, sums, target, dout, weight,
-                                        scale * weight, first);
+                                        scale * weight, first, width);
 }
 
 template <class T>
@@ -225,7 +227,7 @@ std::size_t VocabParallelCrossEntropy<T>::count_correct(Context& ctx, ConstMatri
   const std::size_t R = z.extent(0);
   if (stats_.extent(0) < 3 * R) stats_ = VectorBuffer<T>("strata::VocabParallelCrossEntropy", 3 * R);
   const Vector<T> best(stats_.data(), R), at(stats_.data() + R, R);
-  vocab_detail::row_max<T>(ctx, z, best, at, static_cast<int>(first_));
+  vocab_detail::row_max<T>(ctx, z, best, at, static_cast<int>(first_), static_cast<int>(held_));
   std::vector<T> b(R), a(R);
   Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(b.data(), R), best);
   Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(a.data(), R), at);

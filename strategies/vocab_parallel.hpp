@@ -4,7 +4,9 @@
 // whole (vocab, dim) weight or the whole logits.
 //
 //   VocabParallelEmbedding(vocab, dim): rank t holds rows
-//     [t * vocab/tp, (t+1) * vocab/tp) of the weight. forward: each rank
+//     [t * share, (t+1) * share) of the weight, share = ceil(vocab / tp)
+//     (VocabSplit: rows past the vocabulary are padding, zeros that no id
+//     reaches; Megatron-LM pads its vocabulary the same way). forward: each rank
 //     writes the rows of the ids it holds and zeros elsewhere, one allreduce
 //     (sum) makes the whole output on every rank. backward: each rank adds
 //     into its own rows only; no communication.
@@ -16,7 +18,8 @@
 //     class: per position the max (allreduce max), then the sum of
 //     exp(z - max) and the target's logit (one allreduce sum of both), give
 //     the loss on every rank; the gradient softmax - onehot is local. Three
-//     values per position cross the group, never the logits.
+//     values per position cross the group, never the logits. A padded
+//     vocabulary's classes are left out (gradient 0).
 #pragma once
 
 #include "backends/comm/communicator.hpp"
@@ -59,14 +62,15 @@ class VocabParallelEmbedding final : public Layer<T>, public TensorShard<T>, pub
  private:
   std::unique_ptr<Embedding<T>> whole_;
   comm::Communicator& tp_;
+  VocabSplit split_;
   Embedding<T> local_;
 };
 
 template <class T>
 class VocabParallelCrossEntropy final : public Loss<T> {
  public:
-  // This rank holds classes [first_class, first_class + width) of `classes`
-  // per position.
+  // This rank holds classes [first_class, first_class + share) of `classes`
+  // per position (VocabSplit: the classes past `classes` are padding).
   VocabParallelCrossEntropy(comm::Communicator& tp, std::size_t first_class, std::size_t classes);
 
   std::string name() const override { return "vocabulary-parallel softmax cross-entropy"; }
@@ -80,7 +84,7 @@ class VocabParallelCrossEntropy final : public Loss<T> {
 
  private:
   comm::Communicator& tp_;
-  std::size_t first_, classes_;
+  std::size_t first_, classes_, share_, held_ = 0;
   VectorBuffer<T> stats_;  // per position: max, sum of exp, target logit
   Kokkos::View<double*, MemSpace> exact_;  // --reproducible: the sums as exact pairs
 };

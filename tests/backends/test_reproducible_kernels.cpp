@@ -241,16 +241,22 @@ TEST(ReproducibleGemm, ARowDoesNotDependOnTheOtherRows) {
 // ranks, two micro-batches) and add: the same bits. Up to 2048 values of p
 // the kernel packs them all and sums a tile's chunks locally; beyond, chunk
 // by chunk in p blocks of 256, a chunk longer than a block continuing its
-// chain through the block buffer (the last shape).
+// chain through the block buffer (the fourth shape). A chunk that does not
+// divide k leaves a shorter last chunk (the last two shapes).
 TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
   for (auto [m, n, k, chunk] :
-       std::vector<std::tuple<int, int, int, int>>{
-           {37, 70, 48, 8}, {100, 260, 600, 300}, {5, 3, 4, 1}, {20, 30, 2400, 800}})
+       std::vector<std::tuple<int, int, int, int>>{{37, 70, 48, 8},
+                                                   {100, 260, 600, 300},
+                                                   {5, 3, 4, 1},
+                                                   {20, 30, 2400, 800},
+                                                   {9, 11, 50, 8},
+                                                   {6, 10, 2100, 400}})
     for (bool generic : {false, true}) {
       const Operands o = operands(Op::T, Op::N, m, n, k, 51);  // dW = dy^T x
       std::vector<double> want(2 * m * n, 0.0);
       for (int c0 = 0; c0 < k; c0 += chunk) {
-        const auto part = fma_chain(Op::T, Op::N, m, n, k, c0, c0 + chunk, o.a, o.lda, o.b, o.ldb);
+        const auto part =
+            fma_chain(Op::T, Op::N, m, n, k, c0, std::min(c0 + chunk, k), o.a, o.lda, o.b, o.ldb);
         for (int e = 0; e < m * n; ++e) exact_add(&want[2 * e], part[e]);
       }
       const auto da = test::to_device(o.a, k, m), db = test::to_device(o.b, k, n);
@@ -277,10 +283,10 @@ TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
 // A Linear with an inner chunk (Layer::set_inner_chunk, --tp-chunk): its
 // output is, bit for bit, the exact sum of the fma chains over each chunk of
 // its input features rounded once, plus the bias; its input gradient the
-// same over chunks of output features. And within float rounding of the
-// double product (it computes the layer).
+// same over chunks of output features (10 of them: chunks of 4, 4 and 2).
+// And within float rounding of the double product (it computes the layer).
 TEST(ReproducibleGemm, LinearWithAnInnerChunkRoundsTheExactSumOfItsChunks) {
-  const int rows = 7, in = 12, out = 8, chunk = 4;
+  const int rows = 7, in = 12, out = 10, chunk = 4;
   Linear<float> lin(in, out);
   lin.set_inner_chunk(chunk);
   ASSERT_TRUE(lin.exact_forward() && lin.exact_input_grad());
@@ -304,7 +310,7 @@ TEST(ReproducibleGemm, LinearWithAnInnerChunkRoundsTheExactSumOfItsChunks) {
                          const std::vector<float>& got, const float* bias) {
     std::vector<double> pairs(2 * rows * n, 0.0);
     for (int c0 = 0; c0 < k; c0 += chunk) {
-      const auto part = fma_chain(Op::N, tb, rows, n, k, c0, c0 + chunk, a, k, params, in);
+      const auto part = fma_chain(Op::N, tb, rows, n, k, c0, std::min(c0 + chunk, k), a, k, params, in);
       for (int e = 0; e < rows * n; ++e) exact_add(&pairs[2 * e], part[e]);
     }
     for (int i = 0; i < rows; ++i)

@@ -462,11 +462,19 @@ TEST(Gpt, TensorParallelMatchesSingleRank) {
   const auto r = on_threads(4, c, p);
   EXPECT_EQ(test::compare(r, single, 1e-5), "") << "pp2 x tp2";
   EXPECT_EQ(r.tie_drift, 0.0) << "pp2 x tp2: a shard of wte.weight's copy drifted";
-  // A vocabulary of 11 that 2 ranks cannot split: embedding and head stay
-  // whole (replicated), the blocks are still split.
+  // A vocabulary of 11 that 2 and 4 ranks do not divide: padded to 12 (a
+  // row of zeros on the last rank at tp2, one on each of the last two at
+  // tp4: shares of 3 rows, the last with 2), the padding's logits left out
+  // of the softmax; and on a pp2 x tp2 pipeline, whose last stage keeps a
+  // copy of its rank's padded shard of the tied weight.
   const DpConfig odd = test::gpt_config(true, 4, 11);
-  EXPECT_EQ(test::compare(on_threads(2, odd, mesh(1, 1, 2)), test::train_single(odd), 1e-5), "")
-      << "tp2, vocabulary 11";
+  const auto odd_single = test::train_single(odd);
+  for (int tp : {2, 4})
+    EXPECT_EQ(test::compare(on_threads(tp, odd, mesh(1, 1, tp)), odd_single, 1e-5), "")
+        << "tp" << tp << ", vocabulary 11";
+  const auto odd_pp = on_threads(4, odd, p);
+  EXPECT_EQ(test::compare(odd_pp, odd_single, 1e-5), "") << "pp2 x tp2, vocabulary 11";
+  EXPECT_EQ(odd_pp.tie_drift, 0.0) << "pp2 x tp2, vocabulary 11: the copy drifted";
 }
 
 // Sequence parallelism (Megatron-style) against single-rank training: the
@@ -475,8 +483,9 @@ TEST(Gpt, TensorParallelMatchesSingleRank) {
 // Dropouts and residual stream on 3 of the 6 positions per rank between the
 // tensor-parallel pairs: tp2 alone, in a dp2 x tp2 mesh with ZeRO-1 and 3, in
 // a pp2 x tp2 pipeline (its stages pass sequence shards), with recomputation,
-// and with a vocabulary of 11 that 2 ranks cannot split (the region then
-// ends at the last block, which gathers its output). Tolerance as for tensor
+// with a vocabulary of 11 that 2 ranks split padded, and with a layer after
+// the head (which then stays whole: the last block gathers the sequence).
+// Tolerance as for tensor
 // parallelism (1e-5 relative after 20 steps: the LayerNorm and bias gradients
 // are summed over the ranks' positions in another order).
 TEST(Gpt, SequenceParallelMatchesSingleRank) {
@@ -505,6 +514,13 @@ TEST(Gpt, SequenceParallelMatchesSingleRank) {
   const DpConfig odd = test::gpt_config(true, 4, 11);
   EXPECT_EQ(test::compare(on_threads(2, odd, sp(1, 1, 2)), test::train_single(odd), 1e-5), "")
       << "tp2, vocabulary 11";
+  // A LayerNorm after an untied head: the head stays whole, the region ends
+  // at the last block, which gathers its output.
+  DpConfig tail = c;
+  tail.model.replace(tail.model.find("tie = \"wte\""), 11, "");
+  tail.model += "[[layers]]\ntype = \"layernorm\"\n";
+  EXPECT_EQ(test::compare(on_threads(2, tail, sp(1, 1, 2)), test::train_single(tail), 1e-5), "")
+      << "tp2, a layer after the head";
 }
 
 // What sequence parallelism saves: the activations of the layers between the
@@ -542,98 +558,111 @@ TEST(Gpt, SequenceParallelKeepsLessActivationMemory) {
 // the mesh, then 10 on one rank, against 20 single-rank steps.
 TEST(Gpt, TensorParallelStagesCheckpointInSingleRankLayout) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
-  DpConfig c = test::gpt_config(false, 4, 12);  // FullState holds no Dropout pass counters
-  const auto single20 = [&] {
-    DpConfig d = c;
-    d.steps = 20;
-    return test::train_single(d);
-  }();
-  auto o = mesh(1, 2, 2);
-  o.micro_batches = 2;
-  c.steps = 10;
-  const std::size_t n = build_model<float>(test::model_of(c), 1).num_params();
-  test::FullState half;
-  std::vector<ModelParallel<float>::CheckpointShard> shards(4);
-  run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
-    test::FullState mine;
-    test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, nullptr, &mine,
-                               &shards[static_cast<std::size_t>(comm.rank())]);
-    if (comm.rank() == 0) half = mine;
-  });
-  ASSERT_EQ(half.params.size(), n);
-  std::vector<int> covered(n, 0);
-  std::size_t mismatches = 0;
-  for (const auto& sh : shards) {
-    std::size_t at = 0;
-    for (const auto& [offset, count] : sh.ranges)
-      for (std::size_t k = offset; k < offset + count; ++k, ++at) {
-        ++covered[k];
-        mismatches += sh.params[at] != half.params[k] || sh.opt0[at] != half.opt0[k];
-      }
+  // Vocabulary 12 (split evenly), then 11 (each rank 6 rows, the second's
+  // last padding: the copy on the last stage gets 5 rows and a row of zeros).
+  for (int vocab : {12, 11}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(vocab));
+    DpConfig c = test::gpt_config(false, 4, vocab);  // FullState holds no Dropout pass counters
+    const auto single20 = [&] {
+      DpConfig d = c;
+      d.steps = 20;
+      return test::train_single(d);
+    }();
+    auto o = mesh(1, 2, 2);
+    o.micro_batches = 2;
+    c.steps = 10;
+    const std::size_t n = build_model<float>(test::model_of(c), 1).num_params();
+    test::FullState half;
+    std::vector<ModelParallel<float>::CheckpointShard> shards(4);
+    run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
+      test::FullState mine;
+      test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, nullptr, &mine,
+                                 &shards[static_cast<std::size_t>(comm.rank())]);
+      if (comm.rank() == 0) half = mine;
+    });
+    ASSERT_EQ(half.params.size(), n);
+    std::vector<int> covered(n, 0);
+    std::size_t mismatches = 0;
+    for (const auto& sh : shards) {
+      std::size_t at = 0;
+      for (const auto& [offset, count] : sh.ranges)
+        for (std::size_t k = offset; k < offset + count; ++k, ++at) {
+          ++covered[k];
+          mismatches += sh.params[at] != half.params[k] || sh.opt0[at] != half.opt0[k];
+        }
+    }
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<std::ptrdiff_t>(n));
+    EXPECT_EQ(mismatches, 0u);
+    c.steps = 20;
+    RunResult second;
+    run_ranks(1, 1, [&](Context& ctx, comm::Communicator& comm) {
+      second = test::train_model_parallel(ctx, comm, c, mesh(1, 1, 1), nullptr, nullptr, &half);
+    });
+    RunResult tail{{single20.losses.begin() + 10, single20.losses.end()}, single20.params};
+    EXPECT_EQ(test::compare(second, tail, 1e-5), "") << "mesh, then one rank";
+    // And back into the mesh: every tensor rank's copy of its shard of the
+    // tied weight starts from the embedding's values and moments.
+    RunResult again;
+    run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
+      auto r = test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, &half);
+      if (comm.rank() == 0) again = r;
+    });
+    EXPECT_EQ(test::compare(again, tail, 1e-5), "") << "mesh, then the mesh again";
+    EXPECT_EQ(again.tie_drift, 0.0);
   }
-  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<std::ptrdiff_t>(n));
-  EXPECT_EQ(mismatches, 0u);
-  c.steps = 20;
-  RunResult second;
-  run_ranks(1, 1, [&](Context& ctx, comm::Communicator& comm) {
-    second = test::train_model_parallel(ctx, comm, c, mesh(1, 1, 1), nullptr, nullptr, &half);
-  });
-  RunResult tail{{single20.losses.begin() + 10, single20.losses.end()}, single20.params};
-  EXPECT_EQ(test::compare(second, tail, 1e-5), "") << "mesh, then one rank";
-  // And back into the mesh: every tensor rank's copy of its shard of the
-  // tied weight starts from the embedding's values and moments.
-  RunResult again;
-  run_ranks(4, 1, [&](Context& ctx, comm::Communicator& comm) {
-    auto r = test::train_model_parallel(ctx, comm, c, o, nullptr, nullptr, &half);
-    if (comm.rank() == 0) again = r;
-  });
-  EXPECT_EQ(test::compare(again, tail, 1e-5), "") << "mesh, then the mesh again";
-  EXPECT_EQ(again.tie_drift, 0.0);
 }
 
 // The vocabulary-parallel cross-entropy against the whole softmax
-// cross-entropy: logits of 4 rows x 3 positions x 8 classes split by class
+// cross-entropy: logits of 4 rows x 3 positions x V classes split by class
 // over 2 and 4 thread ranks (each its block of every position's classes),
 // with an ignored label and a position whose largest logit is on two ranks
-// (ties go to the smallest class, as count_correct). The loss within 1e-6
-// relative and every gradient value within 1e-7 absolute (float sums of 8
-// exponentials in another order: a few ulps of values below 1), the
-// number correct exactly.
+// (ties go to the smallest class, as count_correct). V = 8 divides evenly;
+// V = 7 is padded (VocabSplit: blocks of 4 at tp2, of 2 at tp4, the last
+// rank's last class padding), and the padding holds logits of 50 that would
+// win every softmax were they not left out; their gradient must be 0. The
+// loss within 1e-6 relative and every gradient value within 1e-7 absolute
+// (float sums of 8 exponentials in another order: a few ulps of values
+// below 1), the number correct exactly.
 TEST(VocabParallel, CrossEntropyMatchesTheWholeSoftmax) {
   STRATA_SKIP_WITHOUT_THREAD_RANKS();
-  const std::size_t rows = 4, P = 3, V = 8;
-  std::vector<float> z = test::randn<float>(rows * P * V, 5);
-  std::vector<std::int32_t> labels{3, 0, 7, 5, -100, 2, 1, 6, 4, 0, 7, 3};
-  z[1 * V + 0] = z[1 * V + 6] = 9.0f;  // position 1: a tie between classes 0 and 6
-  Context ctx;
-  LabelsBuffer dl("labels", labels.size());
-  Kokkos::deep_copy(dl, test::to_device(labels));
-  Targets<float> t;
-  t.labels = dl;
-  SoftmaxCrossEntropy<float> whole;
-  MatrixBuffer<float> g("g", rows, P * V);
-  const double want = whole.forward_backward(ctx, test::to_device(z, rows, P * V), t, g, 0.25f).value();
-  const auto want_g = test::to_host(g);
-  const std::size_t want_correct = count_correct<float>(ctx, test::to_device(z, rows, P * V), dl);
-  EXPECT_GE(want_correct, 1u);  // position 1: label 0, tied with class 6, counts
-  for (int tp : {2, 4}) {
-    const std::size_t w = V / static_cast<std::size_t>(tp);
-    run_ranks(tp, 1, [&](Context& rctx, comm::Communicator& comm) {
-      const std::size_t first = w * static_cast<std::size_t>(comm.rank());
-      std::vector<float> mine(rows * P * w);
-      for (std::size_t i = 0; i < rows * P; ++i)
-        for (std::size_t j = 0; j < w; ++j) mine[i * w + j] = z[i * V + first + j];
-      VocabParallelCrossEntropy<float> loss(comm, first, V);
-      MatrixBuffer<float> gm("g", rows, P * w);
-      const auto out = test::to_device(mine, rows, P * w);
-      const double got = loss.forward_backward(rctx, out, t, gm, 0.25f).value();
-      EXPECT_NEAR(got, want, 1e-6 * std::fabs(want)) << "tp " << tp << " rank " << comm.rank();
-      const auto got_g = test::to_host(gm);
-      for (std::size_t i = 0; i < rows * P; ++i)
-        for (std::size_t j = 0; j < w; ++j)
-          EXPECT_NEAR(got_g[i * w + j], want_g[i * V + first + j], 1e-7) << "position " << i << " class " << first + j;
-      EXPECT_EQ(loss.count_correct(rctx, out, dl), want_correct) << "tp " << tp;
-    });
+  const std::size_t rows = 4, P = 3;
+  for (const std::size_t V : {std::size_t{8}, std::size_t{7}}) {
+    std::vector<float> z = test::randn<float>(rows * P * V, 5);
+    std::vector<std::int32_t> labels{3, 0, 6, 5, -100, 2, 1, 6, 4, 0, 6, 3};
+    if (V == 8) labels[2] = labels[10] = 7;
+    z[1 * V + 0] = z[1 * V + 5] = 9.0f;  // position 1: a tie between classes 0 and 5
+    Context ctx;
+    LabelsBuffer dl("labels", labels.size());
+    Kokkos::deep_copy(dl, test::to_device(labels));
+    Targets<float> t;
+    t.labels = dl;
+    SoftmaxCrossEntropy<float> whole;
+    MatrixBuffer<float> g("g", rows, P * V);
+    const double want = whole.forward_backward(ctx, test::to_device(z, rows, P * V), t, g, 0.25f).value();
+    const auto want_g = test::to_host(g);
+    const std::size_t want_correct = count_correct<float>(ctx, test::to_device(z, rows, P * V), dl);
+    EXPECT_GE(want_correct, 1u);  // position 1: label 0, tied with class 5, counts
+    for (int tp : {2, 4}) {
+      const VocabSplit split(V, tp);
+      const std::size_t w = split.share;
+      run_ranks(tp, 1, [&](Context& rctx, comm::Communicator& comm) {
+        const std::size_t first = split.first(comm.rank()), held = split.held(comm.rank());
+        std::vector<float> mine(rows * P * w, 50.0f);  // the padding's logits
+        for (std::size_t i = 0; i < rows * P; ++i)
+          for (std::size_t j = 0; j < held; ++j) mine[i * w + j] = z[i * V + first + j];
+        VocabParallelCrossEntropy<float> loss(comm, first, V);
+        MatrixBuffer<float> gm("g", rows, P * w);
+        const auto out = test::to_device(mine, rows, P * w);
+        const double got = loss.forward_backward(rctx, out, t, gm, 0.25f).value();
+        EXPECT_NEAR(got, want, 1e-6 * std::fabs(want)) << "V " << V << " tp " << tp << " rank " << comm.rank();
+        const auto got_g = test::to_host(gm);
+        for (std::size_t i = 0; i < rows * P; ++i)
+          for (std::size_t j = 0; j < w; ++j)
+            EXPECT_NEAR(got_g[i * w + j], j < held ? want_g[i * V + first + j] : 0.0f, 1e-7)
+                << "V " << V << " tp " << tp << " position " << i << " class " << first + j;
+        EXPECT_EQ(loss.count_correct(rctx, out, dl), want_correct) << "V " << V << " tp " << tp;
+      });
+    }
   }
 }
 

@@ -341,7 +341,8 @@ TEST(Reproducible, LocalStrategyGivesTheEnginesBits) {
 // parallelism on the GPT: tp2, dp2 x tp2 ZeRO-1, pp2 x tp2). The MLP (Linear(12,
 // 16) column-, Linear(16, 8) row-parallel, chunks of 4 features) and the GPT
 // with a vocabulary tp divides (embedding, head and loss split by token id;
-// chunks of 2 features: a rank holds 4 of each head group's 8 features).
+// chunks of 2 features: a rank holds 4 of each head group's 8 features), and
+// with one it pads.
 // The oracle: one rank with the same chunks, which trains the model as the
 // default mode does (within rounding). And the default mode differs on tp2.
 TEST(Reproducible, TensorParallelIsBitwiseTheSameWithATensorChunk) {
@@ -354,7 +355,11 @@ TEST(Reproducible, TensorParallelIsBitwiseTheSameWithATensorChunk) {
   DpConfig gpt = test::gpt_config(true, 2, 12);
   gpt.batch = 12;
   gpt.samples = 72;
-  for (const Case& k : {Case{"tp-mlp", mlp_config(), 2, 4}, Case{"tp-gpt", gpt, 1, 2}}) {
+  DpConfig padded = gpt;  // vocabulary 11: padded to 12 on tp2 (VocabSplit)
+  padded.model = test::gpt_model(true, 2, 11);
+  padded.classes = 11;
+  for (const Case& k : {Case{"tp-mlp", mlp_config(), 2, 4}, Case{"tp-gpt", gpt, 1, 2},
+                        Case{"tp-gpt-padded", padded, 1, 2}}) {
     EngineOptions o = reproducible(k.chunk);
     o.reproducible_tp_chunk = k.tp_chunk;
     const Bits one = run_layout(k.c, {"1 rank", 1, 1, o}, std::string(k.tag) + "1");
