@@ -68,6 +68,7 @@ layouts=(
   "gpt dp2||gpt|2|"
   "gpt dp2 ZeRO-3||gpt|2|--zero 3"
   "gpt tp2||gpt|2|--tp 2"
+  "gpt tp2 seq-parallel||gpt|2|--tp 2 --sequence-parallel"
   "gpt pp2 4 micro||gpt|2|--pp 2 --micro-batches 4"
   "gpt tp2 (MPI)|mpi|gpt|2|--tp 2"
 )
