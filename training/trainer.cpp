@@ -1,12 +1,14 @@
 #include "training/trainer.hpp"
 
 #include "backends/clock.hpp"
+#include "backends/comm/progress.hpp"
 #include "backends/error.hpp"
 #include "backends/trace.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 namespace strata {
 
@@ -40,6 +42,18 @@ TrainResult Trainer::fit(const TrainerHooks& hooks) {
   const bool saves = !o_.checkpoint.dir.empty();
   Position pos = start_;
   std::vector<data::Batch<float>> micro(o_.accumulate);
+  // What a failed collective's report names: the step, the checkpoint to resume from.
+  comm::progress::set_step(step);
+  if (!o_.resumed_from.empty())
+    comm::progress::checkpoint_saved(
+        std::filesystem::path(o_.resumed_from).parent_path().string(), start_.step, true);
+  // A checkpoint rank 0 wrote is complete on the other ranks once a later
+  // step's collectives, which wait for rank 0, are done.
+  auto save = [&] {
+    std::string file = engine_.save(o_.checkpoint, pos);
+    comm::progress::checkpoint_saved(o_.checkpoint.dir, step, rank_ == 0);
+    return file;
+  };
   // Data parallel: every rank holds the same parameters, rank 0 evaluates
   // and the others go on (they wait for it in the next step's collectives).
   // Model parallel: every rank takes part.
@@ -68,7 +82,9 @@ TrainResult Trainer::fit(const TrainerHooks& hooks) {
       const auto t0 = Clock::now();
       const double lr = scheduled_lr(o_.lr_schedule, step, total_);
       engine_.set_lr(lr);
+      comm::progress::set_step(step);
       r.last_loss = engine_.step(micro, global);
+      comm::progress::step_done();
       ++step;
       // "; the first non-finite values are in ..." (empty when none was found).
       auto nonfinite_origin = [&] {
@@ -94,7 +110,7 @@ TrainResult Trainer::fit(const TrainerHooks& hooks) {
       // Where the next step starts.
       pos = index == per_epoch_ ? Position{step, epoch + 1, 0} : Position{step, epoch, index};
       if (saves && o_.checkpoint_every > 0 && step % o_.checkpoint_every == 0 && step < total_)
-        engine_.save(o_.checkpoint, pos);
+        save();
       if (step > r.first_step + o_.warmup_steps) {
         timed_s += seconds_since(t0);
         timed_data_s += data_s;
@@ -106,7 +122,7 @@ TrainResult Trainer::fit(const TrainerHooks& hooks) {
                        seconds_since(train0)});
     }
     if (saves && o_.checkpoint_every == 0 && step < total_ && index == per_epoch_)
-      engine_.save(o_.checkpoint, pos);
+      save();
     evaluate(epoch, "epoch " + std::to_string(epoch + 1));
   }
   r.steps = step;
@@ -115,7 +131,7 @@ TrainResult Trainer::fit(const TrainerHooks& hooks) {
   // and leaves the checkpoint as it is.
   if (!r.trained && evaluates && (rank_ == 0 || engine_.collective()))
     r.eval = engine_.evaluate(data_.test, o_.batch);
-  if (saves && r.trained) r.checkpoint = engine_.save(o_.checkpoint, pos);
+  if (saves && r.trained) r.checkpoint = save();
   r.timed = timed_s > 0;
   r.samples_per_sec = r.timed ? static_cast<double>(timed_samples) / timed_s : 0;
   // The share of a step spent waiting for the next batch (its gathering,

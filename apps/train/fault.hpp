@@ -18,10 +18,13 @@ namespace strata::app {
 // Fault injection for tests of failure handling: STRATA_FAULT=RANK:STEP makes
 // global rank RANK fail after STEP steps: a thread rank throws; with MPI (one
 // rank per process) the process kills itself with SIGKILL, as a lost node would.
+// STRATA_FAULT=RANK:STEP:stop (MPI): the process stops itself (SIGSTOP), alive
+// but silent, as a node cut off by a dead link looks to the others.
 struct Fault {
   int rank = -1;
   std::size_t step = 0;
   bool kill_process = false;
+  bool stop = false;
   static Fault from_environment(bool kill_process) {
     Fault f;
     f.kill_process = kill_process;
@@ -30,11 +33,21 @@ struct Fault {
       STRATA_REQUIRE(colon != nullptr, config, "STRATA_FAULT='", e, "': expected RANK:STEP");
       f.rank = std::atoi(e);
       f.step = static_cast<std::size_t>(std::atoll(colon + 1));
+      const char* mode = std::strchr(colon + 1, ':');
+      STRATA_REQUIRE(mode == nullptr || std::strcmp(mode, ":stop") == 0, config, "STRATA_FAULT='",
+                     e, "': expected RANK:STEP or RANK:STEP:stop");
+      f.stop = mode != nullptr;
     }
     return f;
   }
   void maybe_fail(int rank_now, std::size_t step_now) const {
     if (rank_now != rank || step_now != step) return;
+    if (kill_process && stop) {
+      std::fprintf(stderr, "strata-train: STRATA_FAULT: stopping rank %d at step %zu\n", rank, step);
+      std::fflush(stderr);
+      ::raise(SIGSTOP);
+      std::_Exit(4);  // continued (by the launcher ending the job): gone, as the node is
+    }
     if (kill_process) {
       std::fprintf(stderr, "strata-train: STRATA_FAULT: killing rank %d at step %zu\n", rank, step);
       std::fflush(stderr);

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -219,6 +220,9 @@ int main(int argc, char** argv) {
       return exit_ok;
     }
     install_checkpoint_faults_from_environment();
+    // Every communicator reads its timeout from the environment (CommOptions).
+    if (config->collective_timeout_s > 0)
+      setenv("STRATA_COMM_TIMEOUT", std::to_string(config->collective_timeout_s).c_str(), 1);
     // Kokkos gets ranks x threads-per-rank host threads unless told otherwise.
     std::string threads = kokkos_threads(*config, args.kokkos);  // alive while Kokkos starts
     if (!threads.empty()) args.kokkos.insert(args.kokkos.end() - 1, threads.data());

@@ -360,6 +360,12 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                "shard of the sequence (Megatron's sequence parallelism: all-gather and "
                "reduce-scatter at the tensor-parallel pairs instead of allreduce; less activation "
                "memory)");
+  app.add_option("--collective-timeout", c.collective_timeout_s,
+                 "seconds a collective may wait for the other ranks before the run ends with an "
+                 "error naming the lost ranks and their hosts, the operation, the step and the "
+                 "checkpoint to resume from (exit code 4; every surviving rank exits within twice "
+                 "this; default: STRATA_COMM_TIMEOUT, else 300)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--memory-budget-mb", c.memory_budget_mb,
                  "refuse to start when a rank needs more MiB for parameters, gradients, "
                  "optimizer state and activations (runs the mesh engine, as --pp/--tp/--zero "

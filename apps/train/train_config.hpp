@@ -95,6 +95,7 @@ struct TrainConfig {
   int zero = 0;                          // 1: shard optimizer state over data-parallel ranks
   bool sequence_parallel = false;        // with --tp: LayerNorm, Dropout, residual on sequence shards
   double memory_budget_mb = 0;           // per rank; 0: no limit
+  double collective_timeout_s = 0;       // 0: STRATA_COMM_TIMEOUT, else 300
   // Checkpoints.
   std::string checkpoint_dir;
   std::size_t checkpoint_every = 0;  // steps; 0: at the end of every epoch

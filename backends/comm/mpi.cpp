@@ -330,7 +330,8 @@ void MpiComm::shared_allreduce(const Window& w, void* buf, std::size_t count, Da
   const std::size_t begin = l * base + std::min(l, extra), end = begin + base + (l < extra ? 1 : 0);
   std::vector<const void*> srcs(L);
   for (std::size_t k = 0; k < L; ++k) srcs[k] = w.base[k] + offset;
-  mpi::Watched watch("allreduce (shared memory)", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("allreduce (shared memory)", seq, rank_, size_, options_.timeout_s,
+                     count * size_of(type));
   MPI_Win_sync(w.win);
   STRATA_CHECK_MPI(MPI_Barrier(node_comm_), "MPI_Barrier");  // every input is written
   MPI_Win_sync(w.win);
@@ -375,7 +376,8 @@ void MpiComm::reduce_16bit(const void* blocks, void* mine, std::size_t block, Da
                            ReduceOp op, std::uint64_t seq) {
   work16_.resize(block * size_);
   {
-    mpi::Watched watch("allreduce (16-bit all-to-all)", seq, rank_, size_, options_.timeout_s);
+    mpi::Watched watch("allreduce (16-bit all-to-all)", seq, rank_, size_, options_.timeout_s,
+                       block * size_ * 2);
     STRATA_CHECK_MPI(MPI_Alltoall(blocks, mpi_count(block, "alltoall"), MPI_UINT16_T, work16_.data(),
                            mpi_count(block, "alltoall"), MPI_UINT16_T, comm_),
               "MPI_Alltoall");
@@ -396,7 +398,8 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
     mine16_.resize(block);
     reduce_16bit(pad16_.data(), mine16_.data(), block, type, op, seq);
     {
-      mpi::Watched watch("allreduce (16-bit allgather)", seq, rank_, size_, options_.timeout_s);
+      mpi::Watched watch("allreduce (16-bit allgather)", seq, rank_, size_, options_.timeout_s,
+                         block * size_ * 2);
       STRATA_CHECK_MPI(MPI_Allgather(mine16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T,
                               pad16_.data(), mpi_count(block, "allgather"), MPI_UINT16_T, comm_),
                 "MPI_Allgather");
@@ -411,7 +414,7 @@ void MpiComm::do_allreduce(const void* send, void* recv, std::size_t count, Data
     }
   }
   {
-    mpi::Watched watch("allreduce", seq, rank_, size_, options_.timeout_s);
+    mpi::Watched watch("allreduce", seq, rank_, size_, options_.timeout_s, count * size_of(type));
     // The library reads and writes the buffers (device memory when CUDA-aware).
     device::check::Access access({{send, count * size_of(type)}, {recv, count * size_of(type)}});
     STRATA_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
@@ -439,7 +442,8 @@ void MpiComm::do_reduce_scatter(const void* send, void* recv, std::size_t count,
     // at 0.5-1.05x the allreduce's time (docs/benchmarks.md, "the MPI
     // reduce-scatter: MPI_Reduce_scatter, not _block").
     counts_.assign(static_cast<std::size_t>(size_), mpi_count(count, "reduce_scatter"));
-    mpi::Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s);
+    mpi::Watched watch("reduce_scatter", seq, rank_, size_, options_.timeout_s,
+                     count * size_ * size_of(type));
     STRATA_CHECK_MPI(MPI_Reduce_scatter(in_place ? MPI_IN_PLACE : send,
                                         in_place ? const_cast<void*>(send) : recv, counts_.data(),
                                         mpi_type(type), mpi_op(op), comm_),
@@ -456,7 +460,8 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
   const bool in_place =
       static_cast<char*>(recv) + rank_ * count * size_of(type) == static_cast<const char*>(send);
   const int n = mpi_count(count, "allgather");
-  mpi::Watched watch("allgather", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("allgather", seq, rank_, size_, options_.timeout_s,
+                     count * size_ * size_of(type));
   device::check::Access access({{send, count * size_of(type)}, {recv, count * size_of(type) * size_}});
   STRATA_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
                           mpi_type(type), comm_),
@@ -466,7 +471,7 @@ void MpiComm::do_allgather(const void* send, void* recv, std::size_t count, Data
 void MpiComm::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
   const std::uint64_t seq = seq_++;
   check("broadcast", seq, count, type, 0, root);
-  mpi::Watched watch("broadcast", seq, rank_, size_, options_.timeout_s);
+  mpi::Watched watch("broadcast", seq, rank_, size_, options_.timeout_s, count * size_of(type));
   device::check::Access access({{buf, count * size_of(type)}});
   STRATA_CHECK_MPI(MPI_Bcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_),
             "MPI_Bcast");

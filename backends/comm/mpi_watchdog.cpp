@@ -1,11 +1,15 @@
 #include "backends/comm/mpi_watchdog.hpp"
 
+#include "backends/comm/progress.hpp"
+#include "backends/units.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <mutex>
 #include <string>
@@ -23,9 +27,19 @@ constexpr int kPingTag = 1, kReplyTag = 2;
 constexpr int kReplyBytes = 192;
 using ReplyText = std::array<char, kReplyBytes>;
 
-// A process whose MPI_Abort does not end it (mpirun unreachable over a cut
-// link) exits by itself this long after the abort began.
-constexpr int kExitAfterAbortS = 10;
+// How long the liveness probe waits for answers (and an aborting rank goes
+// on answering others' probes): a quarter of the timeout, 0.5 to 2 s.
+double probe_budget_s(double timeout_s) { return std::clamp(timeout_s / 4, 0.5, 2.0); }
+
+// A process whose MPI_Abort does not end it (its launcher unreachable over a
+// cut link, or srun waiting for a dead node) exits by itself this long after
+// the abort began: with the probe and the answering before it, every
+// surviving rank has exited within twice the timeout (the timeout, a
+// quarter of it probing, a quarter answering, an eighth here: 1.625 x for
+// timeouts up to 8 s, the timeout + 14 s beyond).
+double exit_after_abort_s(double timeout_s) { return std::clamp(timeout_s / 8, 0.5, 10.0); }
+
+constexpr int kHostBytes = 64;
 
 class Watchdog {
  public:
@@ -54,6 +68,19 @@ class Watchdog {
     MPI_Comm_set_errhandler(probe_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(probe_comm_, &world_rank_);
     MPI_Comm_size(probe_comm_, &world_size_);
+    // Every process's host, for the report naming the lost ranks.
+    std::array<char, kHostBytes> mine{};
+    int length = 0;
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    MPI_Get_processor_name(name, &length);
+    std::snprintf(mine.data(), mine.size(), "%s", name);
+    std::vector<char> all(static_cast<std::size_t>(world_size_) * kHostBytes);
+    MPI_Allgather(mine.data(), kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR, probe_comm_);
+    hosts_.clear();
+    for (int r = 0; r < world_size_; ++r) {
+      const char* h = all.data() + static_cast<std::size_t>(r) * kHostBytes;
+      hosts_.emplace_back(h, strnlen(h, kHostBytes));
+    }
     ensure_thread();
   }
 
@@ -181,62 +208,83 @@ class Watchdog {
     return answers;
   }
 
+  std::string host_of(int r) const {
+    return r >= 0 && static_cast<std::size_t>(r) < hosts_.size() ? hosts_[r] : std::string("?");
+  }
+
+  // "allreduce #735 (36.4 KiB, rank 1 of 3 of its group)"
+  static std::string operation(const Watched::Watch& w) {
+    char text[256];
+    std::snprintf(text, sizeof text, "%s #%llu (%s%srank %d of %d of its group)", w.what,
+                  static_cast<unsigned long long>(w.seq),
+                  w.bytes > 0 ? format_bytes(static_cast<double>(w.bytes)).c_str() : "",
+                  w.bytes > 0 ? ", " : "", w.rank, w.size);
+    return text;
+  }
+
   [[noreturn]] void abort_for(const Watched::Watch& w) {
+    const std::string where = progress::describe();
+    const std::string tail = where.empty() ? "" : ", " + where;
     std::string message;
-    char head[512];
-    std::snprintf(head, sizeof head,
-                  "strata: runtime error: mpi communicator: %s #%llu on rank %d of %d did not "
-                  "complete within %g s",
-                  w.what, static_cast<unsigned long long>(w.seq), w.rank, w.size, w.timeout_s);
-    message = head;
     if (probe_comm_ != MPI_COMM_NULL && world_size_ > 1) {
-      const double budget = std::clamp(w.timeout_s / 4, 0.5, 2.0);
+      const double budget = probe_budget_s(w.timeout_s);
       const auto answers = probe(budget);
-      std::string lost, alive;
+      std::string lost, lost_hosts, alive;
       int lowest_alive = world_rank_;  // prints what every live rank waits in
       for (int r = 0; r < world_size_; ++r) {
         if (r == world_rank_) continue;
         if (answers[r].empty()) {
           lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+          lost_hosts += (lost_hosts.empty() ? "" : ", ") + std::to_string(r) + " on " + host_of(r);
         } else {
-          alive += "\n  world rank " + std::to_string(r) + " " + answers[r];
+          alive += "\n  world rank " + std::to_string(r) + " (" + host_of(r) + ") " + answers[r];
           lowest_alive = std::min(lowest_alive, r);
         }
       }
       if (lowest_alive != world_rank_)
         alive = "\n  (world rank " + std::to_string(lowest_alive) + " lists what every live rank waits in)";
       char buf[256];
-      std::snprintf(buf, sizeof buf, " (this is world rank %d of %d).", world_rank_, world_size_);
-      message += buf;
+      std::snprintf(buf, sizeof buf, " did not complete within %g s on world rank %d of %d (%s)",
+                    w.timeout_s, world_rank_, world_size_, host_of(world_rank_).c_str());
       if (!lost.empty()) {
+        // The first line names what was lost, the operation, the step and
+        // the checkpoint to resume from.
+        message = "strata: runtime error: lost world rank(s) " + lost_hosts + ": " + operation(w) +
+                  buf + tail + ".";
         std::snprintf(buf, sizeof buf, "\n  lost: world rank(s) %s did not answer within %.1f s "
                       "(a dead process or node, or a cut link)", lost.c_str(), budget);
         message += buf;
       } else {
-        message += "\n  every other rank answered: none was lost (ranks in different operations "
-                   "are a program error; STRATA_COMM_CHECK=1 names the mismatch)";
+        message = "strata: runtime error: mpi communicator: " + operation(w) + buf + tail + "." +
+                  "\n  every other rank answered: none was lost (ranks in different operations "
+                  "are a program error; STRATA_COMM_CHECK=1 names the mismatch)";
       }
       message += alive;
-      message += "\nAborting the job (STRATA_COMM_TIMEOUT sets the limit).\n";
+      message += "\nAborting the job (--collective-timeout or STRATA_COMM_TIMEOUT sets the limit).\n";
     } else {
-      message += "; a rank did not arrive or died. Aborting the job (STRATA_COMM_TIMEOUT sets the "
-                 "limit; STRATA_COMM_CHECK=1 names the missing ranks).\n";
+      char buf[128];
+      std::snprintf(buf, sizeof buf, " did not complete within %g s", w.timeout_s);
+      message = "strata: runtime error: mpi communicator: " + operation(w) + buf + tail +
+                "; a rank did not arrive or died. Aborting the job (--collective-timeout or "
+                "STRATA_COMM_TIMEOUT sets the limit; STRATA_COMM_CHECK=1 names the missing "
+                "ranks).\n";
     }
     std::fputs(message.c_str(), stderr);
     std::fflush(stderr);
     // Ranks still probing must hear from this one: answer for as long as a
     // probe lasts before aborting (an aborting rank would look lost).
     if (probe_comm_ != MPI_COMM_NULL) {
-      const double until = now_s() + std::clamp(w.timeout_s / 4, 0.5, 2.0);
+      const double until = now_s() + probe_budget_s(w.timeout_s);
       while (now_s() < until) {
         serve();
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
-    std::thread([] {
-      std::this_thread::sleep_for(std::chrono::seconds(kExitAfterAbortS));
-      std::fprintf(stderr, "strata: MPI_Abort did not end this process within %d s (the launcher "
-                   "is unreachable); exiting\n", kExitAfterAbortS);
+    const double exit_s = exit_after_abort_s(w.timeout_s);
+    std::thread([exit_s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(exit_s));
+      std::fprintf(stderr, "strata: MPI_Abort did not end this process within %g s (the launcher "
+                   "is unreachable or waits for a lost node); exiting\n", exit_s);
       std::_Exit(4);
     }).detach();
     MPI_Abort(MPI_COMM_WORLD, 4);
@@ -253,6 +301,7 @@ class Watchdog {
   MPI_Request ping_ = MPI_REQUEST_NULL;
   int ping_value_ = 0;
   std::list<Reply> replies_;  // stable addresses while the sends are in flight
+  std::vector<std::string> hosts_;  // per world rank
 };
 
 }  // namespace
@@ -260,8 +309,9 @@ class Watchdog {
 void start_probing() { Watchdog::instance().start_probing(); }
 void stop_probing() { Watchdog::instance().stop_probing(); }
 
-Watched::Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s)
-    : w_{now_s(), timeout_s, what, seq, rank, size} {
+Watched::Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s,
+                 std::size_t bytes)
+    : w_{now_s(), timeout_s, what, seq, rank, size, bytes} {
   Watchdog::instance().add(&w_);
 }
 

@@ -9,12 +9,17 @@
 // MPI_COMM_WORLD, answered by the other processes' watchdog threads, which
 // reply with the operation they are in), prints the operation, the ranks that
 // did not answer (lost: a dead node, a cut link, a killed process) and what
-// the others are doing, and aborts the job. A process that MPI_Abort cannot
-// end (its launcher is unreachable) exits by itself shortly after.
+// the others are doing, and aborts the job. Its first line names the lost
+// ranks and their hosts, the operation (bytes, sequence number), the
+// training step and the checkpoint to resume from (comm/progress.hpp). A
+// process that MPI_Abort cannot end (its launcher is unreachable) exits by
+// itself shortly after, so that every surviving rank has exited within
+// twice the timeout.
 #pragma once
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace strata::comm::mpi {
@@ -28,7 +33,9 @@ void stop_probing();
 // Registers a blocking operation with the watchdog for its lifetime.
 class Watched {
  public:
-  Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s);
+  // bytes: the data the operation moves into this rank (0: none, as a barrier).
+  Watched(const char* what, std::uint64_t seq, int rank, int size, double timeout_s,
+          std::size_t bytes = 0);
   ~Watched();
   Watched(const Watched&) = delete;
   Watched& operator=(const Watched&) = delete;
@@ -39,6 +46,7 @@ class Watched {
     const char* what;
     std::uint64_t seq;
     int rank, size;
+    std::size_t bytes;
   };
 
  private:

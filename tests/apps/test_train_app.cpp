@@ -4,6 +4,7 @@
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <nlohmann/json.hpp>
@@ -806,6 +807,29 @@ TEST_F(TrainApp, AKilledMpiProcessEndsTheJob) {
   EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own timeout";
   EXPECT_OUTPUT_HAS(r, "killing rank 1 at step 5");
   EXPECT_OUTPUT_HAS(r, "rank 1");
+}
+
+// A process alive but silent (stopped, as a node behind a cut link): rank 0's
+// watchdog names it, its host, the collective, the step and the checkpoint.
+TEST_F(TrainApp, ASilentMpiProcessIsNamedWithItsHostStepAndCheckpoint) {
+  const std::string dir = path("ckpt");
+  auto r = test::run_command(std::string("STRATA_FAULT=1:6:stop OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                         "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 ") +
+                             STRATA_MPIEXEC + " -n 2 " + bin("strata-train") +
+                             " --dataset synthetic --layers 10,32,2 --steps 20 --checkpoint-every 4"
+                             " --collective-timeout 2 --checkpoint-dir " + dir);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own timeout";
+  EXPECT_OUTPUT_HAS(r, "stopping rank 1 at step 6");
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  // Rank 1 stopped after step 6: rank 0 waits in step 7's allreduce; the
+  // checkpoint of step 4 is complete (rank 0 wrote it).
+  EXPECT_OUTPUT_HAS(r, std::string("strata: runtime error: lost world rank(s) 1 on ") + host +
+                           ": allreduce");
+  EXPECT_OUTPUT_HAS(r, "did not complete within 2 s on world rank 0 of 2");
+  EXPECT_OUTPUT_HAS(r, "at step 7; resume from " + dir + " (its latest: step 4 or newer).");
 }
 #endif
 

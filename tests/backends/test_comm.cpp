@@ -1,6 +1,7 @@
 // Communicators on thread ranks (1, 2, 3, 4) and Self: every collective
 // against the naive reference, split, send/recv, asynchronous order, and the
 // promised errors for mismatched collectives, failing and missing ranks.
+#include "backends/comm/progress.hpp"
 #include "backends/comm/registry.hpp"
 #include "backends/comm/self.hpp"
 #include "backends/device.hpp"
@@ -211,6 +212,27 @@ TEST(CommOptions, EnvironmentIsValidated) {
   setenv("STRATA_COMM_TIMEOUT", "2.5", 1);
   EXPECT_EQ(comm::CommOptions::from_environment().timeout_s, 2.5);
   unsetenv("STRATA_COMM_TIMEOUT");
+}
+
+// What a failed collective's report says of the run: the step in flight and
+// the newest checkpoint known complete on this rank (another rank's write is
+// complete only once a later step's collectives ran).
+TEST(Progress, NamesTheStepAndTheNewestCompleteCheckpoint) {
+  namespace progress = comm::progress;
+  progress::reset();
+  EXPECT_EQ(progress::describe(), "");
+  progress::set_step(0);
+  EXPECT_EQ(progress::describe(), "at step 1; no checkpoint was completed by this run");
+  progress::set_step(4);
+  progress::checkpoint_saved("ck", 4, false);  // rank 0 writes it; this rank does not know yet
+  EXPECT_EQ(progress::describe(), "at step 5; no checkpoint was completed by this run");
+  progress::step_done();  // step 5's collectives waited for rank 0
+  progress::set_step(5);
+  EXPECT_EQ(progress::describe(), "at step 6; resume from ck (its latest: step 4 or newer)");
+  progress::checkpoint_saved("ck", 8, true);  // written by this rank
+  progress::set_step(8);
+  EXPECT_EQ(progress::describe(), "at step 9; resume from ck (its latest: step 8 or newer)");
+  progress::reset();
 }
 
 // The communicator a run gets, for platforms this machine may not be: the
