@@ -22,4 +22,9 @@ void run_world(comm::Communicator& world, const std::string& communicator, int r
                int threads_per_rank, GemmBackend gemm,
                const std::function<void(Context&, comm::Communicator&)>& body);
 
+// Host threads busy on this node: `mine` summed over the world's processes
+// on this host (collective over `world`; processes are on one node when
+// their host names match).
+int node_threads(comm::Communicator& world, int mine);
+
 }  // namespace strata

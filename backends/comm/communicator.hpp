@@ -88,6 +88,10 @@ enum class Op { allreduce, reduce_scatter, allgather, broadcast, send, recv };
 struct CommOptions {
   double timeout_s = 300;
   bool check = false;
+  // Host threads busy on this node, every process's thread ranks counted
+  // (run_world sets it; 0: this group's ranks alone). Thread ranks waiting
+  // for a peer spin only while these fit the node's cores.
+  int node_threads = 0;
   static CommOptions from_environment();
 };
 

@@ -120,9 +120,10 @@ class ThreadsGroup {
   const int size;
   const CommOptions options;
   // Busy-wait iterations before yielding: a peer is usually microseconds
-  // away when every rank has a core; with more ranks than cores the peer
-  // may need this rank's core, so yield almost at once.
-  const int spins = size <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 4000 : 16;
+  // away when every rank has a core; with more busy threads on the node than
+  // cores (this group's ranks, or every process's thread ranks: node_threads)
+  // the peer may need this rank's core, so yield almost at once.
+  const int spins = spin_limit(std::max(size, options.node_threads));
   const std::shared_ptr<Failure> failure;
   std::vector<Slot> slots;
 
@@ -259,6 +260,12 @@ ThreadsComm::ThreadsComm(std::shared_ptr<detail::ThreadsGroup> group, int rank)
 ThreadsComm::~ThreadsComm() { shutdown(); }
 
 int ThreadsComm::size() const { return group_->size; }
+
+int ThreadsComm::spins() const { return group_->spins; }
+
+int spin_limit(int busy) {
+  return busy <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 4000 : 16;
+}
 
 void ThreadsComm::do_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                                ReduceOp op) {

@@ -27,6 +27,11 @@ namespace detail {
 class ThreadsGroup;
 }
 
+// Busy-wait iterations a waiting thread rank spins before yielding, with
+// `busy` host threads at work on the node: 4000 while they fit its cores,
+// else 16 (a peer may need this rank's core).
+int spin_limit(int busy);
+
 class ThreadsComm final : public Communicator {
  public:
   ThreadsComm(std::shared_ptr<detail::ThreadsGroup> group, int rank);
@@ -35,6 +40,8 @@ class ThreadsComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override;
   std::string name() const override { return "threads"; }
+  // The spin limit of this group's waits (spin_limit of its busy threads).
+  int spins() const;
 
  protected:
   STRATA_COMM_TRANSPORT_OVERRIDES

@@ -7,6 +7,7 @@
 #include "backends/device.hpp"
 #include "backends/ranks.hpp"
 #include "backends/comm/threads.hpp"
+#include "backends/world.hpp"
 #include "comm_checks.hpp"
 #include "test_utils.hpp"
 
@@ -14,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <mutex>
 #include <stdexcept>
 
@@ -233,6 +235,28 @@ TEST(Progress, NamesTheStepAndTheNewestCompleteCheckpoint) {
   progress::set_step(8);
   EXPECT_EQ(progress::describe(), "at step 9; resume from ck (its latest: step 8 or newer)");
   progress::reset();
+}
+
+// The spin-then-yield rule sees every process's thread ranks on the node:
+// node_threads sums what each rank of the world runs on this host, and a
+// group told that more threads are busy than the node has cores spins 16
+// times, not 4000, before yielding.
+TEST(ThreadsComm, WaitsSpinOnlyWhileTheNodesBusyThreadsFitItsCores) {
+  comm::run_thread_ranks(3, [](comm::Communicator& c) {
+    EXPECT_EQ(node_threads(c, c.rank() + 1), 6);  // 1 + 2 + 3, one host
+  });
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(comm::spin_limit(cores), 4000);
+  EXPECT_EQ(comm::spin_limit(cores + 1), 16);
+  comm::CommOptions options;
+  options.node_threads = cores + 1;  // another process's ranks on this node
+  comm::run_thread_ranks(2, [](comm::Communicator& c) {
+    EXPECT_EQ(dynamic_cast<comm::ThreadsComm&>(c).spins(), 16);
+  }, options);
+  options.node_threads = 0;  // this group alone: 2 ranks
+  comm::run_thread_ranks(2, [&](comm::Communicator& c) {
+    EXPECT_EQ(dynamic_cast<comm::ThreadsComm&>(c).spins(), comm::spin_limit(2));
+  }, options);
 }
 
 // The communicator a run gets, for platforms this machine may not be: the

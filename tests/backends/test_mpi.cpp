@@ -9,6 +9,7 @@
 #include "backends/device.hpp"
 #include "backends/device_check.hpp"
 #include "backends/ranks.hpp"
+#include "backends/world.hpp"
 #include "comm_checks.hpp"
 #include "dp_harness.hpp"
 #include "repro_harness.hpp"
@@ -110,6 +111,20 @@ TEST(Mpi, NodeLocalRankFromTheLauncherIsTheRankWithinTheNode) {
   const int from_env = device::local_rank_from_environment();
   if (from_env < 0) GTEST_SKIP() << "the launcher sets no node-local rank variable";
   EXPECT_EQ(from_env, layout.local_rank) << "on " << layout.nodes << " nodes";
+}
+
+// The thread ranks' spin rule counts every process's threads on the node:
+// node_threads sums what the processes of this node run (MPI's node
+// communicator as the oracle).
+TEST(Mpi, NodeThreadsSumsTheProcessesOfThisNode) {
+  comm::MpiComm c(MPI_COMM_WORLD, false);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int here = 0, mine = c.rank() + 1, sum = 0;
+  MPI_Comm_size(node, &here);
+  MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, node);
+  MPI_Comm_free(&node);
+  EXPECT_EQ(node_threads(c, mine), sum) << here << " process(es) on this node";
 }
 
 TEST(Mpi, SharedMemoryAllreduceMatchesMpi) {
