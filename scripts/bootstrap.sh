@@ -13,7 +13,10 @@
 #   sm_90 with NVIDIA's CUDA 13 in $STRATA_CUDA13_ROOT, default /usr/local/cuda,
 #   and g++: Kokkos 4.6.01 from its release tarball, $STRATA_KOKKOS_TARBALL or
 #   shared/third_party/ beside the checkout, with scripts/patches/
-#   kokkos-4.6.01-cuda13.patch applied; Kokkos 3.4 does not know CUDA 13)
+#   kokkos-4.6.01-cuda13.patch applied; Kokkos 3.4 does not know CUDA 13),
+#   tsan (Kokkos 4.6.01, Serial only, built with -fsanitize=thread: thread
+#   ranks on std::threads over Serial instances, which ThreadSanitizer sees
+#   whole; scripts/check-tsan.sh)
 #   The hip and cuda flavours install their own Debian packages (and, for
 #   cuda, add bookworm's contrib/non-free components in a separate apt
 #   sources file); the default flavour never does.
@@ -64,6 +67,7 @@ packages=(
 strata_apt_install "${packages[@]}"
 case "$flavour" in
   openmp|debug) ;;
+  tsan) strata_apt_install $(strata_flavour_packages tsan) ;;
   hip)  strata_apt_install $(strata_flavour_packages hip) ;;
   cuda) if ! dpkg-query -W -f='${Status}' nvidia-cuda-toolkit 2>/dev/null | grep -q 'install ok installed' \
            && [ "${STRATA_NO_APT:-0}" != 1 ]; then
@@ -73,7 +77,7 @@ case "$flavour" in
   cuda13) strata_apt_install $(strata_flavour_packages cuda13)
           [ -x "$STRATA_CUDA13_ROOT/bin/nvcc" ] || {
             echo "bootstrap.sh: the cuda13 flavour needs NVIDIA's CUDA 13 toolkit: no $STRATA_CUDA13_ROOT/bin/nvcc (set STRATA_CUDA13_ROOT)" >&2; exit 1; } ;;
-  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug, hip, cuda, cuda13)" >&2; exit 2 ;;
+  *) echo "bootstrap.sh: unknown Kokkos flavour '$flavour' (openmp, debug, tsan, hip, cuda, cuda13)" >&2; exit 2 ;;
 esac
 
 # ---------------------------------------------------------------- Kokkos
@@ -100,6 +104,8 @@ case "$flavour" in
   openmp) kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_BUILD_TYPE=Release) ;;
   debug)  kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
                        -DKokkos_ENABLE_DEBUG=ON -DKokkos_ENABLE_DEBUG_BOUNDS_CHECK=ON) ;;
+  tsan)   kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+                       "-DCMAKE_CXX_FLAGS=-fsanitize=thread") ;;
   hip)    kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_HIP=ON -DCMAKE_BUILD_TYPE=Release
                        "-DKokkos_ARCH_$STRATA_HIP_ARCH=ON") ;;
   cuda)   kokkos_opts=(-DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON

@@ -99,7 +99,7 @@ for n in 3 1; do
   fi
 done
 
-declare -A injected
+declare -A injected detect_of
 hangs=0 lost=0 finished=0 cycle=0 run=1
 detect=()
 dir="$work/run-$run"
@@ -144,6 +144,7 @@ while :; do
     done
     gone="$(elapsed "$t")"
     detect+=("$gone")
+    detect_of[$kind]+="$gone "
     # The launcher must end too.
     while kill -0 "$pid" 2>/dev/null && (( $(echo "$(elapsed "$t") <= $bound_s" | bc) )); do sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then
@@ -181,5 +182,6 @@ else med="-"; max="-"; fi
 echo
 echo "Soak: $cycle cycle(s) in $((SECONDS - start)) s, seed $seed; faults injected: kill ${injected[kill]:-0}, link ${injected[link]:-0};"
 echo "  hangs $hangs, checkpoints lost $lost, runs finished $finished (each bitwise the unfaulted run);"
-echo "  fault to the surviving ranks' exit: median $med, max $max (--collective-timeout $timeout_s)"
+echo "  fault to the surviving ranks' exit: median $med, max $max (--collective-timeout $timeout_s);"
+echo "    per fault: kill $(summary ${detect_of[kill]:-}) s, link $(summary ${detect_of[link]:-}) s (median [min-max])"
 cluster_result

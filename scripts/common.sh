@@ -9,11 +9,13 @@ strata_cache() {
 }
 
 # The Kokkos release a flavour builds: 3.4.1 from Debian's trilinos source,
-# except cuda13, which needs a Kokkos that knows CUDA 13's runtime API: 4.6.01
-# from its release tarball with the project's patch (strata_kokkos_source).
+# except cuda13, which needs a Kokkos that knows CUDA 13's runtime API, and
+# tsan, whose thread ranks must be std::threads over Serial instances (Kokkos
+# 4): 4.6.01 from its release tarball with the project's patch
+# (strata_kokkos_source).
 strata_kokkos_version() {
   case "$1" in
-    cuda13) echo 4.6.01 ;;
+    cuda13|tsan) echo 4.6.01 ;;
     *)      echo 3.4.1 ;;
   esac
 }
@@ -92,6 +94,7 @@ strata_flavour_packages() {
     hip)  echo hipcc ;;                        # ROCm 5.2: clang-15, HIP runtime, device libs
     cuda) echo nvidia-cuda-toolkit g++-11 ;;   # CUDA 11.8 (non-free); g++-11 as nvcc's host compiler
     cuda13) echo patch ;;                      # CUDA 13 itself is NVIDIA's, not Debian's: STRATA_CUDA13_ROOT
+    tsan) echo patch ;;                        # the Kokkos 4.6.01 patch applies to every 4.6 flavour
   esac
 }
 
