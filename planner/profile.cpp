@@ -45,9 +45,15 @@ Link link(const json& j, const char* key, const std::string& file) {
 MachineProfile load_profile(const std::string& path) {
   std::ifstream in(path);
   STRATA_REQUIRE(in.good(), data, path, ": cannot read the machine profile");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_profile(text.str(), path);
+}
+
+MachineProfile parse_profile(const std::string& text, const std::string& path) {
   json j;
   try {
-    j = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    j = json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     STRATA_THROW(data, path, ": not a JSON machine profile: ", e.what());
   }

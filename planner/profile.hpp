@@ -85,6 +85,8 @@ struct MachineProfile {
 // Reads a profile; throws config naming the file and the field that is
 // missing, of the wrong type, or not positive.
 MachineProfile load_profile(const std::string& path);
+// The same from the file's text (`path` names it in errors).
+MachineProfile parse_profile(const std::string& text, const std::string& path);
 // The profile as JSON text (the format above); save_profile writes it.
 std::string profile_json(const MachineProfile& p);
 void save_profile(const MachineProfile& p, const std::string& path);

@@ -6,6 +6,7 @@
 #include "apps/common/progress.hpp"
 #include "apps/train/fault.hpp"
 #include "apps/train/metrics.hpp"
+#include "apps/train/plan_profile.hpp"
 #include "apps/train/setup.hpp"
 #include "apps/train/train_config.hpp"
 #include "backends/clock.hpp"
@@ -176,7 +177,11 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   validate_layout(c, model, world.size());
   if (c.strategy == StrategyKind::plan) {  // the planner's layout, as explicit options
     std::string summary;
-    const TrainConfig planned = planned_config(c, model, c.ranks * world.size(), &summary);
+    const auto log = [&](const std::string& line) {
+      if (world.rank() == 0) std::cout << line << std::endl;
+    };
+    const planner::MachineProfile profile = plan_profile(c.plan_profile, world, log);
+    const TrainConfig planned = planned_config(c, model, profile, c.ranks * world.size(), &summary);
     if (world.rank() == 0) std::cout << summary << std::endl;
     return train(planned, world);
   }

@@ -294,8 +294,8 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   return o;
 }
 
-TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int world,
-                           std::string* summary) {
+TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
+                           const planner::MachineProfile& profile, int world, std::string* summary) {
   planner::PlanRequest r;
   r.model = model;
   r.loss = c.loss;
@@ -304,7 +304,6 @@ TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int wor
   r.batch = c.batch_size;
   r.ranks = world;
   r.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
-  const planner::MachineProfile profile = planner::load_profile(c.plan_profile);
   const planner::CostModel cost(r, profile);
   const std::vector<planner::Prediction> plans = planner::search(cost, world, c.batch_size);
   STRATA_REQUIRE(!plans.empty() && plans.front().rejected.empty(), config,

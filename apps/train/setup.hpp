@@ -3,6 +3,8 @@
 // training loop (main.cpp) calls these once, before the first step.
 #pragma once
 
+#include "planner/profile.hpp"
+
 #include "apps/train/train_config.hpp"
 #include "backends/comm/communicator.hpp"
 #include "backends/context.hpp"
@@ -40,11 +42,12 @@ GemmBackend gemm_backend(const TrainConfig& c);
 EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world);
 
 // --strategy plan: c with the layout strata-plan ranks first for this model,
-// batch and `world` ranks on c.plan_profile (as --strategy hybrid with --dp,
-// --pp, --tp, --micro-batches, --schedule, --zero, --recompute); *summary
-// says which and why. Throws config when no layout fits, naming the closest.
-TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model, int world,
-                           std::string* summary);
+// batch and `world` ranks on `profile` (apps/train/plan_profile.hpp; as
+// --strategy hybrid with --dp, --pp, --tp, --micro-batches, --schedule,
+// --zero, --recompute); *summary says which and why. Throws config when no
+// layout fits, naming the closest.
+TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
+                           const planner::MachineProfile& profile, int world, std::string* summary);
 // Notes on options that change nothing for this model and optimizer
 // (--recompute without blocks, --no-decay-bias-norm without weight decay).
 std::vector<std::string> option_notes(const TrainConfig& c, const ModelSpec& model);

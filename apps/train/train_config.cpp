@@ -270,11 +270,13 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
   app.add_option("--strategy", strategy,
                  "auto | local | dp | pipeline | tensor | hybrid | plan (auto: dp when there is "
                  "more than one rank, hybrid when --pp, --tp or --zero is given; plan: the layout "
-                 "strata-plan ranks first on --plan-profile, printed)")
+                 "strata-plan ranks first, printed with the options that repeat it, on "
+                 "--plan-profile or on this machine's calibration, made on first use and cached)")
       ->capture_default_str();
   app.add_option("--plan-profile", c.plan_profile,
-                 "--strategy plan: the machine profile to plan on (`strata-plan calibrate "
-                 "--output FILE` writes this machine's; docs/planner.md)");
+                 "--strategy plan: the machine profile to plan on (default: this machine's, "
+                 "calibrated on first use and cached under ~/.cache/strata/profiles; "
+                 "`strata-plan calibrate --output FILE` writes one; docs/planner.md)");
   app.add_option("--comm", c.comm,
                  "communicator: auto | self | threads | mpi | hierarchical | nccl (auto: nccl "
                  "between processes on GPUs, mpi between processes, threads inside one; "
@@ -423,9 +425,6 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "--checkpoint-every needs --checkpoint-dir");
   c.strategy = parse_strategy(strategy);
   const bool plan = c.strategy == StrategyKind::plan;
-  STRATA_REQUIRE(!plan || !c.plan_profile.empty(), config,
-                 "--strategy plan needs --plan-profile FILE (`strata-plan calibrate --output FILE` "
-                 "writes this machine's)");
   STRATA_REQUIRE(c.plan_profile.empty() || plan, config,
                  "--plan-profile applies to --strategy plan");
   STRATA_REQUIRE(!plan || (c.dp == 0 && c.pp == 0 && c.tp == 0 && c.zero == 0 &&

@@ -334,8 +334,6 @@ const std::vector<Entry>& catalogue() {
        }},
       {"--tp-chunk without --reproducible", 2, {"--tp-chunk applies to --reproducible runs"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --tp-chunk 8"; }},
-      {"--strategy plan without --plan-profile", 2, {"--strategy plan needs --plan-profile FILE"},
-       [](Workspace&) { return "--dataset synthetic --steps 1 --strategy plan"; }},
       {"--strategy plan with a layout option", 2,
        {"--strategy plan chooses --dp, --pp, --tp, --zero, --micro-batches, --sequence-parallel and "
         "--recompute itself"},

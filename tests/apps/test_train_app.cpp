@@ -86,6 +86,56 @@ TEST_F(TrainApp, StrategyPlanTrainsWithTheLayoutStrataPlanRanksFirst) {
   EXPECT_OUTPUT_HAS(r, "strategy: mesh " + best);
 }
 
+// --strategy plan without --plan-profile calibrates this machine on first
+// use and caches the profile; the next run reads it; a corrupt or stale
+// cached profile is calibrated again, never trusted. The plan each run prints
+// is the one strata-plan ranks first on the cached profile (the oracle).
+TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
+  const std::string cache = path("cache");
+  const std::string run = "STRATA_CACHE=" + cache + " " + bin("strata-train") +
+                          " --layers 16,64,4 --dataset synthetic --batch-size 32 --steps 2 "
+                          "--ranks 2 --optimizer sgd --strategy plan";
+  auto first = test::run_command(run);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_OUTPUT_HAS(first, "plan: no profile of this machine in " + cache + "/profiles/");
+  EXPECT_OUTPUT_HAS(first, "plan: wrote " + cache + "/profiles/");
+  std::string profile;
+  for (const auto& e : fs::directory_iterator(cache + "/profiles")) profile = e.path().string();
+  ASSERT_FALSE(profile.empty());
+  auto plan = test::run_command(bin("strata-plan") + " --layers 16,64,4 --batch 32 --ranks 2 "
+                                "--optimizer sgd --profile " + profile + " --top 1");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  const auto at = plan.output.find("# best: ");
+  ASSERT_NE(at, std::string::npos) << plan.output;
+  const std::string best =
+      plan.output.substr(at + 8, plan.output.find(',', plan.output.find(" x tp", at)) - at - 8);
+  EXPECT_OUTPUT_HAS(first, "plan: " + best);
+
+  auto second = test::run_command(run);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_OUTPUT_HAS(second, "plan: this machine's profile from " + profile);
+  EXPECT_OUTPUT_HAS(second, "plan: " + best);
+  EXPECT_EQ(second.output.find("calibrating"), std::string::npos) << second.output;
+
+  std::ofstream(profile) << "{ not a profile";
+  auto corrupt = test::run_command(run);
+  ASSERT_EQ(corrupt.exit_code, 0) << corrupt.output;
+  EXPECT_OUTPUT_HAS(corrupt, "is not a usable profile");
+  EXPECT_OUTPUT_HAS(corrupt, "plan: wrote " + profile);
+
+  // Another build or thread count wrote it: stale.
+  std::ifstream in(profile);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto src = text.find("calibrated by strata-train");
+  ASSERT_NE(src, std::string::npos) << text;
+  text.replace(src, 10, "CALIBRATED");
+  std::ofstream(profile) << text;
+  auto stale = test::run_command(run);
+  ASSERT_EQ(stale.exit_code, 0) << stale.output;
+  EXPECT_OUTPUT_HAS(stale, "is stale");
+  EXPECT_OUTPUT_HAS(stale, "plan: wrote " + profile);
+}
+
 // A resumed run that has nothing left to train says so, evaluates what it
 // restored and leaves the checkpoint alone; a run whose steps were all
 // warm-up reports no rate rather than 0 samples/s.
