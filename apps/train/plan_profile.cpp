@@ -55,10 +55,11 @@ std::string cached_or_calibrated(const std::function<void(const std::string&)>& 
   const std::string path = cached_profile_path(threads), want = identity(threads);
   if (fs::exists(path)) {
     try {
-      const planner::MachineProfile p = planner::load_profile(path);
+      std::string text = read_text(path);  // read once: parsed here, and what the ranks get
+      const planner::MachineProfile p = planner::parse_profile(text, path);
       if (p.source == want) {
         log("plan: this machine's profile from " + path);
-        return read_text(path);
+        return text;
       }
       log("plan: " + path + " is stale (" + p.source + "; now " + want + "): calibrating again");
     } catch (const Error& e) {

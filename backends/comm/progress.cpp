@@ -1,19 +1,22 @@
 #include "backends/comm/progress.hpp"
 
+#include <atomic>
 #include <mutex>
 
 namespace strata::comm::progress {
 namespace {
 
+// The step and whether a checkpoint is pending are atomics: set_step and
+// step_done run every training step and take no lock on the way.
 struct State {
   std::mutex mutex;
-  bool stepping = false;
-  std::uint64_t step = 0;
+  std::atomic<bool> stepping{false};
+  std::atomic<std::uint64_t> step{0};
   std::string dir;            // the newest complete checkpoint's folder ("" none)
   std::uint64_t saved = 0;    // and its step
   std::string pending_dir;    // written by another rank, not yet known complete
   std::uint64_t pending = 0;
-  bool has_pending = false;
+  std::atomic<bool> has_pending{false};
 };
 
 State& state() {
@@ -25,9 +28,8 @@ State& state() {
 
 void set_step(std::uint64_t step) {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.stepping = true;
-  s.step = step;
+  s.step.store(step, std::memory_order_relaxed);
+  s.stepping.store(true, std::memory_order_relaxed);
 }
 
 void checkpoint_saved(const std::string& dir, std::uint64_t step, bool complete) {
@@ -46,6 +48,7 @@ void checkpoint_saved(const std::string& dir, std::uint64_t step, bool complete)
 
 void step_done() {
   State& s = state();
+  if (!s.has_pending.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.has_pending) return;
   s.dir = s.pending_dir;
@@ -57,7 +60,7 @@ std::string describe() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.stepping && s.dir.empty()) return "";
-  std::string out = "at step " + std::to_string(s.step + 1);
+  std::string out = "at step " + std::to_string(s.step.load() + 1);
   if (s.dir.empty()) return out + "; no checkpoint was completed by this run";
   return out + "; resume from " + s.dir + " (its latest: step " + std::to_string(s.saved) +
          " or newer)";
@@ -66,8 +69,10 @@ std::string describe() {
 void reset() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.stepping = s.has_pending = false;
-  s.step = s.saved = s.pending = 0;
+  s.stepping = false;
+  s.has_pending = false;
+  s.step = 0;
+  s.saved = s.pending = 0;
   s.dir.clear();
   s.pending_dir.clear();
 }
