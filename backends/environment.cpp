@@ -27,8 +27,11 @@ const std::vector<EnvironmentVariable>& environment_variables() {
        "where --dataset fortunes is read"},
       {"STRATA_MODELS_DIR", "folder (default: the installed share/strata/models)",
        "strata-bench-train: where the model files of the workloads are found"},
-      {"STRATA_FAULT", "RANK:STEP (tests)",
-       "strata-train: rank RANK fails at step STEP (a thread rank throws, an MPI process is killed)"},
+      {"STRATA_CACHE", "folder (default $XDG_CACHE_HOME/strata or ~/.cache/strata)",
+       "strata-train --strategy plan: where this machine's calibrated profile is cached"},
+      {"STRATA_FAULT", "RANK:STEP or RANK:STEP:stop (tests)",
+       "strata-train: rank RANK fails at step STEP (a thread rank throws, an MPI process is killed; "
+       "stop: it stops itself, alive but silent)"},
       {"STRATA_FAIL_CHECKPOINT_WRITE", "N (tests)",
        "strata-train: the N-th checkpoint file write fails with ENOSPC"},
       {"STRATA_CHECKPOINT_WRITE_DELAY_MS", "milliseconds (tests)",
