@@ -32,33 +32,56 @@ GemmBackend default_gemm() {
 void run_ranks(int ranks, int threads_per_rank,
                const std::function<void(Context&, comm::Communicator&)>& body,
                const comm::CommOptions& options) {
-  STRATA_REQUIRE(ranks >= 1, config, "thread ranks: need at least 1 rank, got ", ranks);
+  RankTeam(ranks, threads_per_rank, options).run(body);
+}
+
+RankTeam::RankTeam(int ranks, int threads_per_rank, const comm::CommOptions& options)
+    : threads_per_rank_(threads_per_rank), team_(ranks, options), contexts_(ranks) {
   STRATA_REQUIRE(threads_per_rank >= 1, config, "thread ranks: need at least 1 thread per rank");
-  auto with_context = [&](ExecSpace exec) {
-    return [&body, exec](comm::Communicator& c) {
-      Context ctx(default_gemm(), exec);
-      body(ctx, c);
-    };
-  };
   const int pool = kokkos_host_threads();
-  // One rank with all of Kokkos' threads needs no partition.
-  if (ranks == 1 && threads_per_rank >= pool) {
-    comm::run_thread_ranks(1, with_context(ExecSpace()), options);
-    return;
-  }
+  if (ranks == 1 && threads_per_rank >= pool) return;  // one rank with all of Kokkos' threads
 #if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION < 40000
   if (std::is_same<ExecSpace, Kokkos::OpenMP>::value) {
     STRATA_REQUIRE(pool >= ranks * threads_per_rank, config, "thread ranks: ", ranks,
                    " ranks x ", threads_per_rank, " threads need ", ranks * threads_per_rank,
                    " Kokkos OpenMP threads, but Kokkos runs ", pool, " (start it with ",
                    kokkos_threads_option(ranks * threads_per_rank), ")");
+    return;
+  }
+#endif
+#if KOKKOS_VERSION >= 40000
+  // One instance per rank, each launched from its own thread.
+  std::vector<int> weights(ranks, 1);
+  for (auto& e : Kokkos::Experimental::partition_space(ExecSpace(), weights)) instances_.push_back(e);
+#else
+  STRATA_THROW(config, thread_ranks_unavailable());
+#endif
+}
+
+RankTeam::~RankTeam() = default;
+
+void RankTeam::run(const std::function<void(Context&, comm::Communicator&)>& body) {
+  const int ranks = size();
+  // The rank's Context, made on its thread at its first run.
+  auto context = [&](int r, ExecSpace exec) -> Context& {
+    if (!contexts_[r]) contexts_[r] = std::make_unique<Context>(default_gemm(), exec);
+    return *contexts_[r];
+  };
+  if (ranks == 1 && threads_per_rank_ >= kokkos_host_threads()) {
+    team_.run([&](int r) { body(context(r, ExecSpace()), team_.comm(r)); });
+    return;
+  }
+#if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION < 40000
+  if (std::is_same<ExecSpace, Kokkos::OpenMP>::value) {
+    // Each rank is the master of its own partition of the OpenMP pool.
     const int levels = omp_get_max_active_levels();
     omp_set_max_active_levels(2);
-    comm::Spawner spawner = [threads_per_rank](int n, const std::function<void(int)>& rank_body) {
-      Kokkos::OpenMP::partition_master([&](int id, int) { rank_body(id); }, n, threads_per_rank);
+    const int per_rank = threads_per_rank_;
+    comm::Spawner spawner = [per_rank](int n, const std::function<void(int)>& rank_body) {
+      Kokkos::OpenMP::partition_master([&](int id, int) { rank_body(id); }, n, per_rank);
     };
     try {
-      comm::run_thread_ranks(ranks, with_context(ExecSpace()), options, spawner);
+      team_.run([&](int r) { body(context(r, ExecSpace()), team_.comm(r)); }, spawner);
     } catch (...) {
       omp_set_max_active_levels(levels);
       throw;
@@ -68,34 +91,19 @@ void run_ranks(int ranks, int threads_per_rank,
   }
 #endif
 #if KOKKOS_VERSION >= 40000
-  // One instance per rank, each launched from its own thread.
-  (void)pool;
-  std::vector<int> weights(ranks, 1);
-  auto instances = Kokkos::Experimental::partition_space(ExecSpace(), weights);
-  comm::Spawner spawner = [&](int n, const std::function<void(int)>& rank_body) {
-    std::vector<std::thread> threads;
-    for (int r = 1; r < n; ++r) threads.emplace_back(rank_body, r);
-    rank_body(0);
-    for (auto& t : threads) t.join();
-  };
-  comm::run_thread_ranks(
-      ranks,
-      [&](comm::Communicator& c) {
+  team_.run([&](int r) {
 #ifdef KOKKOS_ENABLE_OPENMP
-        // A BLAS built with OpenMP takes the calling thread's OpenMP thread
-        // count, which a new std::thread has at its default (every core):
-        // one thread, as inside Kokkos 3.x's partitions. Several threads'
-        // concurrent multi-threaded calls into OpenBLAS's OpenMP build can
-        // spin forever, and the GEMMs would not be the single rank's.
-        omp_set_num_threads(1);
+    // A BLAS built with OpenMP takes the calling thread's OpenMP thread
+    // count, which a new std::thread has at its default (every core): one
+    // thread, as inside Kokkos 3.x's partitions. Several threads' concurrent
+    // multi-threaded calls into OpenBLAS's OpenMP build can spin forever, and
+    // the GEMMs would not be the single rank's.
+    omp_set_num_threads(1);
 #endif
-        Context ctx(default_gemm(), instances[c.rank()]);
-        body(ctx, c);
-      },
-      options, spawner);
+    body(context(r, instances_[r]), team_.comm(r));
+  });
 #else
-  (void)with_context;
-  (void)pool;
+  (void)body;
   STRATA_THROW(config, thread_ranks_unavailable());
 #endif
 }

@@ -20,12 +20,39 @@
 #include "backends/context.hpp"
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 namespace strata {
 
 void run_ranks(int ranks, int threads_per_rank,
                const std::function<void(Context&, comm::Communicator&)>& body,
                const comm::CommOptions& options = comm::CommOptions::from_environment());
+
+// Thread ranks whose Contexts and communicators outlive one run (what
+// run_ranks is one run of): a caller that owns the loop builds engines in one
+// run and steps them in the next ones. Each rank's Context is made in its
+// first run, on its own thread (Kokkos 3.x: inside its partition, so every
+// run must come from the thread that started Kokkos, as run_ranks' must).
+// After a rank fails, every later run throws (comm::ThreadTeam).
+class RankTeam {
+ public:
+  RankTeam(int ranks, int threads_per_rank,
+           const comm::CommOptions& options = comm::CommOptions::from_environment());
+  ~RankTeam();
+  RankTeam(const RankTeam&) = delete;
+  RankTeam& operator=(const RankTeam&) = delete;
+
+  int size() const { return team_.size(); }
+  bool failed() const { return team_.failed(); }
+  void run(const std::function<void(Context&, comm::Communicator&)>& body);
+
+ private:
+  int threads_per_rank_;
+  comm::ThreadTeam team_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+  std::vector<ExecSpace> instances_;  // Kokkos 4: one partition_space instance per rank
+};
 
 // Why run_ranks cannot run several ranks with this Kokkos ("" when it can):
 // Kokkos 3.x launches kernels from one host thread only, except OpenMP's

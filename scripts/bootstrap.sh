@@ -60,6 +60,8 @@ packages=(
   dataset-fashion-mnist fortunes   # data: images, and the text corpus of the language models
   python3-torch              # PyTorch as the oracle of the weights tests (tests/torch_oracle.py)
   python3-matplotlib         # strata-plot (and scripts/compare.sh's charts) draw with it
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
+                             # the Python module (python/) and its pytest suite
   help2man man-db            # the man pages, made from each program's --help, and man to read them
   iproute2 util-linux bc     # the simulated cluster (scripts/cluster-sim.sh; Slurm and
                              # nftables are installed by the scripts that use them)

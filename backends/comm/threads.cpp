@@ -430,34 +430,60 @@ void ThreadsComm::do_recv(void* buf, std::size_t count, DataType type, int sourc
   if (bytes > 0) std::memcpy(buf, message.data(), bytes);
 }
 
-void run_thread_ranks(int ranks, const std::function<void(Communicator&)>& body,
-                      const CommOptions& options, const Spawner& spawner) {
+ThreadTeam::ThreadTeam(int ranks, const CommOptions& options) {
   STRATA_REQUIRE(ranks >= 1, config, "thread ranks: need at least 1 rank, got ", ranks);
-  auto failure = std::make_shared<detail::Failure>();
-  auto group = std::make_shared<detail::ThreadsGroup>(ranks, options, failure);
+  failure_ = std::make_shared<detail::Failure>();
+  group_ = std::make_shared<detail::ThreadsGroup>(ranks, options, failure_);
+  for (int r = 0; r < ranks; ++r) comms_.push_back(std::make_unique<ThreadsComm>(group_, r));
+}
+
+ThreadTeam::~ThreadTeam() = default;
+
+bool ThreadTeam::failed() const { return failure_->failed.load(); }
+
+void ThreadTeam::run(const std::function<void(int)>& body, const Spawner& spawner) {
+  if (failed()) {
+    std::lock_guard<std::mutex> lock(failure_->mutex);
+    STRATA_THROW(runtime, "thread ranks: this team ended when rank ", failure_->rank,
+                 " failed (", failure_->message, "); start a new one");
+  }
+  const int ranks = size();
   std::vector<std::exception_ptr> errors(ranks);
-  auto run = [&](int r) {
+  auto run_rank = [&](int r) {
     try {
-      ThreadsComm comm(group, r);
-      body(comm);
+      body(r);
     } catch (const std::exception& e) {
       errors[r] = std::current_exception();
-      failure->set(r, e.what());
+      failure_->set(r, e.what());
     } catch (...) {
       errors[r] = std::current_exception();
-      failure->set(r, "unknown exception");
+      failure_->set(r, "unknown exception");
     }
   };
   if (spawner) {
-    spawner(ranks, run);
+    spawner(ranks, run_rank);
   } else {
     std::vector<std::thread> threads;
     threads.reserve(ranks - 1);
-    for (int r = 1; r < ranks; ++r) threads.emplace_back(run, r);
-    run(0);  // rank 0 on the calling thread
+    for (int r = 1; r < ranks; ++r) threads.emplace_back(run_rank, r);
+    run_rank(0);  // rank 0 on the calling thread
     for (auto& t : threads) t.join();
   }
-  if (failure->failed.load()) std::rethrow_exception(errors[failure->rank]);
+  if (failed()) {
+    if (!first_error_) {
+      first_error_ = errors[failure_->rank];
+      for (int r = 0; r < ranks && !first_error_; ++r) first_error_ = errors[r];
+    }
+    if (first_error_) std::rethrow_exception(first_error_);
+    std::lock_guard<std::mutex> lock(failure_->mutex);
+    STRATA_THROW(runtime, "thread ranks: rank ", failure_->rank, " failed: ", failure_->message);
+  }
+}
+
+void run_thread_ranks(int ranks, const std::function<void(Communicator&)>& body,
+                      const CommOptions& options, const Spawner& spawner) {
+  ThreadTeam team(ranks, options);
+  team.run([&](int r) { body(team.comm(r)); }, spawner);
 }
 
 }  // namespace strata::comm

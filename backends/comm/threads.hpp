@@ -19,12 +19,15 @@
 #include "backends/comm/communicator.hpp"
 
 #include <functional>
+#include <exception>
 #include <memory>
+#include <vector>
 
 namespace strata::comm {
 
 namespace detail {
 class ThreadsGroup;
+struct Failure;
 }
 
 // Busy-wait iterations a waiting thread rank spins before yielding, with
@@ -57,10 +60,42 @@ class ThreadsComm final : public Communicator {
 // passes one that gives each thread its own Kokkos execution-space instance.
 using Spawner = std::function<void(int ranks, const std::function<void(int rank)>& rank_body)>;
 
+// Thread ranks whose communicators outlive one run: what a caller that owns
+// the loop (a Python script calling step()) needs, the engines built in one
+// run being used in the next.
+//
+//   comm::ThreadTeam team(4);
+//   team.run([&](int r) { engines[r] = build(team.comm(r)); });
+//   team.run([&](int r) { engines[r]->step(...); });   // again and again
+//
+// When a rank throws, the others fail too (their waits end with an error
+// naming the failed rank), the first rank's exception is rethrown by run(),
+// and every later run() throws at once: the team is over.
+class ThreadTeam {
+ public:
+  explicit ThreadTeam(int ranks, const CommOptions& options = CommOptions::from_environment());
+  ~ThreadTeam();
+  ThreadTeam(const ThreadTeam&) = delete;
+  ThreadTeam& operator=(const ThreadTeam&) = delete;
+
+  int size() const { return static_cast<int>(comms_.size()); }
+  Communicator& comm(int rank) { return *comms_.at(static_cast<std::size_t>(rank)); }
+  // Whether a rank failed (every later run() throws).
+  bool failed() const;
+  // Calls body(r) for every rank on `ranks` threads (spawner; default:
+  // std::threads, rank 0 on the calling thread) and returns when all are done.
+  void run(const std::function<void(int rank)>& body, const Spawner& spawner = Spawner());
+
+ private:
+  std::shared_ptr<detail::Failure> failure_;
+  std::shared_ptr<detail::ThreadsGroup> group_;
+  std::vector<std::unique_ptr<ThreadsComm>> comms_;
+  std::exception_ptr first_error_;
+};
+
 // Runs body(comm) on `ranks` threads, one rank each, and returns when all are
-// done. When a rank throws, the others fail too (their waits end with an error
-// naming the failed rank) and the first rank's exception is rethrown here.
-// Thread ranks that launch Kokkos kernels must use strata::run_ranks instead.
+// done: one run of a ThreadTeam. Thread ranks that launch Kokkos kernels must
+// use strata::run_ranks instead.
 void run_thread_ranks(int ranks, const std::function<void(Communicator&)>& body,
                       const CommOptions& options = CommOptions::from_environment(),
                       const Spawner& spawner = Spawner());

@@ -122,6 +122,7 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     )
     variant("benchmarks", default=False, description="Build and install strata-bench-* programs")
     variant("examples", default=False, description="Build and install strata-example-* programs")
+    variant("python", default=False, description="The Python package strata (pybind11; docs/python.md)")
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.18:", type="build")  # FindBLAS's BLAS::BLAS target
@@ -131,6 +132,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
     depends_on("nlohmann-json")  # checkpoint state, metrics
     depends_on("tomlplusplus@3:")  # model files (header-only, compiled into the library)
     depends_on("googletest", type="test")
+    # The Python package: a module of spack's python, on its PYTHONPATH when loaded.
+    extends("python", when="+python")
+    depends_on("python@3.8:", type=("build", "link", "run"), when="+python")
+    depends_on("py-pybind11@2.6:", type="build", when="+python")
+    depends_on("py-numpy", type=("build", "run"), when="+python")
+    depends_on("py-pytest", type="test", when="+python")
     # The man pages are made from the programs' --help, which a GPU build
     # cannot run where it builds (STRATA_MAN_PAGES).
     depends_on("help2man", type="build", when="~cuda~rocm")
@@ -170,7 +177,12 @@ class Strata(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("STRATA_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("STRATA_ENABLE_EXAMPLES", "examples"),
             self.define("STRATA_MAN_PAGES", spec.satisfies("~cuda~rocm")),
+            self.define("STRATA_PYTHON", "ON" if spec.satisfies("+python") else "OFF"),
         ]
+        if spec.satisfies("+python"):
+            args.append(self.define("STRATA_PYTHON_EXECUTABLE", spec["python"].command.path))
+            # Where spack's python looks for the packages that extend it.
+            args.append(self.define("STRATA_PYTHON_INSTALL_DIR", python_platlib))
         if spec.satisfies("+cuda"):
             args.append(self.define("CMAKE_CXX_COMPILER", self._kokkos_cxx()))
             args.append(self.define("CUDAToolkit_ROOT", spec["cuda"].prefix))
