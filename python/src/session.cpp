@@ -289,9 +289,10 @@ std::string Session::save(const std::string& dir) {
 
 void Session::load(const std::string& file) {
   // Read once, checked against this model before any rank changes.
-  auto [snapshot, position] = read_checkpoint(file, app::checkpoint_config(config_), table_);
-  on_ranks([&](Rank& r) { r.engine->restore(snapshot); });
-  position_ = position;
+  const std::pair<Snapshot, Position> read =
+      read_checkpoint(file, app::checkpoint_config(config_), table_);
+  on_ranks([&](Rank& r) { r.engine->restore(read.first); });
+  position_ = read.second;
 }
 
 Weights Session::weights() {
