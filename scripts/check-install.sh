@@ -6,7 +6,8 @@
 # dependencies this build uses, then configures, builds and runs the
 # downstream project in tests/downstream/ against that prefix with
 # find_package(Strata) (no Kokkos_ROOT given: the package must find its own
-# Kokkos), and runs the installed strata-train for a few steps.
+# Kokkos), runs the installed strata-train for a few steps, and imports the
+# installed Python package (where the build made one) for one step.
 #
 # Usage: scripts/check-install.sh        (STRATA_KEEP_INSTALL=1 keeps the prefix)
 # Exit code 0 when everything worked; otherwise 1 with a message saying which
@@ -110,4 +111,21 @@ sed 's/^/  /' "$work/version.log"
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" run "$work/train.log" "$prefix/bin/strata-train" \
   --dataset synthetic --layers 10,5,2 --loss mse --batch-size 32 --steps 20 --quiet
 tail -n 2 "$work/train.log" | sed 's/^/  /'
+
+# The Python package, where this build made it: imported from the prefix
+# (not the build tree) by the interpreter it was built for, and one step.
+if [ -n "$(find "$build/python/strata" -name '_strata*.so' -print -quit 2>/dev/null)" ]; then
+  py="$(sed -n 's/^STRATA_PYTHON_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  pydir="$(sed -n 's/^STRATA_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  case "$pydir" in /*) ;; *) pydir="$prefix/$pydir" ;; esac
+  [ -f "$pydir/strata/__init__.py" ] || fail "the Python package is not installed in $pydir/strata"
+  echo "check-install: importing the installed Python package ($pydir)"
+  OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" PYTHONPATH="$pydir" run "$work/python.log" "$py" -c '
+import numpy as np, strata
+assert strata.__file__.startswith("'"$pydir"'"), strata.__file__
+t = strata.Trainer(strata.Model.mlp([10, 5, 2]), dataset="synthetic", loss="mse", batch_size=32)
+x = np.ones((32, 10), np.float32); y = np.zeros((32, 2), np.float32)
+print("  installed strata package:", strata.__file__, "loss", t.step(x, y))'
+  cat "$work/python.log"
+fi
 echo "check-install: OK"
