@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the commands that README.md and docs/ say run: every fenced block
-# tagged `sh` (blocks tagged `console` are shown, not run: they need a GPU, a
-# cluster, spack, or hours). The blocks of one file run in order, in bash
+# tagged `sh`, and every block tagged `python` as a script of its own with the
+# build's Python package on PYTHONPATH (blocks tagged `console` are shown, not
+# run: they need a GPU, a cluster, spack, or hours). The blocks of one file run in order, in bash
 # with `set -euo pipefail`, in a scratch folder of their own where the
 # tree's top-level entries (build/, models/, planner/, ...) are linked, so
 # `build/bin/strata-train`, `models/gpt-mini.toml` and the files a block
@@ -54,21 +55,26 @@ for file in "${files[@]}"; do
   name="${file#"$top"/}"
   blocks="$work/blocks/$name"
   mkdir -p "$blocks"
-  # Each `sh` block into its own file, named by its first line number.
+  # Each `sh` and `python` block into its own file, named by its first line number.
   awk -v out="$blocks" '
     /^```sh[[:space:]]*$/ { inside = 1; n = sprintf("%s/%06d.sh", out, NR + 1); next }
+    /^```python[[:space:]]*$/ { inside = 1; n = sprintf("%s/%06d.py", out, NR + 1); next }
     /^```/ && inside { inside = 0; close(n); next }
     inside { print > n }' "$file"
   shopt -s nullglob
-  parts=("$blocks"/*.sh)
+  parts=("$blocks"/*.sh "$blocks"/*.py)
   shopt -u nullglob
   [ "${#parts[@]}" = 0 ] && continue
   scratch="$work/run/$name"
   mkdir -p "$scratch"
   for entry in "$top"/*; do ln -s "$entry" "$scratch/"; done
   [ "$build" = "$top/build" ] || ln -sfn "$build" "$scratch/build"
+  mapfile -t parts < <(printf '%s\n' "${parts[@]}" | sort)
   for part in "${parts[@]}"; do
-    line=$((10#$(basename "$part" .sh)))
+    base="$(basename "$part")"
+    line=$((10#${base%.*}))
+    run=(bash -euo pipefail "$part")
+    [ "${part##*.}" = py ] && run=(env PYTHONPATH="$build/python" python3 "$part")
     if [ "$list" = 1 ]; then
       echo "== $name:$line"; cat "$part"; continue
     fi
@@ -86,7 +92,7 @@ for file in "${files[@]}"; do
       continue
     fi
     start=$SECONDS
-    if (cd "$scratch" && timeout "${STRATA_DOCS_TIMEOUT:-600}" bash -euo pipefail "$part") \
+    if (cd "$scratch" && timeout "${STRATA_DOCS_TIMEOUT:-600}" "${run[@]}") \
         >"$part.log" 2>&1; then
       echo "docs-test: ok   $name:$line ($((SECONDS - start)) s)"
     else
