@@ -26,3 +26,23 @@ cmake -S "$top" -B "$build" "${generator[@]}" -DKokkos_ROOT="$kokkos_root" "${la
 targets=()
 for t in ${STRATA_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" --parallel "${STRATA_JOBS:-$(nproc)}" "${targets[@]}"
+
+# The Python package: `python3 -c "import strata"` finds this build's, through
+# a .pth file in the site-packages of the interpreter it was built for (what
+# `pip install -e` does), where that folder is writable. Only for the main
+# build folder (build/); STRATA_NO_PTH=1 leaves it out, and the package is
+# then PYTHONPATH=build/python.
+if [ "$build" = "$top/build" ] && [ "${STRATA_NO_PTH:-0}" != 1 ] &&
+   [ -n "$(find "$build/python/strata" -name '_strata*.so' -print -quit 2>/dev/null)" ]; then
+  py="$(sed -n 's/^STRATA_PYTHON_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  site="$("$py" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || true)"
+  if [ -n "$site" ] && { [ -w "$site" ] || { [ ! -e "$site" ] && mkdir -p "$site" 2>/dev/null; }; }; then
+    pth="$site/strata-build.pth"
+    if [ "$(cat "$pth" 2>/dev/null)" != "$build/python" ]; then
+      echo "$build/python" >"$pth"
+      echo "build.sh: $py imports strata from $build/python ($pth; STRATA_NO_PTH=1 skips this)"
+    fi
+  else
+    echo "build.sh: the Python package is in $build/python (PYTHONPATH=$build/python $py)"
+  fi
+fi
