@@ -33,7 +33,7 @@ import tempfile as _tempfile
 from . import _strata
 from ._strata import ConfigError, DataError, Error, RuntimeFailure
 
-__all__ = ["Model", "Trainer", "init", "shutdown", "build_info", "batches", "datasets",
+__all__ = ["Model", "Trainer", "nn", "init", "shutdown", "build_info", "batches", "datasets",
            "from_torch", "Error", "ConfigError", "DataError", "RuntimeFailure"]
 
 init = _strata.init
@@ -223,4 +223,5 @@ class datasets:
         return _strata.load_dataset(_options(dict(options, dataset=name)))
 
 
-from .interop import from_torch  # noqa: E402  (needs the names above)
+from . import nn  # noqa: E402  (needs the names above)
+from .interop import from_torch  # noqa: E402

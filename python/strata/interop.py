@@ -53,28 +53,19 @@ def _layer_toml(m, index):
                       "AdaptiveAvgPool2d(1), Flatten, Dropout, ReLU, GELU, Tanh, Sigmoid)")
 
 
-def _value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, str):
-        return '"' + v + '"'
-    return repr(v)
-
-
 def from_torch(module, input_shape, name="from-torch"):
     """A strata.Model of a torch.nn.Sequential (input_shape: one sample's shape,
     e.g. (784,) or (1, 28, 28)), carrying the module's weights: a Trainer of it
     starts from them. Parameter names stay PyTorch's ("0.weight", ...)."""
-    import torch.nn as nn
-    from . import Model
-    if not isinstance(module, nn.Sequential):
+    import torch.nn as tnn
+    from . import nn
+    if not isinstance(module, tnn.Sequential):
         raise ConfigError(f"from_torch: need a torch.nn.Sequential, got {type(module).__name__}")
-    lines = [f'name = "{name}"', "input = " + _value([int(d) for d in input_shape])]
+    layers = []
     for i, m in enumerate(module):
-        lines += ["", "[[layers]]"] + [f"{k} = {_value(v)}" for k, v in _layer_toml(m, i).items()]
-    model = Model.from_text("\n".join(lines) + "\n", name)
+        keys = _layer_toml(m, i)
+        layers.append(nn.Layer(keys.pop("type"), **keys))
+    model = nn.Sequential(*layers, input=input_shape, name=name)
     model._state = {k: v.detach().cpu().float().contiguous().numpy()
                     if v.is_floating_point() else v.detach().cpu().numpy()
                     for k, v in module.state_dict().items()}

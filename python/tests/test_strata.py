@@ -209,3 +209,30 @@ def test_mpi_processes_are_bitwise_one_rank(fashion, tmp_path, mpi4py):
     assert list(got["losses"]) == losses
     assert_same_weights({k: got[k] for k in got.files if k != "losses"}, one.state_dict(),
                         "2 MPI processes vs 1 rank")
+
+
+def test_nn_builds_the_model_files_models(source):
+    """strata.nn against the model file it restates (gpt-mini): the same
+    parameter names and shapes, the same initial weights for the same seed."""
+    from strata import nn
+    gpt = nn.Sequential(
+        nn.Embedding(256, 256, name="wte"),
+        nn.PositionEmbedding(128, name="wpe"),
+        nn.Block(
+            nn.Residual(nn.LayerNorm(name="ln_1"),
+                        nn.Attention(8, name="attn", std=0.02, proj_std=0.0058)),
+            nn.Residual(nn.LayerNorm(name="ln_2"), nn.Linear(1024, name="c_fc", std=0.02), nn.GELU(),
+                        nn.Linear(256, name="c_proj", std=0.0058)),
+            name="h", repeat=6),
+        nn.LayerNorm(name="ln_f"),
+        nn.Linear(256, name="lm_head", bias=False, tie="wte"),
+        input=[128], name="gpt-mini")
+    file = strata.Model.from_file(str(source / "models" / "gpt-mini.toml"))
+    assert gpt.parameters() == file.parameters()
+    a = strata.Trainer(gpt, dataset="synthetic", batch_size=4).state_dict()
+    b = strata.Trainer(file, dataset="synthetic", batch_size=4).state_dict()
+    assert_same_weights(a, b, "nn.Sequential vs models/gpt-mini.toml")
+    with pytest.raises(strata.ConfigError, match="nope"):
+        nn.Sequential(nn.Linear(4, nope=1), input=[3])
+    with pytest.raises(strata.ConfigError, match="positional"):
+        nn.Linear(4, 5)
