@@ -2,9 +2,11 @@
 
 #include "apps/train/plan_profile.hpp"
 #include "apps/train/setup.hpp"
+#include "backends/comm/hierarchical.hpp"
 #include "backends/comm/progress.hpp"
 #include "backends/host_error.hpp"
 #include "backends/runtime.hpp"
+#include "backends/world.hpp"
 #include "data/loader.hpp"
 #include "layers/lr_schedule.hpp"
 #include "layers/registry.hpp"
@@ -26,7 +28,10 @@ constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 // device copies of its batch (GPU builds).
 struct Session::Rank {
   std::unique_ptr<Context> ctx;
-  comm::Communicator* comm = nullptr;
+  comm::Communicator* comm = nullptr;  // this rank in the whole run
+  int local = 0;                        // its thread rank in this process
+  // Thread ranks of MPI processes: this rank in the world of all of them.
+  std::unique_ptr<comm::HierarchicalComm> world;
   std::unique_ptr<Engine> engine;
   MatrixBuffer<float> x, values;
   LabelsBuffer labels;
@@ -41,9 +46,6 @@ Session::Session(const std::vector<std::string>& args) {
   STRATA_REQUIRE(parsed.has_value(), config, "no training configuration in the options given");
   config_ = *parsed;
   world_ = world_communicator();
-  STRATA_REQUIRE(world_->size() == 1 || config_.ranks == 1, config, "ranks=", config_.ranks,
-                 " under MPI: from Python each MPI process is one rank (ranks=1); thread ranks "
-                 "inside MPI processes are strata-train's (--ranks)");
   model_ = app::model_spec(config_);
   app::validate_layout(config_, model_, world_->size());
   if (config_.strategy == StrategyKind::plan) {  // the planner's layout, as explicit options
@@ -81,8 +83,9 @@ Session::Session(const std::vector<std::string>& args) {
                    per_rank, " need ", config_.ranks * per_rank, " host threads, but Strata runs ",
                    pool, " (strata.init(threads=", config_.ranks * per_rank,
                    ") before the first Trainer)");
+    // The thread ranks' waits see every process's ranks on this node.
     comm::CommOptions co = comm::CommOptions::from_environment();
-    co.node_threads = config_.ranks * per_rank;
+    co.node_threads = node_threads(*world_, config_.ranks * per_rank);
     team_ = std::make_unique<RankTeam>(config_.ranks, per_rank, co);
   }
   on_ranks([&](Rank& r) {
@@ -119,8 +122,11 @@ void Session::on_ranks(const std::function<void(Rank&)>& body) {
   }
   team_->run([&](Context& ctx, comm::Communicator& c) {
     Rank& r = *ranks_[static_cast<std::size_t>(c.rank())];
+    r.local = c.rank();
     if (!r.ctx) r.ctx = std::make_unique<Context>(gemm_, ctx.exec);
-    r.comm = &c;
+    if (world_->size() > 1 && !r.world)  // collective: every rank of every process, once
+      r.world = std::make_unique<comm::HierarchicalComm>(c, c.rank() == 0 ? world_.get() : nullptr);
+    r.comm = r.world ? static_cast<comm::Communicator*>(r.world.get()) : &c;
     body(r);
   });
 }
@@ -216,7 +222,7 @@ double Session::step(const HostBatch& b) {
     comm::progress::set_step(position_.step);
     const double l = e.step(micro, b.rows);
     comm::progress::step_done();
-    if (r.comm->rank() == 0) loss = l;
+    if (r.local == 0) loss = l;  // the same on every rank
   });
   ++position_.step;
   return loss;
@@ -238,9 +244,10 @@ Evaluation Session::evaluate(const HostBatch& b) {
   }
   Evaluation result;
   on_ranks([&](Rank& r) {
-    if (r.comm->rank() != 0 && !r.engine->collective()) return;
+    // Data parallel: every process's first rank (they hold the same model).
+    if (r.local != 0 && !r.engine->collective()) return;
     const Evaluation e = r.engine->evaluate(d, config_.batch_size);
-    if (r.comm->rank() == 0) result = e;
+    if (r.local == 0) result = e;
   });
   return result;
 }
@@ -256,12 +263,12 @@ TrainResult Session::fit(const FitHooks& hooks) {
     Trainer trainer(*r.engine, d, app::trainer_options(config_, batch, d.train, ""), start,
                     r.comm->rank());
     TrainerHooks h;
-    if (r.comm->rank() == 0) {
+    if (r.local == 0) {  // each process's first rank (evaluations: the run's rank 0 only)
       h.on_step = hooks.on_step;
       h.on_evaluation = hooks.on_evaluation;
     }
     const TrainResult t = trainer.fit(h);
-    if (r.comm->rank() == 0) result = t;
+    if (r.local == 0) result = t;
   });
   position_.step = result.steps;
   return result;
@@ -299,7 +306,7 @@ Weights Session::weights() {
   Weights w;
   on_ranks([&](Rank& r) {
     Weights mine = r.engine->weights();
-    if (r.comm->rank() == 0) w = std::move(mine);
+    if (r.local == 0) w = std::move(mine);
   });
   return w;
 }

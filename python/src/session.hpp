@@ -10,7 +10,8 @@
 //
 // Ranks: the thread ranks of --ranks live in a RankTeam (backends/ranks.hpp)
 // whose contexts and communicators outlive each call; under mpirun or srun
-// the process is one rank of the MPI world (--ranks 1 there). Calls must come
+// each process holds --ranks of the world's ranks (a hierarchical
+// communicator over the thread ranks and MPI, as strata-train's). Calls must come
 // from the thread that started the runtime (Kokkos 3.x launches kernels from
 // it only), and every MPI process must make the same calls.
 //

@@ -186,10 +186,10 @@ def test_from_torch_matches_pytorch(fashion):
         strata.from_torch(torch.nn.Sequential(torch.nn.LSTM(4, 4)), input_shape=(4,))
 
 
-@pytest.mark.parametrize("mpi4py", [False, True])
-def test_mpi_processes_are_bitwise_one_rank(fashion, tmp_path, mpi4py):
-    """Two MPI processes (each one rank of the world; mpi4py imported first or
-    not) and one rank in this process: the same losses and weights."""
+@pytest.mark.parametrize("mpi4py,ranks", [(False, 1), (True, 1), (False, 2)])
+def test_mpi_processes_are_bitwise_one_rank(fashion, tmp_path, mpi4py, ranks):
+    """Two MPI processes (of one or two thread ranks each; mpi4py imported
+    first or not) and one rank in this process: the same losses and weights."""
     comms = [line for line in strata.build_info().splitlines() if line.startswith("communicators:")]
     if "mpi" not in comms[0].split(":")[1].replace(",", " ").split():
         pytest.skip("this build has no MPI communicator")
@@ -197,18 +197,19 @@ def test_mpi_processes_are_bitwise_one_rank(fashion, tmp_path, mpi4py):
     assert mpiexec, "an MPI build, but no mpirun on PATH (set STRATA_MPIEXEC)"
     if mpi4py:
         pytest.importorskip("mpi4py")
-    one, losses = python_loop(fashion, 5, reproducible=True)
+    one, losses = python_loop(fashion, 5, reproducible=True, chunk=16)  # 16: 4 ranks' shards
     out = tmp_path / "mpi.npz"
     flags = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     worker = pathlib.Path(__file__).with_name("mpi_worker.py")
     r = subprocess.run([mpiexec, *flags, "-np", "2", sys.executable, str(worker), str(out)]
-                       + (["--mpi4py"] if mpi4py else []), capture_output=True, text=True,
+                       + (["--mpi4py"] if mpi4py else []) + ["--ranks", str(ranks)],
+                       capture_output=True, text=True,
                        timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stdout + r.stderr
     got = np.load(out)
     assert list(got["losses"]) == losses
     assert_same_weights({k: got[k] for k in got.files if k != "losses"}, one.state_dict(),
-                        "2 MPI processes vs 1 rank")
+                        f"2 MPI processes x {ranks} thread rank(s) vs 1 rank")
 
 
 def test_nn_builds_the_model_files_models(source):
