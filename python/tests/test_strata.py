@@ -237,3 +237,32 @@ def test_nn_builds_the_model_files_models(source):
         nn.Sequential(nn.Linear(4, nope=1), input=[3])
     with pytest.raises(strata.ConfigError, match="positional"):
         nn.Linear(4, 5)
+
+
+def test_steps_release_the_gil():
+    """A Python thread runs while fit() trains (no callbacks: no Python code
+    runs on this thread in between): the GIL is released inside."""
+    import threading
+    import time
+    ticks = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    t = strata.Trainer(strata.Model.mlp([784, 256, 10]), batch_size=64, steps=400, eval=False)
+    thread = threading.Thread(target=count)
+    thread.start()
+    time.sleep(0.01)
+    before = len(ticks)
+    t0 = time.perf_counter()
+    r = t.fit()
+    seconds = time.perf_counter() - t0
+    during = len(ticks) - before
+    stop.set()
+    thread.join()
+    assert r["steps"] == 400
+    # about one tick per 1-2 ms of training; a held GIL would allow about none
+    assert during > 0.1 * seconds * 1000, (during, seconds)
