@@ -43,6 +43,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 namespace strata::bench {
@@ -123,6 +124,64 @@ double sgemm_rate(const Workload& w, Context& ctx) {
   return gemm_rate(step_gemms(make_model(w), w.batch), ctx);
 }
 
+
+// --guard: the GEMM parts of each workload's Linear and Conv2d layers against
+// the sgemm rate of their shapes, measured in the same run (ratios, not
+// times: a busy machine slows both). A part fails when it is below `floor`
+// in each of 3 tries, so that noise does not fail CI and a regression does.
+int gemm_guard(const std::vector<Workload>& chosen, double floor, int reps) {
+  struct Seen {
+    double best = 0;
+    std::string what;
+    bool checked = false;
+  };
+  std::map<std::string, Seen> seen;  // workload/threads/layer/part -> best fraction over tries
+  constexpr int tries = 3;
+  constexpr double min_seconds = 2e-4;  // shorter parts are timing noise, not rates
+  for (int attempt = 1; attempt <= tries; ++attempt) {
+    int below = 0;
+    for (const auto& w : chosen)
+      for (int t : {1, 2})
+        run_ranks(1, t, [&](Context& ctx, comm::Communicator&) {
+          auto model = make_model(w);
+          model.build(w.batch);
+          model.init(Init::kaiming_uniform, 1);
+          std::vector<GemmPart> parts;
+          layer_breakdown(model, w.batch, ctx, reps, w.name, &parts);
+          for (const GemmPart& g : parts) {
+            if (g.alternative || g.seconds < min_seconds) continue;
+            const std::string key = w.name + " " + std::to_string(t) + " thread(s) " + g.layer + " " + g.part;
+            Seen& s = seen[key];
+            s.best = std::max(s.best, g.fraction);
+            s.what = g.type;
+            s.checked = g.type.rfind("Linear", 0) == 0 || g.type.rfind("Conv2d", 0) == 0;
+          }
+        });
+    for (const auto& [key, s] : seen) below += s.checked && s.best < floor;
+    if (below == 0) break;
+    if (attempt < tries)
+      std::printf("# guard: %d part(s) below %.0f%% after try %d; measuring again\n", below,
+                  100 * floor, attempt);
+  }
+  int failed = 0, checked = 0;
+  std::printf("# guard: the best of up to %d tries per GEMM part, against the sgemm rate of its shapes\n", tries);
+  for (const auto& [key, s] : seen) {
+    const bool bad = s.checked && s.best < floor;
+    checked += s.checked;
+    failed += bad;
+    std::printf("guard: %-42s %-34s %4.0f%% %s\n", key.c_str(), s.what.substr(0, 34).c_str(),
+                100 * s.best, !s.checked ? "(not checked)" : bad ? "BELOW" : "ok");
+  }
+  if (failed > 0) {
+    std::printf("guard: FAILED: %d of %d Linear and Conv2d GEMM parts below %.0f%% of the sgemm "
+                "rate of their shapes in each of %d tries\n", failed, checked, 100 * floor, tries);
+    return 1;
+  }
+  std::printf("guard: ok: %d Linear and Conv2d GEMM parts at or above %.0f%% of the sgemm rate "
+              "of their shapes\n", checked, 100 * floor);
+  return 0;
+}
+
 }  // namespace
 }  // namespace strata::bench
 
@@ -135,6 +194,7 @@ int main(int argc, char** argv) {
     auto args = app::split_kokkos_args(argc, argv);
     std::string which = "W1,W2,W3,W4,W5", configs, json_path, print_workload;
     bool breakdown = false;
+    double guard = 0;
     int reps = 5, warmup = 5;
     double scale = 1.0, bucket_mb = 25;
     CLI::App cli{"Training throughput of the benchmark workloads per strategy, with the sgemm "
@@ -146,6 +206,12 @@ int main(int argc, char** argv) {
     cli.add_flag("--breakdown", breakdown,
                  "after each workload, a table per layer (forward, backward-data, backward-weights; "
                  "GEMM layers against the rate of their GEMM shapes) on 1 and 2 threads");
+    cli.add_option("--guard", guard,
+                   "a check for CI, in seconds: the per-layer tables of the workloads on 1 and 2 "
+                   "threads (no throughput runs); exit code 1 when a Linear or Conv2d GEMM part "
+                   "of 0.2 ms or more runs below this fraction of the sgemm rate of its shapes in "
+                   "each of 3 tries (attention: printed, not checked)")
+        ->check(CLI::Range(0.0, 1.0));
     cli.add_option("--configs", configs,
                    "comma-separated: local-1x1, local-1x2, dp-threads-2x1, dp-mpi (default: "
                    "the first three; dp-mpi under mpirun)");
@@ -180,6 +246,7 @@ int main(int argc, char** argv) {
     int kargc = static_cast<int>(args.kokkos.size()) - 1;
     runtime = std::make_unique<Runtime>(kargc, args.kokkos.data());
     world = world_communicator();
+    if (guard > 0) return gemm_guard(chosen, guard, reps);
     const bool root = world->rank() == 0;
     std::ofstream json;
     if (root && !json_path.empty()) json.open(json_path);

@@ -159,7 +159,8 @@ namespace {
 // ids for an Embedding), forward, backward-data and backward-weights.
 // Returns forward + backward seconds.
 double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, Context& ctx,
-                 int reps, const std::string& workload, unsigned salt) {
+                 int reps, const std::string& workload, unsigned salt,
+                 std::vector<GemmPart>* parts) {
   const std::size_t in = l.input_shape().numel(), out = l.output_shape(l.input_shape()).numel();
   MatrixBuffer<float> x("x", batch, in), y("y", batch, out), dy("dy", batch, out), dx("dx", batch, in);
   VectorBuffer<float> scratch("scratch", std::max<std::size_t>(1, l.saved_size(batch)));
@@ -200,6 +201,9 @@ double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, C
       if (mine.empty() || t[k] <= 0.02 * bwd) continue;
       const double rate = flops / t[k] / 1e9, ref = gemm_rate(mine, ctx, reps);
       std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
+      if (parts)
+        parts->push_back({label, l.name(), k == 0 ? "forward" : k == 1 ? "bwd-data" : "bwd-wts",
+                          t[k], rate / ref, label.rfind(" (", 0) == 0});
     }
   }
   std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),
@@ -212,7 +216,7 @@ double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, C
 }  // namespace
 
 void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, int reps,
-                     const std::string& workload) {
+                     const std::string& workload, std::vector<GemmPart>* parts) {
   std::printf("# %s per layer, batch %zu, %d thread(s): ms per step, median of %d; GEMM layers: "
               "GFLOP/s and %% of the same GEMM shape alone (measured just before); the inner "
               "layers of the first block indented (not in the total)\n",
@@ -225,13 +229,13 @@ void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, 
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     Layer<float>& l = model.layer(i);
     const unsigned salt = static_cast<unsigned>(i);
-    total += layer_row(l, model.layer_name(i), batch, ctx, reps, workload, salt);
+    total += layer_row(l, model.layer_name(i), batch, ctx, reps, workload, salt, parts);
     // A convolution that runs as per-thread samples also shows the chunks
     // algorithm, timed right after (Conv2d's two host algorithms).
     if (auto* conv = dynamic_cast<Conv2d<float>*>(&l); conv != nullptr && conv->runs_samples(ctx, batch)) {
       conv->set_algorithm(ConvAlgorithm::chunks);
       conv->reserve(batch, model.width(i));
-      layer_row(*conv, " (chunks)", batch, ctx, reps, workload, salt);
+      layer_row(*conv, " (chunks)", batch, ctx, reps, workload, salt, parts);
       conv->set_algorithm(ConvAlgorithm::automatic);
     }
     // The inside of the first block, each inner layer alone (blocks in blocks too).
@@ -242,10 +246,10 @@ void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, 
         for (std::size_t j = 0; j < b.num_layers(); ++j) {
           const std::string label = at + "." + std::to_string(j);
           if (auto* inner = dynamic_cast<Block<float>*>(&b.layer(j))) {
-            layer_row(*inner, " " + label, batch, ctx, reps, workload, salt + 7 * static_cast<unsigned>(j));
+            layer_row(*inner, " " + label, batch, ctx, reps, workload, salt + 7 * static_cast<unsigned>(j), parts);
             inside(*inner, label);
           } else {
-            layer_row(b.layer(j), " " + label, batch, ctx, reps, workload, salt + 7 * static_cast<unsigned>(j));
+            layer_row(b.layer(j), " " + label, batch, ctx, reps, workload, salt + 7 * static_cast<unsigned>(j), parts);
           }
         }
       };

@@ -45,8 +45,16 @@ std::vector<GemmShape> step_gemms(const Sequential<float>& model, std::size_t ba
 // median of `reps`).
 double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps = 5);
 
-// Prints the per-layer table of `model` (built for `batch`) to stdout.
+// One GEMM part of a layer in the table: its rate against its shapes'.
+struct GemmPart {
+  std::string layer, type, part;  // "conv2", "Conv2d(32, 64, ...)", "forward"
+  double seconds = 0, fraction = 0;  // of the sgemm rate of the same shapes
+  bool alternative = false;          // a row of an algorithm the step does not use
+};
+
+// Prints the per-layer table of `model` (built for `batch`) to stdout; the
+// GEMM parts' rates into *parts when given.
 void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, int reps,
-                     const std::string& workload);
+                     const std::string& workload, std::vector<GemmPart>* parts = nullptr);
 
 }  // namespace strata::bench
