@@ -153,28 +153,21 @@ json_list() { "$py" -c 'import json,sys; print(",".join(map(str, json.loads(open
 
 git_commit="$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git -C "$top" diff --quiet HEAD -- 2>/dev/null || git_commit="$git_commit+changes"
-"$py" - "$out/machine.json" "$git_commit" "$reps" "$rounds" "$quick" "${strata_env[@]}" <<'EOF'
-import json, os, platform, subprocess, sys
-path, commit, reps, rounds, quick = sys.argv[1:6]
-strata_env = sys.argv[6:]
-cpu = ""
-try:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-except OSError:
-    pass
-try:
-    import torch
-    torch_version = torch.__version__
-except Exception:
-    torch_version = None
-json.dump({"date": subprocess.run(["date", "-u", "+%F %H:%M UTC"], capture_output=True, text=True).stdout.strip(),
-           "host_cores": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-           "python": platform.python_version(), "torch": torch_version, "strata_commit": commit,
-           "reps": int(reps), "rounds": int(rounds), "quick": quick == "1", "strata_env": strata_env},
-          open(path, "w"), indent=1)
+# The machine and the paths each side takes on it (benchmarks/peers/machine_info.py:
+# CPU model and vector flags, Strata's GEMM, PyTorch's BLAS library and the
+# oneDNN kernels of a convolution step), with this run's settings.
+"$py" "$top/benchmarks/peers/machine_info.py" --strata-train "$bin/strata-train" \
+  --json "$out/machine-info.json" >/dev/null || { echo "compare.sh: machine_info.py failed" >&2; exit 1; }
+"$py" - "$out/machine.json" "$out/machine-info.json" "$git_commit" "$reps" "$rounds" "$quick" "${strata_env[@]}" <<'EOF'
+import json, subprocess, sys
+path, info_path, commit, reps, rounds, quick = sys.argv[1:7]
+strata_env = sys.argv[7:]
+info = json.load(open(info_path))
+torch_info = info.pop("torch")
+info.update({"date": subprocess.run(["date", "-u", "+%F %H:%M UTC"], capture_output=True, text=True).stdout.strip(),
+             "torch": torch_info.get("version"), "torch_paths": torch_info, "strata_commit": commit,
+             "reps": int(reps), "rounds": int(rounds), "quick": quick == "1", "strata_env": strata_env})
+json.dump(info, open(path, "w"), indent=1)
 EOF
 
 # ------------------------------------------------------------ measurements

@@ -138,6 +138,24 @@ def load_line(out):
             % (min(l1), max(l1), statistics.median(l1), len(l1))), loads
 
 
+def machine_kind(machine):
+    """The machine kind a figure holds for: CPU, vector flags, the paths each side takes."""
+    flags = machine.get("cpu_flags")
+    tp = machine.get("torch_paths") or {}
+    strata = machine.get("strata") or {}
+    parts = ["CPU %s, %s cores, flags %s" % (machine.get("cpu", "?"), machine.get("host_cores", "?"),
+                                               " ".join(flags) if flags else "(not recorded)")]
+    if strata.get("gemm"):
+        parts.append("Strata " + strata["gemm"])
+    if tp:
+        parts.append("PyTorch %s: ATen %s, BLAS %s, oneDNN %s kernels %s" % (
+            tp.get("version", "?"), tp.get("cpu_capability", "?"),
+            " ".join(os.path.basename(b) for b in (tp.get("blas_library") or [])) or tp.get("blas_info", "?"),
+            tp.get("onednn", "?"),
+            " ".join(tp["onednn_kernels"]) if isinstance(tp.get("onednn_kernels"), list) else tp.get("onednn_kernels", "?")))
+    return "; ".join(parts)
+
+
 def main(argv):
     if len(argv) != 1 or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -171,6 +189,7 @@ def main(argv):
     if machine:
         print("# %s, %s cores (%s), %s" % (machine.get("date"), machine.get("host_cores"), machine.get("cpu"),
                                           load_text))
+        print("# %s" % machine_kind(machine))
     print("  ".join(h.ljust(widths[i]) for i, h in enumerate(header)))
     for t in table:
         print("  ".join(c.ljust(widths[i]) if i in (0, 1, 3) else c.rjust(widths[i]) for i, c in enumerate(t)))
@@ -207,6 +226,7 @@ def main(argv):
              "peer median, measured back to back in the same run. \"of sgemm\": GFLOP/s (the GEMM "
              "operations a step performs) over the OpenBLAS sgemm rate of the same GEMM shapes on the same "
              "threads, measured by strata-bench-train just before and after the configuration's runs." % (reps, NOISY),
+             machine_kind(machine) + ".",
              "%s; PyTorch %s (Debian), fp32, SGD lr 0.01 (W5: AdamW lr 1e-3, samples of 128 tokens), "
              "synthetic data. Strata's extra environment: %s; "
              "the 2-thread peer runs with OMP_WAIT_POLICY=PASSIVE." % (config, peer_info.get("torch", "?"), strata_env)]
