@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
 #include <mutex>
 #include <cstring>
@@ -83,6 +84,11 @@ bool launched_by_mpi() {
 }
 
 void initialize(int& argc, char**& argv) {
+  // A write to a lost peer's socket (Open MPI's TCP transport) must fail
+  // with EPIPE, not kill this process with SIGPIPE: a surviving rank is to
+  // report the lost one (its watchdog, comm::progress), not die silently
+  // while mpirun names the survivor as the process that failed.
+  std::signal(SIGPIPE, SIG_IGN);
   int flag = 0;
   MPI_Initialized(&flag);
   if (flag) {
