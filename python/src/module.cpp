@@ -47,7 +47,14 @@ std::set<SessionHandle*>& live_sessions() {
   return s;
 }
 
+bool& was_shut_down() {
+  static bool done = false;
+  return done;
+}
+
 void init(int threads) {
+  STRATA_REQUIRE(!was_shut_down(), runtime, "strata.shutdown() ended Strata's runtime in this "
+                 "process; it starts once per process (Kokkos cannot start again)");
   if (runtime()) {
     STRATA_REQUIRE(threads <= 0 || threads == runtime_threads(), config, "strata.init(threads=",
                    threads, "): Strata already runs with ", runtime_threads(),
@@ -88,6 +95,7 @@ struct SessionHandle {
 
 void shutdown() {
   for (SessionHandle* h : live_sessions()) h->s.reset();
+  if (runtime()) was_shut_down() = true;
   runtime().reset();
 }
 
@@ -249,6 +257,7 @@ PYBIND11_MODULE(_strata, m) {
     return build_info();
   });
   m.def("describe_model", [](const std::vector<std::string>& args) {
+    ensure_runtime();  // the layer table builds the model
     std::optional<app::TrainConfig> c = app::parse_train_args(args);
     STRATA_REQUIRE(c.has_value(), config, "no model in the options given");
     std::ostringstream out;

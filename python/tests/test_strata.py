@@ -266,3 +266,20 @@ def test_steps_release_the_gil():
     assert r["steps"] == 400
     # about one tick per 1-2 ms of training; a held GIL would allow about none
     assert during > 0.1 * seconds * 1000, (during, seconds)
+
+
+def test_a_fresh_process_describes_before_any_trainer_and_refuses_after_shutdown():
+    """The runtime starts on first use (a model's description included) and
+    once per process: after strata.shutdown() a Trainer is a clear error."""
+    script = (
+        "import strata\n"
+        "print(strata.Model.mlp([4, 3, 2]).describe())\n"
+        "strata.shutdown()\n"
+        "try:\n"
+        "    strata.Trainer(strata.Model.mlp([4, 3, 2]), dataset='synthetic')\n"
+        "except strata.RuntimeFailure as e:\n"
+        "    print('refused:', e)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0, r.stderr
+    assert "Linear" in r.stdout and "refused: strata.shutdown() ended" in r.stdout, r.stdout
