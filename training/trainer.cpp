@@ -28,7 +28,9 @@ Trainer::Trainer(Engine& engine, const data::Split& data, const TrainerOptions& 
   steps_per_epoch_ = (per_epoch_ + o_.accumulate - 1) / o_.accumulate;
   total_ = o_.steps > 0 ? o_.steps : o_.epochs * steps_per_epoch_;
   epochs_ = (total_ + steps_per_epoch_ - 1) / steps_per_epoch_;
-  STRATA_REQUIRE(start_.step <= total_, config, "checkpoint '", o_.resumed_from, "' is at step ",
+  STRATA_REQUIRE(start_.step <= total_, config,
+                 o_.resumed_from.empty() ? std::string("the run is at step ")
+                                         : "checkpoint '" + o_.resumed_from + "' is at step ",
                  start_.step, " but this run ends at step ", total_, " (raise --steps or --epochs)");
 }
 

@@ -18,6 +18,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <set>
@@ -104,11 +105,17 @@ void shutdown() {
 // ValueError (Strata's config error) for anything else, never a crash.
 py::array as_array(const py::handle& obj, const char* name) {
   if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
+  if (py::hasattr(obj, "requires_grad") && obj.attr("requires_grad").cast<bool>())
+    STRATA_THROW(config, name, ": a tensor that requires grad; pass ", name, ".detach()");
+  if (py::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>())
+    STRATA_THROW(config, name, ": a CUDA tensor; Strata reads host memory: pass ", name, ".cpu()");
   try {  // PyTorch tensors and other array-likes: numpy.asarray (no copy for CPU tensors)
     return py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
   } catch (py::error_already_set& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));  // the exception, not its traceback
     STRATA_THROW(config, name, ": not an array (", py::str(obj.get_type()).cast<std::string>(),
-                 "): ", e.what());
+                 "): ", why);
   }
 }
 
@@ -130,15 +137,20 @@ struct Arrays {
 Arrays batch_of(Session& s, const py::handle& xo, const py::handle& yo) {
   Arrays a;
   a.x = as_array(xo, "x");
+  // Token ids (a language model's inputs) come as integers: converted once
+  // (exact below 2^24, far above any vocabulary).
+  if (a.x.dtype().kind() == 'i' || a.x.dtype().kind() == 'u')
+    a.x = py::array_t<float, py::array::c_style | py::array::forcecast>(a.x);
   STRATA_REQUIRE(a.x.dtype().is(py::dtype::of<float>()), config, "x: dtype ", dtype_name(a.x),
                  ", Strata trains on float32 (x.astype(numpy.float32) or tensor.float())");
-  STRATA_REQUIRE(a.x.ndim() >= 1, config, "x: a scalar, need (samples, features...)");
+  STRATA_REQUIRE(a.x.ndim() >= 2, config, "x: ", a.x.ndim() == 0 ? std::string("a scalar") :
+                 "one dimension (" + std::to_string(a.x.shape(0)) + " values)",
+                 "; need (samples, features...): x.reshape(1, -1) for one sample");
   require_contiguous(a.x, "x");
   a.batch.x = static_cast<const float*>(a.x.data());
   a.batch.rows = static_cast<std::size_t>(a.x.shape(0));
   a.batch.features = 1;
   for (py::ssize_t d = 1; d < a.x.ndim(); ++d) a.batch.features *= static_cast<std::size_t>(a.x.shape(d));
-  if (a.x.ndim() == 1) a.batch.features = 1;
   a.y = as_array(yo, "y");
   STRATA_REQUIRE(a.y.ndim() >= 1 && static_cast<std::size_t>(a.y.shape(0)) == a.batch.rows, config,
                  "y: ", a.y.ndim() == 0 ? std::string("a scalar") : std::to_string(a.y.shape(0)) + " samples",
@@ -198,10 +210,11 @@ py::dict dataset_dict(const data::Dataset& d, const std::string& prefix, py::dic
   return out;
 }
 
-py::dict evaluation_dict(const Evaluation& e) {
+// accuracy: None for a regression (MSE) model.
+py::dict evaluation_dict(const Evaluation& e, bool classification) {
   py::dict d;
   d["loss"] = e.loss;
-  d["accuracy"] = e.accuracy;
+  d["accuracy"] = classification ? py::cast(e.accuracy) : py::none();
   d["samples"] = e.samples;
   return d;
 }
@@ -255,6 +268,20 @@ PYBIND11_MODULE(_strata, m) {
   m.def("build_info", [] {
     ensure_runtime();
     return build_info();
+  });
+  m.def("train_help", [] {
+    // strata-train's --help, which names every option (the Python layer maps
+    // keywords and booleans to them).
+    std::ostringstream out;
+    std::streambuf* old = std::cout.rdbuf(out.rdbuf());
+    try {
+      app::parse_train_args({"--help"});
+    } catch (...) {
+      std::cout.rdbuf(old);
+      throw;
+    }
+    std::cout.rdbuf(old);
+    return out.str();
   });
   m.def("describe_model", [](const std::vector<std::string>& args) {
     ensure_runtime();  // the layer table builds the model
@@ -324,7 +351,7 @@ PYBIND11_MODULE(_strata, m) {
                py::gil_scoped_release nogil;
                e = s.evaluate(a.batch);
              }
-             return evaluation_dict(e);
+             return evaluation_dict(e, s.classes() > 0);
            }, py::arg("x"), py::arg("y"))
       .def("fit", [](SessionHandle& h, std::size_t epochs, std::size_t steps, py::object on_step,
                      py::object on_evaluation) {
@@ -348,7 +375,7 @@ PYBIND11_MODULE(_strata, m) {
              if (!on_evaluation.is_none())
                hooks.on_evaluation = [&](const EvalStats& ev) {
                  py::gil_scoped_acquire gil;
-                 py::dict d = evaluation_dict(ev.result);
+                 py::dict d = evaluation_dict(ev.result, ev.classification);
                  d["step"] = ev.step;
                  d["epoch"] = ev.epoch + 1;
                  d["when"] = ev.when;
@@ -364,7 +391,7 @@ PYBIND11_MODULE(_strata, m) {
              d["final_loss"] = r.trained ? py::cast(r.last_loss) : py::none();
              d["samples_per_sec"] = r.timed ? py::cast(r.samples_per_sec) : py::none();
              d["test_loss"] = r.eval.samples > 0 ? py::cast(r.eval.loss) : py::none();
-             d["test_accuracy"] = r.eval.samples > 0 ? py::cast(r.eval.accuracy) : py::none();
+             d["test_accuracy"] = r.eval.samples > 0 && s.classes() > 0 ? py::cast(r.eval.accuracy) : py::none();
              d["checkpoint"] = r.checkpoint;
              return d;
            }, py::arg("epochs") = 0, py::arg("steps") = 0, py::arg("on_step") = py::none(),
@@ -434,6 +461,8 @@ PYBIND11_MODULE(_strata, m) {
                  std::string m = e.message();
                  const std::string file = "safetensors file 'state_dict'";
                  if (m.rfind(file, 0) == 0) m = "the state_dict given" + m.substr(file.size());
+                 for (std::size_t at = m.find(": file ["); at != std::string::npos; at = m.find(": file [", at))
+                   m.replace(at, 8, ": given [");
                  throw Error(ErrorKind::config, m);
                }
                s.set_weights(w);

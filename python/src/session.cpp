@@ -8,12 +8,15 @@
 #include "backends/runtime.hpp"
 #include "backends/world.hpp"
 #include "data/loader.hpp"
+#include "strategies/checkpoint.hpp"
 #include "layers/lr_schedule.hpp"
 #include "layers/registry.hpp"
 
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <type_traits>
 
@@ -135,6 +138,10 @@ void Session::check(const HostBatch& b, const char* what) const {
   STRATA_REQUIRE(b.rows > 0, config, what, ": the batch is empty");
   STRATA_REQUIRE(b.features == features_, config, what, ": x has ", b.features,
                  " features per sample, the model takes ", features_);
+  // A NaN or infinity in the inputs would poison the weights without a word.
+  for (std::size_t i = 0; i < b.rows * b.features; ++i)
+    STRATA_REQUIRE(std::isfinite(b.x[i]), config, what, ": x holds ", b.x[i], " at sample ",
+                   i / b.features, ", feature ", i % b.features, " (inputs must be finite)");
   if (config_.loss == LossKind::cross_entropy) {
     STRATA_REQUIRE(b.labels != nullptr, config, what, ": cross-entropy needs integer labels, "
                    "got float targets");
@@ -266,6 +273,8 @@ TrainResult Session::fit(const FitHooks& hooks) {
     if (r.local == 0) {  // each process's first rank (evaluations: the run's rank 0 only)
       h.on_step = hooks.on_step;
       h.on_evaluation = hooks.on_evaluation;
+      // The steps done stay counted when a callback (or a step) throws.
+      h.after_step = [this](std::size_t step) { position_.step = step; };
     }
     const TrainResult t = trainer.fit(h);
     if (r.local == 0) result = t;
@@ -276,7 +285,7 @@ TrainResult Session::fit(const FitHooks& hooks) {
 
 void Session::set_length(std::size_t epochs, std::size_t steps) {
   if (steps > 0) {
-    config_.steps = steps;
+    config_.steps = position_.step + steps;  // that many more
   } else if (epochs > 0) {
     config_.epochs = epochs;
     config_.steps = 0;
@@ -294,7 +303,9 @@ std::string Session::save(const std::string& dir) {
   return file;
 }
 
-void Session::load(const std::string& file) {
+void Session::load(const std::string& path) {
+  // A checkpoint folder: the checkpoint its `latest` names.
+  const std::string file = std::filesystem::is_directory(path) ? checkpoint::latest(path) : path;
   // Read once, checked against this model before any rank changes.
   const std::pair<Snapshot, Position> read =
       read_checkpoint(file, app::checkpoint_config(config_), table_);

@@ -91,14 +91,16 @@ class Session {
   // (--dataset, --epochs or --steps, evaluation, checkpoints), from where
   // the session stands.
   TrainResult fit(const FitHooks& hooks);
-  // The run's length for fit() (and the learning-rate schedule): epochs,
-  // or steps when > 0 (0 and 0: as the options said).
+  // The run's length for fit() (and the learning-rate schedule): `steps`
+  // more steps from where the session stands when > 0, else `epochs` in all
+  // from the run's start when > 0 (0 and 0: as the options said).
   void set_length(std::size_t epochs, std::size_t steps);
 
   // Writes a checkpoint into dir (keeps --keep-checkpoints); returns its file.
   std::string save(const std::string& dir);
-  // Restores a checkpoint file (any strategy's; the model must match).
-  void load(const std::string& file);
+  // Restores a checkpoint file (any strategy's; the model must match), or
+  // the latest of a checkpoint folder.
+  void load(const std::string& path);
   // The weights in single-rank layout, and back.
   Weights weights();
   void set_weights(const Weights& w);

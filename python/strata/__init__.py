@@ -31,7 +31,7 @@ import os as _os
 import tempfile as _tempfile
 
 from . import _strata
-from ._strata import ConfigError, DataError, Error, RuntimeFailure
+from ._strata import ConfigError, DataError, Error, RuntimeFailure  # noqa: F401
 
 __all__ = ["Model", "Trainer", "nn", "init", "shutdown", "build_info", "batches", "datasets",
            "from_torch", "Error", "ConfigError", "DataError", "RuntimeFailure"]
@@ -43,17 +43,50 @@ threads = _strata.threads
 _atexit.register(_strata.shutdown)
 
 
+_known = None
+
+
+def _train_options():
+    """{option: takes a value} of every strata-train option, from its --help."""
+    global _known
+    if _known is None:
+        import re
+        _known = {}
+        for line in _strata.train_help().splitlines():
+            m = re.match(r"^\s+(?:-\w,)?(--[a-z0-9-]+)(\s+\S)?", line)
+            if m:
+                value = m.group(2) is not None and re.match(r"\s+[A-Z]", m.group(2)) is not None
+                _known[m.group(1)] = value
+    return _known
+
+
 def _options(options):
-    """strata-train's command-line options from keyword arguments."""
+    """strata-train's command-line options from keyword arguments: batch_size=128 is
+    --batch-size 128; a flag takes True or False (shuffle=False is --no-shuffle,
+    shuffle=True the default, reproducible=False the default too)."""
+    known = _train_options()
     args = []
     for key, value in options.items():
         name = "--" + key.replace("_", "-")
+        negative = "--no-" + key.replace("_", "-")
         if value is None:
             continue
-        if value is True:
-            args.append(name)
-        elif value is False:
-            args.append("--no-" + key.replace("_", "-"))
+        if name not in known and negative not in known:
+            import difflib
+            close = difflib.get_close_matches(name, list(known), n=3)
+            close = ["--lr"] if key == "learning_rate" else close
+            raise ConfigError(f"{key}=: strata-train has no option {name}"
+                              + (f" (did you mean {', '.join(c[2:].replace('-', '_') for c in close)}?)"
+                                 if close else " (strata-train --help lists them)"))
+        if isinstance(value, bool):
+            if name in known and not known[name]:
+                if value:
+                    args.append(name)  # a flag; False: its default
+            elif negative in known:
+                if not value:
+                    args.append(negative)  # True: its default
+            else:
+                raise ConfigError(f"{key}={value}: {name} takes a value, not True or False")
         elif isinstance(value, (list, tuple)):
             args += [name, ",".join(str(v) for v in value)]
         else:
@@ -156,12 +189,21 @@ class Trainer:
         """Trains and returns a summary.
 
         data=None: strata-train's loop on the Trainer's `dataset` option (shuffling,
-        evaluation, checkpoints as its options say); on_step(dict) and
-        on_evaluation(dict) are called on this thread (they must not call the Trainer).
-        data=iterable of (x, y): step() on each batch, on_step({"step", "loss"}) after each.
+        evaluation, checkpoints as its options say): steps=N trains N more steps,
+        epochs=E up to E epochs from the run's start (strata-train's --epochs);
+        on_step(dict) and on_evaluation(dict) are called on this thread (they must
+        not call the Trainer).
+        data=iterable of (x, y): step() on each batch, on_step({"step", "loss"}) after
+        each; epochs > 1 needs an iterable that starts again (a list, a DataLoader).
         """
         if data is None:
             return self._session.fit(epochs or 0, steps or 0, on_step, on_evaluation)
+        if on_evaluation is not None:
+            raise ConfigError("fit(data=...): on_evaluation is for fit() on the dataset option; "
+                              "call evaluate() in on_step")
+        if (epochs or 1) > 1 and iter(data) is data:
+            raise ConfigError(f"fit(data=..., epochs={epochs}): a generator or iterator runs out "
+                              "after one epoch; pass a list or a DataLoader")
         if isinstance(data, str):
             raise ConfigError("fit(data=...): give an iterable of (x, y) batches; a data set by "
                               f"name is the Trainer's option dataset={data!r}")
@@ -182,7 +224,8 @@ class Trainer:
         return self._session.save(str(directory))
 
     def load(self, file):
-        """Restores a checkpoint file written by any strategy (or strata-train)."""
+        """Restores a checkpoint file written by any strategy (or strata-train); a
+        checkpoint folder gives its latest."""
         self._session.load(str(file))
 
     def state_dict(self):

@@ -283,3 +283,48 @@ def test_a_fresh_process_describes_before_any_trainer_and_refuses_after_shutdown
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert r.returncode == 0, r.stderr
     assert "Linear" in r.stdout and "refused: strata.shutdown() ended" in r.stdout, r.stdout
+
+
+def test_what_a_first_time_user_tries():
+    """fit(steps=) counts more steps, also after step() and after a callback
+    that raised; booleans both ways; unknown keywords; NaN inputs; integer
+    token ids; a checkpoint folder; MSE has no accuracy."""
+    from strata import nn
+    t = strata.Trainer(strata.Model.mlp([8, 4, 2]), dataset="synthetic", samples=256,
+                       batch_size=16, reproducible=False, shuffle=True, eval=False)
+    assert t.fit(steps=3)["steps"] == 3
+    assert t.fit(steps=2)["steps"] == 5
+
+    def stop(s):
+        if s["step"] == 7:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        t.fit(steps=4, on_step=stop)
+    assert t.steps == 7
+    with pytest.raises(strata.ConfigError, match="did you mean lr"):
+        strata.Trainer(strata.Model.mlp([8, 2]), learning_rate=0.1)
+    with pytest.raises(strata.ConfigError, match="takes a value"):
+        strata.Trainer(strata.Model.mlp([8, 2]), batch_size=True)
+    x = np.ones((16, 8), np.float32)
+    x[3, 5] = np.nan
+    with pytest.raises(strata.ConfigError, match="sample 3, feature 5"):
+        t.step(x, np.zeros(16, np.int32))
+    with pytest.raises(strata.ConfigError, match="reshape"):
+        t.step(np.ones(8, np.float32), np.zeros(1, np.int32))
+    # a language model's token ids as integers: the same step as float ids
+    lm = nn.Sequential(nn.Embedding(16, 8), nn.Linear(16), input=[4], name="tiny-lm")
+    ids = np.arange(32, dtype=np.int64).reshape(8, 4) % 16
+    a = strata.Trainer(lm, dataset="synthetic", batch_size=8)
+    b = strata.Trainer(lm, dataset="synthetic", batch_size=8)
+    assert a.step(ids, ids) == b.step(ids.astype(np.float32), ids)
+    assert_same_weights(a.state_dict(), b.state_dict(), "int vs float token ids")
+    # load() of a checkpoint folder takes its latest
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        a.save(d)
+        c = strata.Trainer(lm, dataset="synthetic", batch_size=8)
+        c.load(d)
+        assert c.steps == 1
+        assert_same_weights(c.state_dict(), a.state_dict(), "loaded from the folder")
+    m = strata.Trainer(strata.Model.mlp([8, 2]), dataset="synthetic", loss="mse")
+    assert m.evaluate(np.ones((4, 8), np.float32), np.zeros((4, 2), np.float32))["accuracy"] is None
