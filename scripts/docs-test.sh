@@ -14,8 +14,13 @@
 # does a relative link to a file or heading that does not exist
 # (scripts/check-doc-links.py).
 #
-# Usage: scripts/docs-test.sh [--list] [FILE.md ...]   (default: README.md docs/**/*.md)
-#   --list   print the blocks that would run, and run none
+# Every `console` block is listed with why it is not run here (a rule below
+# names what it needs: a Slurm cluster, spack, a GPU, an hour); a console
+# block no rule explains fails the test, so each one stays accounted for.
+#
+# Usage: scripts/docs-test.sh [--list | --console] [FILE.md ...]   (default: README.md docs/**/*.md)
+#   --list      print the blocks that would run, and run none
+#   --console   print the console blocks and why each is not run, and run none
 # Environment: BUILD_DIR (default build/), STRATA_DOCS_TIMEOUT (seconds per
 # block, default 600), STRATA_PYTHON.
 set -euo pipefail
@@ -26,6 +31,7 @@ files=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --list) list=1 ;;
+    --console) list=2 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     -*) echo "docs-test: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) [ -f "$1" ] || { echo "docs-test: $1: no such file" >&2; exit 2; }
@@ -50,7 +56,31 @@ export PATH="$work/python:$PATH"
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_WAIT_POLICY=PASSIVE
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
-ran=0 failed=0 t0=$SECONDS
+# Why a console block is not run here: the first rule whose pattern (an
+# extended regex) matches the block's text.
+console_rules=(
+  'srun |sbatch |salloc |--mpi=pmix|needs a Slurm cluster (ctest -L cluster runs srun and sbatch on the simulated one)'
+  'cluster-sim\.sh|slurm-sim\.sh|starts simulated nodes in network namespaces (root; ctest -L cluster runs them)'
+  'spack |check-spack\.sh|needs spack and clingo (not on Debian 12; docs/install.md)'
+  'gpu-check\.sh|cuda_arch|--gpus|Kokkos_ENABLE_CUDA|needs an NVIDIA GPU or its toolkit build (scripts/gpu-check.sh on the GPU machine)'
+  'module load|dnf |git clone|another system: environment modules, CentOS/RHEL packages, the network'
+  'compare\.sh|strata-bench-|a benchmark: minutes to an hour on a quiet machine (its figures are in docs/benchmarks.md)'
+  'quickstart\.sh|scripts/test\.sh|scripts/build\.sh|the set-up commands: CI runs them (.ci/run)'
+  'ci-checks\.sh|check-asan\.sh|check-tsan\.sh|fuzz\.sh|CI checks: .ci/run runs them'
+  'docs-test\.sh|this test itself'
+  '--hostfile|--map-by|-np 8|needs the hosts or cores it names'
+  '/opt/|-DKokkos_ROOT=|needs a Kokkos installed elsewhere'
+  '--epochs 1[0-9]|--steps [0-9]{3,}|a long training run (minutes; the README and docs/benchmarks.md give its figures)'
+  'strata-export ck/ckpt-000000800|needs the 800-step checkpoint of the run above it (a long training run)'
+)
+console_reason() {  # console_reason FILE: the reason of the first matching rule, or nothing
+  local rule
+  for rule in "${console_rules[@]}"; do
+    if grep -qE -- "${rule%|*}" "$1"; then echo "${rule##*|}"; return; fi
+  done
+}
+
+ran=0 failed=0 not_run=0 t0=$SECONDS
 for file in "${files[@]}"; do
   name="${file#"$top"/}"
   blocks="$work/blocks/$name"
@@ -61,6 +91,26 @@ for file in "${files[@]}"; do
     /^```python[[:space:]]*$/ { inside = 1; n = sprintf("%s/%06d.py", out, NR + 1); next }
     /^```/ && inside { inside = 0; close(n); next }
     inside { print > n }' "$file"
+  # The console blocks: each listed with why it is not run.
+  awk -v out="$blocks" '
+    /^```console[[:space:]]*$/ { inside = 1; n = sprintf("%s/%06d.console", out, NR + 1); next }
+    /^```/ && inside { inside = 0; close(n); next }
+    inside { print > n }' "$file"
+  for c in "$blocks"/*.console; do
+    [ -f "$c" ] || continue
+    cline=$((10#$(basename "$c" .console)))
+    reason="$(console_reason "$c")"
+    if [ -z "$reason" ]; then
+      echo "docs-test: FAILED $name:$cline: a console block that no rule explains (make it sh, or give" \
+           "its reason in docs-test.sh's console_rules):"
+      sed 's/^/    /' "$c"
+      failed=$((failed + 1))
+    else
+      [ "$list" = 1 ] || echo "docs-test: not run $name:$cline: $reason"
+      not_run=$((not_run + 1))
+    fi
+  done
+  [ "$list" = 2 ] && continue
   shopt -s nullglob
   parts=("$blocks"/*.sh "$blocks"/*.py)
   shopt -u nullglob
@@ -106,7 +156,8 @@ for file in "${files[@]}"; do
   done
 done
 [ "$list" = 1 ] && exit 0
-echo "docs-test: $ran blocks run, $failed failed, $((SECONDS - t0)) s"
+if [ "$list" = 2 ]; then echo "docs-test: $not_run console blocks not run, $failed unexplained"; [ "$failed" = 0 ]; exit; fi
+echo "docs-test: $ran blocks run, $failed failed, $not_run console blocks not run (listed above), $((SECONDS - t0)) s"
 # The links between the docs, too.
 python3 "$here/check-doc-links.py" "${files[@]}" || failed=$((failed + 1))
 [ "$failed" = 0 ]
