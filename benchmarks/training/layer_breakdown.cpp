@@ -203,7 +203,7 @@ double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, C
       std::snprintf(cols[k], sizeof cols[k], "%.1f (%.0f%%)", rate, 100 * rate / ref);
       if (parts)
         parts->push_back({label, l.name(), k == 0 ? "forward" : k == 1 ? "bwd-data" : "bwd-wts",
-                          t[k], rate / ref, label.rfind(" (", 0) == 0});
+                          t[k], rate / ref, flops, label.rfind(" (", 0) == 0});
     }
   }
   std::printf("%-4s %-10s %-34s %9.3f %9.3f %9.3f %18s %18s %18s\n", workload.c_str(),

@@ -49,6 +49,7 @@ double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps = 
 struct GemmPart {
   std::string layer, type, part;  // "conv2", "Conv2d(32, 64, ...)", "forward"
   double seconds = 0, fraction = 0;  // of the sgemm rate of the same shapes
+  double flops = 0;                   // of its GEMMs
   bool alternative = false;          // a row of an algorithm the step does not use
 };
 
