@@ -134,7 +134,7 @@ struct Arrays {
   HostBatch batch;
 };
 
-Arrays batch_of(Session& s, const py::handle& xo, const py::handle& yo) {
+Arrays batch_of(const py::handle& xo, const py::handle& yo) {
   Arrays a;
   a.x = as_array(xo, "x");
   // Token ids (a language model's inputs) come as integers: converted once
@@ -183,7 +183,6 @@ Arrays batch_of(Session& s, const py::handle& xo, const py::handle& yo) {
     STRATA_THROW(config, "y: dtype ", dtype_name(a.y), ", need integer labels (cross-entropy) or "
                  "float32 targets (MSE)");
   }
-  (void)s;
   return a;
 }
 
@@ -339,13 +338,13 @@ PYBIND11_MODULE(_strata, m) {
       .def_property_readonly("classes", [](SessionHandle& h) { return h.get().classes(); })
       .def("step", [](SessionHandle& h, const py::handle& x, const py::handle& y) {
              Session& s = h.get();
-             Arrays a = batch_of(s, x, y);
+             Arrays a = batch_of(x, y);
              py::gil_scoped_release nogil;
              return s.step(a.batch);
            }, py::arg("x"), py::arg("y"))
       .def("evaluate", [](SessionHandle& h, const py::handle& x, const py::handle& y) {
              Session& s = h.get();
-             Arrays a = batch_of(s, x, y);
+             Arrays a = batch_of(x, y);
              Evaluation e;
              {
                py::gil_scoped_release nogil;
