@@ -59,22 +59,6 @@ double time_of(const F& f, double least = 0.02) {
   return reps[2];
 }
 
-double node_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  while (in >> key) {
-    if (key == "MemTotal:") {
-      in >> kib;
-      break;
-    }
-    std::string rest;
-    std::getline(in, rest);
-  }
-  STRATA_REQUIRE(kib > 0, runtime, "calibration: cannot read MemTotal from /proc/meminfo");
-  return kib * 1024;
-}
-
 // Kernels of the measurements (free functions: nvcc takes no device lambda
 // inside another lambda).
 void scale_copy(const ExecSpace& exec, VectorBuffer<float> x, VectorBuffer<float> y) {
@@ -95,6 +79,22 @@ std::string g(double v) {
   return buf;
 }
 }  // namespace
+
+double node_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key) {
+    if (key == "MemTotal:") {
+      in >> kib;
+      break;
+    }
+    std::string rest;
+    std::getline(in, rest);
+  }
+  STRATA_REQUIRE(kib > 0, runtime, "cannot read this node's memory (MemTotal in /proc/meminfo)");
+  return kib * 1024;
+}
 
 namespace {
 // A collective the link calibration times: its name in the log, and the call

@@ -32,6 +32,10 @@ CalibrationFit fit_rate(const std::vector<double>& x, const std::vector<double>&
 
 MachineProfile calibrate(const std::function<void(const std::string&)>& log);
 
+// This node's memory in bytes (/proc/meminfo's MemTotal); throws runtime
+// when it cannot be read.
+double node_memory();
+
 // Times a model's Linear GEMMs (planner::gemm_shapes of its layouts) on
 // `ranks` thread ranks at once, each with the cores divided among them, as
 // a layout of that many ranks runs them: the forward GEMM and the two of

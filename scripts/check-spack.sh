@@ -158,6 +158,9 @@ spec_ok rocm-nccl "strata+rocm amdgpu_target=gfx90a +nccl" \
   'strata@develop[^ ]*\+nccl[^ ]*\+rocm[^ ]* .*amdgpu_target=gfx90a' \
   '\^rccl@[^ ]* .*amdgpu_target:?=gfx90a'
 
+spec_ok python "strata+python" 'strata@develop[^ ]*\+python' '\^py-pybind11@' '\^py-numpy@' '\^python@'
+spec_ok man "strata" '\^help2man@'
+
 spec_fails cuda-rocm "strata+cuda cuda_arch=90 +rocm amdgpu_target=gfx90a" "+cuda or +rocm, not both"
 spec_fails cuda-noarch "strata+cuda" "+cuda needs a GPU architecture"
 spec_fails nccl-nogpu "strata+nccl" "+nccl requires +cuda (NCCL) or +rocm (RCCL)"
@@ -169,7 +172,7 @@ if [ "$dev_build" = 1 ]; then
   [ -f "$kokkos/lib/cmake/Kokkos/KokkosConfigVersion.cmake" ] || [ -f "$kokkos/lib64/cmake/Kokkos/KokkosConfigVersion.cmake" ] \
     || die "no Kokkos at $kokkos: run scripts/bootstrap.sh first (or set STRATA_CACHE)"
   deb() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null | sed -E 's/^[0-9]+://; s/[+~-].*//'; }
-  for p in cmake make libopenblas-openmp-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libgtest-dev; do
+  for p in cmake make help2man libopenblas-openmp-dev zlib1g-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libgtest-dev; do
     [ -n "$(deb "$p")" ] || die "--dev-build needs Debian's $p (scripts/bootstrap.sh installs it)"
   done
   cat >"$SPACK_USER_CONFIG_PATH/packages.yaml" <<EOF
@@ -180,6 +183,7 @@ packages:
       zlib-api: [zlib]
   cmake: {buildable: false, externals: [{spec: cmake@$(deb cmake), prefix: /usr}]}
   gmake: {buildable: false, externals: [{spec: gmake@$(deb make), prefix: /usr}]}
+  help2man: {buildable: false, externals: [{spec: help2man@$(deb help2man), prefix: /usr}]}
   openblas: {buildable: false, externals: [{spec: openblas@$(deb libopenblas-openmp-dev) threads=openmp, prefix: /usr}]}
   zlib: {buildable: false, externals: [{spec: zlib@$(deb zlib1g-dev), prefix: /usr}]}
   cli11: {buildable: false, externals: [{spec: cli11@$(deb libcli11-dev), prefix: /usr}]}

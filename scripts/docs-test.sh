@@ -17,6 +17,12 @@
 # Every `console` block is listed with why it is not run here (a rule below
 # names what it needs: a Slurm cluster, spack, a GPU, an hour); a console
 # block no rule explains fails the test, so each one stays accounted for.
+# What such a block can still have checked here is dry-run
+# (scripts/docs-dry-run.py): each strata-train line after srun, mpirun or an
+# sbatch script with `--dry-run` on the processes that launcher would start
+# (options, model, layout, data), each `spack install|dev-build|spec strata`
+# line's variants and versions against the recipe. A failing dry run fails
+# the test like a failing block.
 #
 # Usage: scripts/docs-test.sh [--list | --console] [FILE.md ...]   (default: README.md docs/**/*.md)
 #   --list      print the blocks that would run, and run none
@@ -80,7 +86,7 @@ console_reason() {  # console_reason FILE: the reason of the first matching rule
   done
 }
 
-ran=0 failed=0 not_run=0 t0=$SECONDS
+ran=0 failed=0 not_run=0 dry_ran=0 t0=$SECONDS
 for file in "${files[@]}"; do
   name="${file#"$top"/}"
   blocks="$work/blocks/$name"
@@ -105,8 +111,31 @@ for file in "${files[@]}"; do
            "its reason in docs-test.sh's console_rules):"
       sed 's/^/    /' "$c"
       failed=$((failed + 1))
+    elif ! dry="$(python3 "$here/docs-dry-run.py" "$c" "$top" 2>&1)"; then
+      echo "docs-test: FAILED $name:$cline: its dry runs cannot be read: $dry"
+      failed=$((failed + 1))
+    elif [ -n "$dry" ] && [ "$list" = 0 ]; then
+      # Not run whole, but checked: each strata-train line with --dry-run on
+      # the processes its launcher starts, each spack spec against the recipe.
+      scratch="$work/dry/$name/$cline"
+      mkdir -p "$scratch"
+      for entry in "$top"/*; do ln -s "$entry" "$scratch/"; done
+      [ "$build" = "$top/build" ] || ln -sfn "$build" "$scratch/build"
+      start=$SECONDS
+      if (cd "$scratch" && timeout "${STRATA_DOCS_TIMEOUT:-600}" bash -euo pipefail -c "$dry") \
+          >"$c.log" 2>&1; then
+        echo "docs-test: dry  $name:$cline ($(wc -l <<<"$dry") dry run(s), $((SECONDS - start)) s; not run whole: $reason)"
+        dry_ran=$((dry_ran + 1))
+      else
+        echo "docs-test: FAILED $name:$cline: a dry run of the block failed (exit $?); the dry runs:"
+        sed 's/^/    /' <<<"$dry"
+        echo "  their output (last 30 lines):"
+        tail -30 "$c.log" | sed 's/^/    /'
+        failed=$((failed + 1))
+      fi
     else
-      [ "$list" = 1 ] || echo "docs-test: not run $name:$cline: $reason"
+      [ "$list" = 1 ] || echo "docs-test: not run $name:$cline: $reason${dry:+ (dry runs: $(wc -l <<<"$dry"))}"
+      [ -n "$dry" ] && [ "$list" = 2 ] && sed 's/^/    dry run: /' <<<"$dry"
       not_run=$((not_run + 1))
     fi
   done
@@ -157,7 +186,7 @@ for file in "${files[@]}"; do
 done
 [ "$list" = 1 ] && exit 0
 if [ "$list" = 2 ]; then echo "docs-test: $not_run console blocks not run, $failed unexplained"; [ "$failed" = 0 ]; exit; fi
-echo "docs-test: $ran blocks run, $failed failed, $not_run console blocks not run (listed above), $((SECONDS - t0)) s"
+echo "docs-test: $ran blocks run, $dry_ran console blocks checked by dry runs, $failed failed, $not_run console blocks not run (listed above), $((SECONDS - t0)) s"
 # The links between the docs, too.
 python3 "$here/check-doc-links.py" "${files[@]}" || failed=$((failed + 1))
 [ "$failed" = 0 ]

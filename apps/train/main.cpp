@@ -20,6 +20,7 @@
 #if STRATA_HAS_NCCL
 #include "backends/comm/nccl.hpp"
 #endif
+#include "strategies/checkpoint.hpp"
 #include "strategies/engine.hpp"
 #include "training/trainer.hpp"
 
@@ -172,6 +173,41 @@ void train_rank(const TrainConfig& c, const ModelSpec& model, const data::Split&
   }
 }
 
+// --dry-run: what a run checks before its first step, then a report; no
+// engine is built and nothing is trained or written.
+int dry_run(const TrainConfig& c, const ModelSpec& model, comm::Communicator& world,
+            const std::string& communicator) {
+  data::Normalizer norm;
+  const data::Split d = load_data(c, build_model<T>(model, c.seed), &norm);
+  const int ranks = c.ranks * world.size();
+  const std::vector<std::string> report = dry_run_report(c, model, ranks);
+  if (world.rank() != 0) return exit_ok;
+  const auto say = [](const std::string& line) { std::cout << "dry run: " << line << std::endl; };
+  say(build_summary() + ", " + std::to_string(ranks) + " rank(s) (" + communicator + ", " +
+      std::to_string(world.size()) + " process(es) x " + std::to_string(c.ranks) +
+      " thread rank(s)), " + std::to_string(ctx_threads_per_rank(c)) + " thread(s) per rank");
+  say("model: " + (model.name.empty() ? model.source : model.name));
+  for (const std::string& line : report) say(line);
+  const std::size_t batch = std::min(c.batch_size, d.train.size());
+  say("data: " + std::to_string(d.train.size()) + " training samples (" + d.train.name + "), " +
+      std::to_string(d.test.size()) + " test samples, global batch " + std::to_string(batch) +
+      (c.steps > 0 ? ", " + std::to_string(c.steps) + " steps"
+                   : ", " + std::to_string(c.epochs) + " epoch(s)"));
+  if (!c.resume_from.empty()) {
+    say("resumes from " + c.resume_from);
+  } else if (c.resume) {  // an earlier job may write it: a warning, with the run's error
+    try {
+      say("resumes from " + checkpoint::latest(c.checkpoint_dir));
+    } catch (const Error& e) {
+      say(std::string("warning: --resume: ") + e.what() + " (the run stops there unless an earlier "
+          "job writes one first)");
+    }
+  }
+  for (const std::string& note : option_notes(c, model)) say("note: " + note);
+  say("checked; nothing was allocated, trained or written (without --dry-run it trains)");
+  return exit_ok;
+}
+
 int train(const TrainConfig& c, comm::Communicator& world) {
   const ModelSpec model = model_spec(c);
   validate_layout(c, model, world.size());
@@ -188,6 +224,7 @@ int train(const TrainConfig& c, comm::Communicator& world) {
   wait_policy_hint(c, world);
   // --comm: the name asked for must fit the ranks started (auto always does).
   const std::string chosen = comm::resolve_communicator(c.comm, c.ranks, world.size());
+  if (c.dry_run) return dry_run(c, model, world, chosen);
   prepare_outputs(c, world);
   data::Normalizer norm;  // what the inputs went through (exported with the weights)
   data::Split d = load_data(c, build_model<T>(model, c.seed), &norm);

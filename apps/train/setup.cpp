@@ -9,6 +9,7 @@
 #include "data/loader.hpp"
 #include "data/text.hpp"
 #include "layers/embedding.hpp"
+#include "planner/calibrate.hpp"
 #include "planner/search.hpp"
 #include "strategies/checkpoint.hpp"
 
@@ -294,16 +295,26 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   return o;
 }
 
-TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
-                           const planner::MachineProfile& profile, int world, std::string* summary) {
+namespace {
+
+// What the planner is asked for a run of these options on `ranks` ranks.
+planner::PlanRequest plan_request(const TrainConfig& c, const ModelSpec& model, int ranks) {
   planner::PlanRequest r;
   r.model = model;
   r.loss = c.loss;
   r.optimizer = c.optimizer;
   r.precision = c.precision;
   r.batch = c.batch_size;
-  r.ranks = world;
+  r.ranks = ranks;
   r.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
+  return r;
+}
+
+}  // namespace
+
+TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
+                           const planner::MachineProfile& profile, int world, std::string* summary) {
+  const planner::PlanRequest r = plan_request(c, model, world);
   const planner::CostModel cost(r, profile);
   const std::vector<planner::Prediction> plans = planner::search(cost, world, c.batch_size);
   STRATA_REQUIRE(!plans.empty() && plans.front().rejected.empty(), config,
@@ -333,6 +344,47 @@ TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
                (t.recompute ? " --recompute" : "") + ")";
   }
   return t;
+}
+
+std::vector<std::string> dry_run_report(const TrainConfig& c, const ModelSpec& model, int ranks) {
+  planner::PlanRequest r = plan_request(c, model, ranks);
+  r.ranks_per_node = std::min(ranks, c.ranks * local_processes());
+  // Memory needs no rates: the profile is this node's memory and cores, with
+  // unit rates the report does not use (it prints no time).
+  planner::MachineProfile node;
+  node.name = "this node";
+  node.nodes = ranks;
+  node.devices_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  node.memory_per_node = planner::node_memory();
+  node.gemm_flops_fp32 = node.gemm_flops_16 = node.gemm_half_flops = node.memory_bandwidth = 1;
+  node.intra_node = node.inter_node = planner::Link{0, 1};
+  const planner::CostModel cost(r, node);
+  planner::Layout l;
+  l.recompute = c.recompute;
+  if (model_parallel(c)) {
+    const ModelParallelOptions m = engine_options(c, model, ranks).mesh;
+    l.mesh = m.mesh;
+    l.micro_batches = m.micro_batches;
+    l.schedule = m.schedule;
+    l.zero = m.zero;
+    l.sequence_parallel = m.sequence_parallel;
+  } else {
+    l.mesh.dp = ranks;  // every rank data parallel
+  }
+  const planner::Prediction p = cost.predict(l);
+  std::vector<std::string> lines{"layout: " + l.str() + " on " + std::to_string(ranks) + " rank(s)"};
+  if (p.rejected.empty() || p.memory.total() > 0)
+    lines.push_back("memory per rank, predicted (the planner's accounting of the engine's "
+                    "allocations; stage " + std::to_string(p.stage_with_most_memory) +
+                    ", the rank that needs the most): " + p.memory.str());
+  // A budget the run would enforce fails now; without one, the node's
+  // memory is only a warning (the run may land on bigger nodes).
+  STRATA_REQUIRE(p.rejected.empty() || c.memory_budget_mb <= 0 ||
+                     p.rejected.find("budget") == std::string::npos,
+                 config, "memory budget of ", c.memory_budget_mb, " MiB per rank (--memory-budget-mb) "
+                 "exceeded: ", p.rejected);
+  if (!p.rejected.empty()) lines.push_back("warning: " + p.rejected + " (on this node)");
+  return lines;
 }
 
 // --trace PATH, or PATH with -rankN before .json for each MPI process.

@@ -82,6 +82,12 @@ std::string restore_or_import(const TrainConfig& c, Engine& engine, const std::s
 TrainerOptions trainer_options(const TrainConfig& c, std::size_t batch, const data::Dataset& train,
                                const std::string& resume_file);
 
+// --dry-run: the layout these options give on `ranks` ranks, and the memory
+// per rank the planner's accounting predicts (planner/cost_model.hpp), as
+// lines to print; nothing is allocated. Throws config when
+// --memory-budget-mb is given and the layout exceeds it.
+std::vector<std::string> dry_run_report(const TrainConfig& c, const ModelSpec& model, int ranks);
+
 // --describe: the model's name and layer table (nothing allocated or trained).
 void describe_model(const TrainConfig& c, std::ostream& out);
 // The Kokkos option that gives it ranks x threads-per-rank host threads, or

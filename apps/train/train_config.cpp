@@ -194,6 +194,12 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                "augment training images: mirror left to right with probability 1/2");
   app.add_flag("--describe", c.describe,
                "print the model's layer table (shapes, parameters, FLOPs, activation bytes) and exit");
+  app.add_flag("--dry-run", c.dry_run,
+               "check what a run checks before it trains (the options, the model, the layout "
+               "against the ranks started, --strategy plan's choice, the data) and print the "
+               "layout and the memory per rank the planner's accounting predicts; allocates no "
+               "engine, trains and writes nothing (put it on a job script's srun line to check "
+               "the job before it queues for hours)");
   app.add_flag("--sync-bn", c.sync_bn,
                "SyncBatchNorm: BatchNorm layers normalise with the statistics of the whole "
                "global batch over the data-parallel ranks (default: each rank its own shard, as "

@@ -42,6 +42,7 @@ struct TrainConfig {
   bool random_flip = false;               // augmentation: random horizontal flip
   std::string model_file;  // --model: a TOML model description (else the MLP of --layers)
   bool describe = false;   // print the layer table and exit
+  bool dry_run = false;    // check everything a run would check first, then exit (nothing trained)
   bool recompute = false;  // activation recomputation in every top-level block
   bool reproducible = false;  // --reproducible (strategies/reproducible.hpp)
   std::size_t chunk = 0;      // its samples per chunk (0: default_chunk)

@@ -139,6 +139,53 @@ TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
 // A resumed run that has nothing left to train says so, evaluates what it
 // restored and leaves the checkpoint alone; a run whose steps were all
 // warm-up reports no rate rather than 0 samples/s.
+// --dry-run checks what a run checks before its first step and predicts the
+// memory per rank with the planner's accounting, allocating no engine and
+// writing nothing (the checkpoint folder is not made). The oracle for the
+// memory: what the engine itself reports when the same options train (a
+// dp 2 x ZeRO-1 mesh, where every rank holds the same). Options the run
+// refuses, the dry run refuses with the same message.
+TEST_F(TrainApp, DryRunChecksWithoutTrainingAndPredictsTheEnginesMemory) {
+  const std::string options = "--dataset synthetic --samples 240 --batch-size 24 --steps 2 --threads 1 "
+                              "--ranks 2 --zero 1 --optimizer adam --model " +
+                              std::string(STRATA_SOURCE_DIR) + "/models/residual-mlp.toml";
+  const std::string run = options + " --checkpoint-dir " + path("ck");
+  auto d = train(run + " --dry-run");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_OUTPUT_HAS(d, "dry run: layout: dp 2 x pp 1 x tp 1");
+  EXPECT_OUTPUT_HAS(d, "ZeRO-1");
+  EXPECT_OUTPUT_HAS(d, "dry run: data: 216 training samples");
+  EXPECT_EQ(d.output.find("done:"), std::string::npos) << d.output;
+  EXPECT_FALSE(fs::exists(path("ck")));
+  const auto after = [](const std::string& text, const std::string& key) {
+    const auto at = text.find(key);
+    if (at == std::string::npos) return std::string("(no '" + key + "')");
+    const auto from = at + key.size();
+    return text.substr(from, text.find('\n', from) - from);
+  };
+  const std::string predicted = after(d.output, "the rank that needs the most): ");
+  auto r = train(run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(predicted, after(r.output, "memory per rank: ")) << d.output << r.output;
+
+  // --resume with no checkpoint yet: a warning (an earlier job may write it).
+  auto w = train(options + " --resume --dry-run --checkpoint-dir " + path("none"));
+  EXPECT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_OUTPUT_HAS(w, "dry run: warning: --resume: ");
+  // Refused as the run refuses: a mesh that is not the ranks, a budget.
+  for (const std::string bad : {" --tp 3", " --memory-budget-mb 0.01"}) {
+    auto dry = train(run + bad + " --dry-run"), real = train(run + bad);
+    EXPECT_EQ(dry.exit_code, 2) << bad << dry.output;
+    EXPECT_EQ(real.exit_code, 2) << bad << real.output;
+    const auto first_error = [](const std::string& out) {
+      const auto at = out.find("strata-train: ");
+      return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+    };
+    if (bad == " --tp 3") EXPECT_EQ(first_error(dry.output), first_error(real.output));
+    EXPECT_OUTPUT_HAS(dry, bad == " --tp 3" ? "--tp" : "memory budget");
+  }
+}
+
 TEST_F(TrainApp, ResumingAFinishedRunTrainsNothingAndKeepsTheCheckpoint) {
   const std::string args = "--dataset synthetic --layers 10,8,2 --samples 200 --batch-size 20 "
                            "--steps 4 --checkpoint-dir " + path("ck");
