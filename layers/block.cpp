@@ -4,6 +4,7 @@
 #include "backends/launch.hpp"
 #include "backends/random.hpp"
 #include "layers/named_tables.hpp"
+#include "layers/param_pieces.hpp"
 
 #include <algorithm>
 #include <type_traits>
@@ -111,6 +112,17 @@ void Block<T>::bind(Vector<T> params, Vector<T> grads) {
   for (std::size_t j = 0; j < layers_.size(); ++j) {
     const auto slice = Kokkos::make_pair(offsets_[j], offsets_[j + 1]);
     layers_[j]->bind(Kokkos::subview(params, slice), Kokkos::subview(grads, slice));
+  }
+}
+
+template <class T>
+void Block<T>::set_piece_hooks(const PieceHooks* hooks, std::size_t first) {
+  hooks_ = hooks;
+  piece_.assign(layers_.size(), SIZE_MAX);
+  for (std::size_t j = 0; j < layers_.size(); ++j) {
+    if (auto* c = capability<Composite<T>>(*layers_[j])) c->set_piece_hooks(hooks, first);
+    else if (layers_[j]->num_params() > 0) piece_[j] = first;
+    first += append_piece_calls<T>(*layers_[j], first, Pass::forward, nullptr);
   }
 }
 
@@ -230,6 +242,8 @@ ConstMatrix<T> Block<T>::inner_forward(Context& ctx, ConstMatrix<T> x, Saved<T>&
     s.training = saved.training;
     s.recomputing = saved.recomputing;
     s.scratch = take(layers_[j]->saved_size(batch));
+    if (hooks_ && hooks_->before && piece_[j] != SIZE_MAX)
+      hooks_->before(piece_[j], saved.recomputing ? Pass::recompute : Pass::forward);
     layers_[j]->forward(ctx, in, out, s);
     // As Sequential rounds its layers' outputs (the caller rounds y as well).
     round_activations(ctx.exec, storage_, out.data(), out.size());
@@ -315,7 +329,10 @@ void Block<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>&
   for (std::size_t j = n; j-- > 0;) {
     Matrix<T> dxj = dx;  // the block's input gradient: empty unless asked for
     if (j > 0) dxj = reshape(bufs[j % 2], 0, batch, shapes_[j].numel());
+    const bool piece = hooks_ && piece_[j] != SIZE_MAX;
+    if (piece && hooks_->before) hooks_->before(piece_[j], Pass::backward);
     layers_[j]->backward(ctx, g, dxj, saved.inner[j]);
+    if (piece && hooks_->done) hooks_->done(piece_[j]);
     if (j > 0) round_activations(ctx.exec, storage_, dxj.data(), dxj.size());
     g = dxj;
   }

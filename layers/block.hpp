@@ -16,6 +16,11 @@
 // backward: the inner layers run in reverse; a residual adds dy to the
 // gradient reaching its input (dx = dy + df/dx^T dy).
 //
+// Parameter pieces (layers/param_pieces.hpp): the model binds the inner
+// leaf layers to their values one by one, and the block calls the model's
+// hooks around each inner leaf that holds parameters (before its forward,
+// its recomputation and its backward; done after its backward).
+//
 // Recomputation (set_recompute): forward runs the inner layers in a scratch
 // arena shared with every other recomputing block of the model and keeps
 // nothing but its input (Saved::x, the caller's); backward runs the inner
@@ -70,7 +75,8 @@ class Block : public Layer<T>, public Composite<T>, public Buffers<T>, public De
   void use_arena(Vector<T> arena) override;
 
   bool residual() const { return residual_; }
-  bool recomputes() const { return recompute_; }
+  bool recomputes() const override { return recompute_; }
+  void set_piece_hooks(const PieceHooks* hooks, std::size_t first) override;
   std::size_t num_layers() const override { return layers_.size(); }
   Layer<T>& layer(std::size_t j) override { return *layers_[j]; }
   const Layer<T>& layer(std::size_t j) const override { return *layers_[j]; }
@@ -109,6 +115,8 @@ class Block : public Layer<T>, public Composite<T>, public Buffers<T>, public De
   Precision storage_ = Precision::fp32;
   std::size_t max_batch_ = 0;
   bool recompute_ = false;
+  const PieceHooks* hooks_ = nullptr;         // the model's (set_piece_hooks)
+  std::vector<std::size_t> piece_;            // inner leaf layer j's piece (SIZE_MAX: none)
   Vector<T> arena_;                           // recomputation: the model's shared arena
   Vector<T> grad_a_, grad_b_;                 // input gradients of inner layers 1..n-1
   VectorBuffer<T> grads_owner_;               // what grad_a_ and grad_b_ view (no recomputation)

@@ -47,14 +47,16 @@ struct Numerics {
   }
 };
 
-// A run of layers [first_layer, last_layer) whose parameters (or gradients)
-// live in buffer `buffer` (from its start, padded with zeros to a multiple
-// of BuildOptions::pad_multiple). Units sharing a buffer take turns in it:
+// A run of parameter pieces [first_piece, last_piece) (layers/param_pieces.hpp:
+// the leaf layers holding parameters, so a unit may end inside a block) whose
+// parameters (or gradients) live in buffer `buffer` (from its start, padded
+// with zeros to a multiple of BuildOptions::pad_multiple). Units sharing a
+// buffer take turns in it:
 // ZeRO-2 keeps a unit's gradients only until they are reduce-scattered
 // (strategies/gradient_reduce_scatter.hpp), ZeRO-3 its parameters only while
 // its layers run (strategies/parameter_gather.hpp).
 struct BufferUnit {
-  std::size_t first_layer = 0, last_layer = 0;
+  std::size_t first_piece = 0, last_piece = 0;
   std::size_t buffer = 0;
 };
 
@@ -63,7 +65,7 @@ struct BuildOptions {
   std::size_t slots = 1;         // micro-batches in flight (pipeline schedules)
   std::size_t pad_multiple = 1;  // buffers padded to a multiple (sharded optimizers)
   Numerics numerics;
-  // Empty: one flat gradient buffer. Else units covering every layer in
+  // Empty: one flat gradient buffer. Else units covering every piece in
   // order, and the gradients in their buffers (not with exact sums, whose
   // twin follows the flat buffer).
   std::vector<BufferUnit> grad_units;

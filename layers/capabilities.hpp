@@ -24,6 +24,8 @@
 
 namespace strata {
 
+struct PieceHooks;  // layers/param_pieces.hpp
+
 template <class T>
 class Buffers {
  public:
@@ -128,7 +130,10 @@ class ExactSums {
 // set_recompute forward keeps only the layer's input and backward computes
 // the inside again in a scratch arena that the model shares among all such
 // layers (arena_bytes(max_batch): the arena it needs, 0: none; use_arena
-// gives it, after reserve()).
+// gives it, after reserve()). Its parameters are its inner layers' in order;
+// the model binds each inner leaf layer to its values itself, and
+// set_piece_hooks gives it the model's hooks (nullptr: none) to call around
+// its inner pieces, numbered from `first` (layers/param_pieces.hpp).
 template <class T>
 class Composite {
  public:
@@ -138,6 +143,8 @@ class Composite {
   virtual const Layer<T>& layer(std::size_t j) const = 0;
   virtual void set_storage(Precision p) = 0;
   virtual void set_recompute(bool on) = 0;
+  virtual bool recomputes() const = 0;
+  virtual void set_piece_hooks(const PieceHooks* hooks, std::size_t first) = 0;
   virtual std::size_t arena_bytes(std::size_t max_batch) const = 0;
   virtual void use_arena(Vector<T> arena) = 0;
 };

@@ -240,12 +240,13 @@ void Sequential<T>::build(const BuildOptions& o) {
   slots_ = slots;
   const std::size_t n = num_params();
   const std::size_t padded = (n + o.pad_multiple - 1) / o.pad_multiple * o.pad_multiple;
-  if (!o.param_units.empty()) param_units_ = UnitBuffers<T>(o.param_units, offsets_, o.pad_multiple, "strata::unit_params");
+  const std::vector<std::size_t> pieces = piece_offsets();
+  if (!o.param_units.empty()) param_units_ = UnitBuffers<T>(o.param_units, pieces, o.pad_multiple, "strata::unit_params");
   else params_ = VectorBuffer<T>("strata::params", padded);
   if (!o.grad_units.empty()) {
     STRATA_REQUIRE(!nm.exact(), config, "Sequential: gradient units with exact sums (the exact "
                    "twin follows one flat gradient buffer)");
-    grad_units_ = UnitBuffers<T>(o.grad_units, offsets_, o.pad_multiple, "strata::unit_grads");
+    grad_units_ = UnitBuffers<T>(o.grad_units, pieces, o.pad_multiple, "strata::unit_grads");
   } else {
     grads_owner_ = VectorBuffer<T>("strata::grads", padded);
     grads_ = grads_owner_;
@@ -295,8 +296,11 @@ void Sequential<T>::allocate_activations() {
 
 template <class T>
 void Sequential<T>::bind_layers() {
+  // Leaf by leaf: with units, a block's values may lie in two unit buffers.
   for (std::size_t i = 0; i < layers_.size(); ++i)
-    layers_[i]->bind(params(offsets_[i], offsets_[i + 1]), grads(offsets_[i], offsets_[i + 1]));
+    for_each_leaf_slice(*layers_[i], offsets_[i], [&](Layer<T>& l, std::size_t first, std::size_t last) {
+      l.bind(params(first, last), grads(first, last));
+    });
   for (const Tie& t : ties_)
     capability<TiedWeight<T>>(*layers_[t.layer])->bind_tied(params(t.offset, t.offset + t.size),
                                                              grads(t.offset, t.offset + t.size));
@@ -352,7 +356,15 @@ void Sequential<T>::init(Init scheme, std::uint64_t seed) {
     for (std::size_t u = 0; u < param_units_.units().size(); ++u) {
       if (!param_units_.alone(u)) continue;
       const BufferUnit& unit = param_units_.units()[u];
-      const std::vector<T> v = initial_values(unit.first_layer, unit.last_layer, scheme, seed);
+      const std::vector<std::size_t> pieces = piece_offsets();
+      const std::size_t first = pieces[unit.first_piece], last = pieces[unit.last_piece];
+      std::vector<T> v;
+      if (last > first) {  // the values of the layers holding it, cut to the unit
+        const std::size_t l0 = layer_of(first), l1 = layer_of(last - 1) + 1;
+        const std::vector<T> all = initial_values(l0, l1, scheme, seed);
+        v.assign(all.begin() + static_cast<std::ptrdiff_t>(first - offsets_[l0]),
+                 all.begin() + static_cast<std::ptrdiff_t>(last - offsets_[l0]));
+      }
       Kokkos::deep_copy(Kokkos::subview(param_units_.unit(u), Kokkos::make_pair(std::size_t(0), v.size())),
                         Kokkos::View<const T*, Kokkos::HostSpace, Unmanaged>(v.data(), v.size()));
     }
@@ -399,7 +411,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
     if (new_pass) strata::begin_pass(*layers_[i]);
-    if (before_layer_) before_layer_(i, Pass::forward);
+    if (hooks_.before && piece_of_[i] != SIZE_MAX) hooks_.before(piece_of_[i], Pass::forward);
     Matrix<T> out = real16 ? store_.output(i, batch)
                            : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
@@ -462,7 +474,8 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
   for (std::size_t k = layers_.size(); k-- > 0;) {
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
-    if (before_layer_) before_layer_(k, Pass::backward);
+    const bool piece = !piece_of_.empty() && piece_of_[k] != SIZE_MAX;
+    if (piece && hooks_.before) hooks_.before(piece_of_[k], Pass::backward);
     {
       STRATA_SPAN("compute", "backward " + layers_[k]->name());
       if (real16) {  // the views the layer saved in forward hold its activations again
@@ -476,9 +489,53 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
       if (dx.data() != nullptr) round_storage(ctx, dx);
       if (trace::enabled()) ctx.exec.fence();
     }
+    if (piece && hooks_.done) hooks_.done(piece_of_[k]);
     if (after_layer) after_layer(k);
     dy = dx;
   }
+}
+
+template <class T>
+std::vector<std::size_t> Sequential<T>::piece_offsets() const {
+  std::vector<std::size_t> starts;
+  for (std::size_t i = 0; i < layers_.size(); ++i) append_piece_starts<T>(*layers_[i], offsets_[i], starts);
+  if (starts.empty()) starts.push_back(0);
+  starts.push_back(num_params());
+  return starts;
+}
+
+template <class T>
+std::vector<PieceCall> Sequential<T>::piece_calls(bool backward) const {
+  std::vector<std::size_t> first(layers_.size() + 1, 0);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    first[i + 1] = first[i] + append_piece_calls<T>(*layers_[i], first[i], Pass::forward, nullptr);
+  std::vector<PieceCall> calls;
+  if (!backward) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) append_piece_calls<T>(*layers_[i], first[i], Pass::forward, &calls);
+    return calls;
+  }
+  for (std::size_t k = layers_.size(); k-- > 0;) append_backward_calls<T>(*layers_[k], first[k], calls);
+  return calls;
+}
+
+template <class T>
+void Sequential<T>::set_piece_hooks(PieceHooks hooks) {
+  hooks_ = std::move(hooks);
+  const PieceHooks* h = hooks_.empty() ? nullptr : &hooks_;
+  piece_of_.assign(layers_.size(), SIZE_MAX);
+  for (std::size_t i = 0, first = 0; i < layers_.size(); ++i) {
+    if (auto* c = capability<Composite<T>>(*layers_[i])) c->set_piece_hooks(h, first);
+    else if (layers_[i]->num_params() > 0) piece_of_[i] = first;
+    first += append_piece_calls<T>(*layers_[i], first, Pass::forward, nullptr);
+  }
+  if (!h) piece_of_.clear();
+}
+
+template <class T>
+std::size_t Sequential<T>::layer_of(std::size_t flat) const {
+  STRATA_REQUIRE(flat < num_params(), config, "Sequential: value ", flat, " of ", num_params());
+  const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), flat);
+  return static_cast<std::size_t>(it - offsets_.begin()) - 1;
 }
 
 template <class T>

@@ -19,6 +19,7 @@
 #include "layers/activation_store.hpp"
 #include "layers/build_options.hpp"
 #include "layers/capabilities.hpp"
+#include "layers/param_pieces.hpp"
 #include "layers/unit_buffers.hpp"
 
 #include <functional>
@@ -123,10 +124,16 @@ class Sequential {
   void backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, std::size_t slot,
                 const std::function<void(std::size_t)>& after_layer = {});
   void zero_grad(Context& ctx);
-  // Called before layer i runs forward or backward (ZeRO-3 gathers the
-  // layer's parameters there: strategies/parameter_gather.hpp); empty: none.
-  enum class Pass { forward, backward };
-  void set_before_layer(std::function<void(std::size_t, Pass)> hook) { before_layer_ = std::move(hook); }
+  // Parameter pieces (layers/param_pieces.hpp: the leaf layers holding
+  // parameters, in flat order): their first values and the end (pieces + 1
+  // entries; {0} without parameters), the calls of one forward or backward,
+  // and the hooks called around each (ZeRO-3 gathers a piece's unit there,
+  // ZeRO-2 reduce-scatters a completed one; empty: none).
+  std::vector<std::size_t> piece_offsets() const;
+  std::vector<PieceCall> piece_calls(bool backward) const;
+  void set_piece_hooks(PieceHooks hooks);
+  // The top-level layer holding flat value `flat` (< num_params()).
+  std::size_t layer_of(std::size_t flat) const;
 
   // The exact twin of the gradient buffer (empty without exact sums).
   Kokkos::View<double*, MemSpace> exact_grads() const { return exact_; }
@@ -205,8 +212,8 @@ class Sequential {
   // flat or in a unit (throws config for a range across two units).
   Vector<T> params(std::size_t first, std::size_t last) const;
   Vector<T> grads(std::size_t first, std::size_t last) const;
-  // Units (BuildOptions::grad_units, param_units): unit u's buffer, its
-  // values followed by zeros up to a multiple of pad_multiple.
+  // Units (BuildOptions::grad_units, param_units; runs of pieces): unit u's
+  // buffer, its values followed by zeros up to a multiple of pad_multiple.
   const std::vector<BufferUnit>& grad_units() const { return grad_units_.units(); }
   Vector<T> unit_grads(std::size_t u) const { return grad_units_.unit(u); }
   const std::vector<BufferUnit>& param_units() const { return param_units_.units(); }
@@ -275,7 +282,8 @@ class Sequential {
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
   UnitBuffers<T> grad_units_, param_units_;  // or the values in units
-  std::function<void(std::size_t, Pass)> before_layer_;
+  PieceHooks hooks_;                   // set_piece_hooks
+  std::vector<std::size_t> piece_of_;  // top-level leaf layer i's piece (SIZE_MAX: none)
   Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
   ActivationStore<T> store_;           // 16-bit storage

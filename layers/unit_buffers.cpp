@@ -13,20 +13,20 @@ UnitBuffers<T>::UnitBuffers(const std::vector<BufferUnit>& units,
                             const std::vector<std::size_t>& offsets, std::size_t pad,
                             const char* label)
     : units_(units), offsets_(offsets), pad_(pad) {
-  const std::size_t layers = offsets.size() - 1;
+  const std::size_t pieces = offsets.size() - 1;
   std::vector<std::size_t> sizes;
   std::size_t next = 0;
   for (const BufferUnit& u : units) {
-    STRATA_REQUIRE(u.first_layer == next && u.last_layer > u.first_layer && u.last_layer <= layers,
-                   config, label, ": unit of layers [", u.first_layer, ", ", u.last_layer,
-                   ") after layer ", next, " of ", layers);
-    next = u.last_layer;
+    STRATA_REQUIRE(u.first_piece == next && u.last_piece > u.first_piece && u.last_piece <= pieces,
+                   config, label, ": unit of pieces [", u.first_piece, ", ", u.last_piece,
+                   ") after piece ", next, " of ", pieces);
+    next = u.last_piece;
     if (sizes.size() <= u.buffer) sizes.resize(u.buffer + 1, 0), users_.resize(u.buffer + 1, 0);
-    const std::size_t n = offsets[u.last_layer] - offsets[u.first_layer];
+    const std::size_t n = offsets[u.last_piece] - offsets[u.first_piece];
     sizes[u.buffer] = std::max(sizes[u.buffer], (n + pad - 1) / pad * pad);
     ++users_[u.buffer];
   }
-  STRATA_REQUIRE(next == layers, config, label, ": units cover layers [0, ", next, ") of ", layers);
+  STRATA_REQUIRE(next == pieces, config, label, ": units cover pieces [0, ", next, ") of ", pieces);
   for (std::size_t b = 0; b < sizes.size(); ++b) buffers_.emplace_back(std::string(label), sizes[b]);
 }
 
@@ -34,7 +34,7 @@ template <class T>
 Vector<T> UnitBuffers<T>::range(std::size_t first, std::size_t last) const {
   if (first == last) return Vector<T>(buffers_.front().data(), 0);
   for (const BufferUnit& u : units_) {
-    const std::size_t lo = offsets_[u.first_layer], hi = offsets_[u.last_layer];
+    const std::size_t lo = offsets_[u.first_piece], hi = offsets_[u.last_piece];
     if (first >= lo && last <= hi) return Vector<T>(buffers_[u.buffer].data() + (first - lo), last - first);
   }
   STRATA_THROW(config, "values [", first, ", ", last, ") span two units");
@@ -44,7 +44,7 @@ template <class T>
 Vector<T> UnitBuffers<T>::unit(std::size_t u) const {
   STRATA_REQUIRE(u < units_.size(), config, "unit ", u, " of ", units_.size());
   const BufferUnit& g = units_[u];
-  const std::size_t n = offsets_[g.last_layer] - offsets_[g.first_layer];
+  const std::size_t n = offsets_[g.last_piece] - offsets_[g.first_piece];
   return Vector<T>(buffers_[g.buffer].data(), (n + pad_ - 1) / pad_ * pad_);
 }
 

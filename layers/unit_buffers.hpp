@@ -1,7 +1,8 @@
 // Values of a model's layers held in unit buffers instead of one flat buffer
 // (the ZeRO stages: strategies/sharded_optimizer.hpp). A unit is a run of
-// layers whose values lie at the start of its buffer, padded with zeros to a
-// multiple of `pad`; units sharing a buffer take turns in it.
+// parameter pieces (layers/param_pieces.hpp) whose values lie at the start
+// of its buffer, padded with zeros to a multiple of `pad`; units sharing a
+// buffer take turns in it.
 #pragma once
 
 #include "backends/context.hpp"
@@ -17,8 +18,8 @@ template <class T>
 class UnitBuffers {
  public:
   UnitBuffers() = default;
-  // offsets: the layers' first values in the flat layout (L + 1 entries).
-  // Throws config unless the units cover every layer in order.
+  // offsets: the pieces' first values in the flat layout (pieces + 1
+  // entries). Throws config unless the units cover every piece in order.
   UnitBuffers(const std::vector<BufferUnit>& units, const std::vector<std::size_t>& offsets,
               std::size_t pad, const char* label);
 

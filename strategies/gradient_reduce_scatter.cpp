@@ -6,25 +6,28 @@
 namespace strata {
 
 template <class T>
-std::vector<bool> tied_layers(const Sequential<T>& model, const std::vector<std::size_t>& cross) {
-  std::vector<bool> tied(model.num_layers(), false);
-  for (const auto& [first, last] : model.tied_ranges())
-    for (std::size_t l = 0; l < model.num_layers(); ++l)
-      if (first < model.param_offset(l + 1) && last > model.param_offset(l)) tied[l] = true;
-  for (std::size_t l : cross) tied.at(l) = true;
+std::vector<bool> tied_pieces(const Sequential<T>& model, const std::vector<std::size_t>& cross) {
+  const std::vector<std::size_t> at = model.piece_offsets();
+  const std::size_t pieces = at.size() - 1;
+  std::vector<bool> tied(pieces, false);
+  for (std::size_t p = 0; p < pieces; ++p) {
+    if (at[p + 1] == at[p]) continue;  // no values: a model without parameters
+    for (const auto& [first, last] : model.tied_ranges())
+      if (first < at[p + 1] && last > at[p]) tied[p] = true;
+    for (std::size_t l : cross)
+      if (model.layer_of(at[p]) == l) tied[p] = true;
+  }
   return tied;
 }
-template std::vector<bool> tied_layers(const Sequential<float>&, const std::vector<std::size_t>&);
-template std::vector<bool> tied_layers(const Sequential<double>&, const std::vector<std::size_t>&);
+template std::vector<bool> tied_pieces(const Sequential<float>&, const std::vector<std::size_t>&);
+template std::vector<bool> tied_pieces(const Sequential<double>&, const std::vector<std::size_t>&);
 
 template <class T>
 ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks,
                      const std::vector<bool>& tied) {
-  std::vector<std::size_t> offsets;
-  for (std::size_t i = 0; i <= model.num_layers(); ++i) offsets.push_back(model.param_offset(i));
   const std::size_t unit =
       options.bucket_bytes == 0 ? 0 : std::max<std::size_t>(1, options.bucket_bytes / sizeof(T));
-  return ShardMap(offsets, unit, ranks, tied);
+  return ShardMap(model.piece_offsets(), unit, ranks, tied);
 }
 template ShardMap shard_units(const Sequential<float>&, const GradSyncOptions&, int,
                               const std::vector<bool>&);
@@ -40,9 +43,9 @@ std::size_t padded_copies(const ShardMap& map, bool compress) {
   for (const ShardUnit& u : map.units()) n += u.slice * static_cast<std::size_t>(map.ranks());
   return n;
 }
-// Whether unit u holds a tied layer.
+// Whether unit u holds a tied piece.
 bool unit_is_tied(const ShardUnit& u, const std::vector<bool>& tied) {
-  for (std::size_t l = u.first_layer; l < u.last_layer; ++l)
+  for (std::size_t l = u.first_piece; l < u.last_piece; ++l)
     if (l < tied.size() && tied[l]) return true;
   return false;
 }
@@ -54,7 +57,7 @@ std::vector<BufferUnit> zero2_grad_units(const ShardMap& map, const std::vector<
   std::size_t pooled = 0, pinned = 2;
   for (std::size_t u = units.size(); u-- > 0;) {
     const bool pin = unit_is_tied(units[u], tied);
-    out[u] = {units[u].first_layer, units[u].last_layer, pin ? pinned++ : pooled++ % 2};
+    out[u] = {units[u].first_piece, units[u].last_piece, pin ? pinned++ : pooled++ % 2};
   }
   return out;
 }
@@ -139,9 +142,9 @@ GradientReduceScatter<T>::GradientReduceScatter(Context& ctx, comm::Communicator
     STRATA_REQUIRE(grad_units.size() == units.size(), config, "sharded gradients: ",
                    grad_units.size(), " gradient units for ", units.size(), " units");
     for (std::size_t u = 0; u < units.size(); ++u)
-      STRATA_REQUIRE(grad_units[u].first_layer == units[u].first_layer &&
-                         grad_units[u].last_layer == units[u].last_layer,
-                     config, "sharded gradients: gradient unit ", u, " holds other layers");
+      STRATA_REQUIRE(grad_units[u].first_piece == units[u].first_piece &&
+                         grad_units[u].last_piece == units[u].last_piece,
+                     config, "sharded gradients: gradient unit ", u, " holds other pieces");
     const BufferSizes b(map_, grad_units);
     in_flight_.resize(b.padded.size());
     buffer_at_.assign(b.padded.size(), 0);
@@ -163,9 +166,9 @@ GradientReduceScatter<T>::GradientReduceScatter(Context& ctx, comm::Communicator
                                                            map_.shard_size());
     }
     prepared_.assign(units.size(), false);
-    unit_of_layer_.assign(model.num_layers(), 0);
+    unit_of_piece_.assign(model.piece_offsets().size() - 1, 0);
     for (std::size_t u = 0; u < units.size(); ++u)
-      for (std::size_t l = units[u].first_layer; l < units[u].last_layer; ++l) unit_of_layer_[l] = u;
+      for (std::size_t l = units[u].first_piece; l < units[u].last_piece; ++l) unit_of_piece_[l] = u;
     return;
   }
   // ZeRO-1: padded copies: every unit when compressing (it is converted
@@ -214,11 +217,11 @@ void GradientReduceScatter<T>::backward_begins(bool last) {
 }
 
 template <class T>
-void GradientReduceScatter<T>::layer_done(std::size_t k) {
+void GradientReduceScatter<T>::piece_done(std::size_t k) {
   const auto& units = map_.units();
   if (flat_) {
     if (!options_.overlap || !last_backward_) return;
-    while (next_ < units.size() && units[units.size() - 1 - next_].first_layer >= k) {
+    while (next_ < units.size() && units[units.size() - 1 - next_].first_piece >= k) {
       const std::size_t u = units.size() - 1 - next_++;
       if (!held_[u]) launch(u);  // tied units wait for finish()
     }
@@ -226,13 +229,13 @@ void GradientReduceScatter<T>::layer_done(std::size_t k) {
   }
   // ZeRO-2: every backward launches each complete unit (pinned ones wait
   // for finish) and readies the buffer of the unit below.
-  while (next_ < units.size() && units[units.size() - 1 - next_].first_layer >= k) {
+  while (next_ < units.size() && units[units.size() - 1 - next_].first_piece >= k) {
     const std::size_t u = units.size() - 1 - next_++;
     if (pinned(u)) continue;
     launch_unit(u, adds_);
     if (!options_.overlap) complete(model_.grad_units()[u].buffer);
   }
-  if (k > 0) prepare(unit_of_layer_[k - 1]);
+  if (k > 0) prepare(unit_of_piece_[k - 1]);
 }
 
 template <class T>

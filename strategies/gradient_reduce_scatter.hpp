@@ -6,7 +6,8 @@
 //   GradientReduceScatter<float> rs(ctx, group, model, options, loss_scaled);
 //   rs.begin(info);                                  // each step
 //   rs.backward_begins(last);                        // each backward of the step
-//   model.backward(ctx, [&](std::size_t k) { rs.layer_done(k); });
+//   model.set_piece_hooks({{}, [&](std::size_t p) { rs.piece_done(p); }});
+//   model.backward(ctx);
 //   rs.finish();             // rs.shard_grads(): this rank's summed shard
 //
 // Two ways to hold the gradients:
@@ -43,15 +44,16 @@
 
 namespace strata {
 
-// The tied layers of a model (per layer): those holding a weight a later
-// layer uses (its gradients arrive before the layer's own backward) and
-// `cross`, the layers of a tie across pipeline stages (StageTies::layers:
-// their gradients are complete only after the tie sum).
+// The tied pieces of a model (per piece, layers/param_pieces.hpp): those
+// holding a weight a later layer uses (its gradients arrive before the
+// piece's own backward) and the pieces of `cross`, the top-level layers of a
+// tie across pipeline stages (StageTies::layers: their gradients are
+// complete only after the tie sum).
 template <class T>
-std::vector<bool> tied_layers(const Sequential<T>& model, const std::vector<std::size_t>& cross);
+std::vector<bool> tied_pieces(const Sequential<T>& model, const std::vector<std::size_t>& cross);
 
 // The units of a model's flat buffers over `ranks` (the gradient buckets);
-// every tied layer is a unit alone.
+// every tied piece is a unit alone.
 template <class T>
 ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks,
                      const std::vector<bool>& tied);
@@ -77,10 +79,10 @@ template <class T>
 class GradientReduceScatter {
  public:
   // model: built (with gradient units for ZeRO-2: those of
-  // zero2_grad_units over this map); its units are runs of layers of about
+  // zero2_grad_units over this map); its units are runs of pieces of about
   // options.bucket_bytes; accumulates: steps may run more than one backward
   // (micro-batches; ZeRO-2 then receives later ones beside the shard).
-  // tied: tied_layers of the model.
+  // tied: tied_pieces of the model.
   GradientReduceScatter(Context& ctx, comm::Communicator& group, Sequential<T>& model,
                         const GradSyncOptions& options, bool loss_scaled, bool accumulates,
                         const std::vector<bool>& tied);
@@ -88,9 +90,10 @@ class GradientReduceScatter {
   void begin(StepInfo& info);
   // Before each backward of the step; last: the step's last backward.
   void backward_begins(bool last);
-  // Backward hook: layer k's gradients and every later layer's are written;
-  // launches the units they complete (ZeRO-1: in the last backward).
-  void layer_done(std::size_t k);
+  // Backward hook (PieceHooks::done): piece k's gradients and every later
+  // piece's are written; launches the units they complete (ZeRO-1: in the
+  // last backward) and readies the buffer of piece k - 1's unit (ZeRO-2).
+  void piece_done(std::size_t k);
   // Launches the rest and waits: shard_grads() holds the group's sum.
   void finish();
 
@@ -137,7 +140,7 @@ class GradientReduceScatter {
   VectorBuffer<T> tmp_;
   Kokkos::View<std::uint16_t*, MemSpace> comp_tmp_;
   std::vector<bool> prepared_, held_;  // held: a tied unit, reduce-scattered in finish()
-  std::vector<std::size_t> unit_of_layer_;
+  std::vector<std::size_t> unit_of_piece_;
   std::size_t backwards_ = 0;  // of this step so far
   bool adds_ = false, last_backward_ = true, accumulates_ = false;
   std::size_t next_ = 0;  // units launched, from the last

@@ -117,7 +117,7 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
                           const OptimizerConfig& optimizer, std::size_t max_shard, int p,
                           const std::vector<std::size_t>& cross) {
   const std::size_t M = options.micro_batches;
-  const std::vector<bool> tied = tied_layers(stage, cross);
+  const std::vector<bool> tied = tied_pieces(stage, cross);
   const int S = options.mesh.pp;
   MemoryReport memory;
   memory.slots = schedule_slots(options.schedule, static_cast<std::size_t>(S),
@@ -219,7 +219,7 @@ ModelParallel<T>::ModelParallel(Context& ctx, comm::Communicator& world, const M
   ties_ = std::make_unique<StageTies<T>>(ctx, *mesh_, *stage_, bounds_, std::move(cross_ties));
   // Memory: known before allocation.
   memory_ = stage_memory(*stage_, options, optimizer, max_shard, p, ties_->layers());
-  const std::vector<bool> tied = tied_layers(*stage_, ties_->layers());
+  const std::vector<bool> tied = tied_pieces(*stage_, ties_->layers());
   slots_ = memory_.slots;
   max_micro_ = (max_shard + M - 1) / M;
   if (options.memory_budget > 0) {

@@ -16,17 +16,33 @@ ParameterGather<T>::ParameterGather(Context& ctx, comm::Communicator& group, Seq
                  map.units().size(), " shard units");
   std::size_t buffers = 0;
   for (std::size_t u = 0; u < units.size(); ++u) {
-    STRATA_REQUIRE(units[u].first_layer == map.units()[u].first_layer &&
-                       units[u].last_layer == map.units()[u].last_layer,
-                   config, "parameter gather: parameter unit ", u, " holds other layers");
+    STRATA_REQUIRE(units[u].first_piece == map.units()[u].first_piece &&
+                       units[u].last_piece == map.units()[u].last_piece,
+                   config, "parameter gather: parameter unit ", u, " holds other pieces");
     buffers = std::max(buffers, units[u].buffer + 1);
   }
-  unit_of_layer_.assign(model.num_layers(), 0);
+  const std::size_t pieces = model.piece_offsets().size() - 1;
+  unit_of_piece_.assign(pieces, 0);
   for (std::size_t u = 0; u < units.size(); ++u)
-    for (std::size_t l = units[u].first_layer; l < units[u].last_layer; ++l) unit_of_layer_[l] = u;
+    for (std::size_t l = units[u].first_piece; l < units[u].last_piece; ++l) unit_of_piece_[l] = u;
   std::vector<std::size_t> users(buffers, 0);
   for (const BufferUnit& v : units) ++users[v.buffer];
   for (const BufferUnit& v : units) pinned_.push_back(users[v.buffer] == 1);
+  // The next unit each call of a pass needs: the first later call's unit
+  // that differs and takes turns.
+  for (auto& n : next_) n.assign(pieces, SIZE_MAX);
+  for (const bool backward : {false, true}) {
+    const std::vector<PieceCall> calls = model.piece_calls(backward);
+    // Backwards over the calls: `near` is the nearest later call's unit,
+    // `beyond` the first after it that differs.
+    std::size_t near = SIZE_MAX, beyond = SIZE_MAX;
+    for (std::size_t c = calls.size(); c-- > 0;) {
+      const auto [p, pass] = calls[c];
+      const std::size_t u = unit_of_piece_[p];
+      next_[static_cast<int>(pass)][p] = near == u ? beyond : near;
+      if (!pinned_[u] && near != u) beyond = near, near = u;
+    }
+  }
   resident_.assign(buffers, SIZE_MAX);
   pending_.resize(buffers);
   in_flight_.assign(buffers, false);
@@ -65,20 +81,15 @@ void ParameterGather<T>::ensure(std::size_t u) {
 }
 
 template <class T>
-void ParameterGather<T>::before_layer(std::size_t i, typename Sequential<T>::Pass pass) {
-  const std::size_t u = unit_of_layer_[i];
+void ParameterGather<T>::before_piece(std::size_t p, Pass pass) {
+  const std::size_t u = unit_of_piece_[p];
   if (pinned(u)) return;
   ensure(u);
-  // The next unit that takes turns, in this pass's direction, starts now (in
-  // the other buffer: consecutive ones alternate).
-  const std::size_t n = map_.units().size();
-  const bool forward = pass == Sequential<T>::Pass::forward;
-  for (std::size_t v = u;;) {
-    if (forward ? ++v >= n : v-- == 0) return;
-    if (pinned(v)) continue;
-    if (model_.param_units()[v].buffer != model_.param_units()[u].buffer) start(v);
-    return;
-  }
+  // The next unit the pass needs starts now, unless it would take this
+  // unit's buffer (consecutive units alternate; a recomputing block may
+  // meet one of the same buffer, which then waits for its turn).
+  const std::size_t v = next_[static_cast<int>(pass)][p];
+  if (v != SIZE_MAX && model_.param_units()[v].buffer != model_.param_units()[u].buffer) start(v);
 }
 
 template <class T>

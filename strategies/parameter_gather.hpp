@@ -1,14 +1,16 @@
 // ZeRO-3's parameters: each rank stores its shard of the stage's parameters
 // only (strategies/shard_map.hpp). A unit's parameters are all-gathered into
-// its buffer just before its layers run, in forward and again in backward;
-// meanwhile the next unit's gather (the next in the pass's direction) is
-// already under way, and a buffer is reused by a later unit once its own
-// layers are done. Units alone in their buffer (pinned: a tied weight that a
-// later layer uses, or a pipeline's tied copy) stay gathered, and are
-// gathered again whenever the shard changes.
+// its buffer just before its first piece runs (layers/param_pieces.hpp), in
+// forward, in a recomputing block's second forward and in backward;
+// meanwhile the unit the pass needs next (from the model's piece_calls, the
+// same on every rank) is already under way in the other buffer, and a
+// buffer is reused by a later unit once its own layers are done. Units
+// alone in their buffer (pinned: a tied weight that a later layer uses, or a
+// pipeline's tied copy) stay gathered, and are gathered again whenever the
+// shard changes.
 //
 //   ParameterGather<float> g(ctx, group, stage, map, shard);  // stage built with param units
-//   stage.set_before_layer([&](std::size_t i, auto pass) { g.before_layer(i, pass); });
+//   stage.set_piece_hooks({[&](std::size_t p, Pass pass) { g.before_piece(p, pass); }, {}});
 //   ... forward and backward gather as they go ...
 //   optimizer updates the shard; g.shard_changed();
 #pragma once
@@ -30,8 +32,9 @@ class ParameterGather {
   ParameterGather(Context& ctx, comm::Communicator& group, Sequential<T>& model,
                   const ShardMap& map, Vector<T> shard);
 
-  // Before layer i runs: its unit is gathered (waits for it), the next one started.
-  void before_layer(std::size_t i, typename Sequential<T>::Pass pass);
+  // Before piece p runs in `pass`: its unit is gathered (waits for it), the
+  // next one the pass needs started.
+  void before_piece(std::size_t p, Pass pass);
   // The shard changed (an optimizer step, a checkpoint): the units taking
   // turns are stale; the pinned ones are gathered again (collective).
   void shard_changed();
@@ -46,8 +49,11 @@ class ParameterGather {
   Sequential<T>& model_;
   const ShardMap& map_;
   Vector<T> shard_;
-  std::vector<std::size_t> unit_of_layer_;
+  std::vector<std::size_t> unit_of_piece_;
   std::vector<bool> pinned_;  // alone in its buffer
+  // Per pass and piece: the unit the pass needs after this piece's (taking
+  // turns in buffers; SIZE_MAX: none).
+  std::vector<std::size_t> next_[3];
   // Per buffer: the unit it holds or receives (SIZE_MAX: none) and the
   // gather in flight.
   std::vector<std::size_t> resident_;

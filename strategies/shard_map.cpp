@@ -11,38 +11,38 @@ ShardMap::ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_ele
     : ranks_(ranks) {
   STRATA_REQUIRE(ranks > 0, config, "shard map: ", ranks, " ranks");
   STRATA_REQUIRE(!offsets.empty() && offsets.front() == 0, config,
-                 "shard map: layer offsets must begin at 0");
-  const std::size_t layers = offsets.size() - 1;
+                 "shard map: piece offsets must begin at 0");
+  const std::size_t pieces = offsets.size() - 1;
   flat_size_ = offsets.back();
-  STRATA_REQUIRE(alone.empty() || alone.size() == layers, config, "shard map: ", alone.size(),
-                 " flags for ", layers, " layers");
+  STRATA_REQUIRE(alone.empty() || alone.size() == pieces, config, "shard map: ", alone.size(),
+                 " flags for ", pieces, " pieces");
   auto is_alone = [&](std::size_t i) { return !alone.empty() && alone[i]; };
-  // From the last layer down (backward's order), a unit closes once it holds
-  // unit_elements values, or before a layer that is a unit alone; layers
+  // From the last piece down (backward's order), a unit closes once it holds
+  // unit_elements values, or before a piece that is a unit alone; pieces
   // without values stay with their neighbour.
   std::vector<ShardUnit> down;
-  std::size_t end_layer = layers;
-  auto close = [&](std::size_t first_layer) {
-    const std::size_t first = offsets[first_layer], last = offsets[end_layer];
+  std::size_t end_piece = pieces;
+  auto close = [&](std::size_t first_piece) {
+    const std::size_t first = offsets[first_piece], last = offsets[end_piece];
     if (last > first || down.empty()) {
       ShardUnit u;
       u.first = first;
       u.last = last;
-      u.first_layer = first_layer;
-      u.last_layer = end_layer;
+      u.first_piece = first_piece;
+      u.last_piece = end_piece;
       down.push_back(u);
     } else {
-      down.back().first_layer = first_layer;  // only empty layers: the unit above takes them
+      down.back().first_piece = first_piece;  // only empty pieces: the unit above takes them
     }
-    end_layer = first_layer;
+    end_piece = first_piece;
   };
-  for (std::size_t i = layers; i > 0; --i) {
+  for (std::size_t i = pieces; i > 0; --i) {
     if (is_alone(i - 1)) {
-      if (end_layer > i) close(i);  // what lies above it
+      if (end_piece > i) close(i);  // what lies above it
       close(i - 1);
       continue;
     }
-    const std::size_t first = offsets[i - 1], last = offsets[end_layer];
+    const std::size_t first = offsets[i - 1], last = offsets[end_piece];
     const bool full = unit_elements > 0 && last - first >= unit_elements;
     if (full || i == 1 || is_alone(i - 2)) close(i - 1);
   }

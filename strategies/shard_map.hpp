@@ -1,5 +1,6 @@
 // How the ZeRO stages split a stage's flat buffers over its data-parallel
-// group: in units, runs of whole layers of about `unit_elements` values (the
+// group: in units, runs of parameter pieces (layers/param_pieces.hpp: the
+// leaf layers holding parameters) of about `unit_elements` values (the
 // gradient buckets), each padded to a multiple of the group size and cut
 // into equal slices; rank r owns slice r of every unit (the layout of
 // PyTorch FSDP's flat parameters, one per unit). A rank's shard is its
@@ -11,9 +12,8 @@
 //          | a a a b b         | c c d d        |
 //   rank 0 shard: a a a c c     rank 1 shard: b b - d d   (- : padding, zero)
 //
-// Units are layer-aligned so that a unit's layers can later bind their
-// values in the unit's own buffer (ZeRO-2's gradients, ZeRO-3's gathered
-// parameters).
+// Units are piece-aligned so that a unit's layers can bind their values in
+// the unit's own buffer (ZeRO-2's gradients, ZeRO-3's gathered parameters).
 #pragma once
 
 #include <cstddef>
@@ -23,7 +23,7 @@ namespace strata {
 
 struct ShardUnit {
   std::size_t first = 0, last = 0;  // flat values [first, last)
-  std::size_t first_layer = 0, last_layer = 0;  // the layers [first_layer, last_layer) it holds
+  std::size_t first_piece = 0, last_piece = 0;  // the pieces [first_piece, last_piece) it holds
   std::size_t slice = 0;            // values per rank: ceil((last - first) / ranks)
   std::size_t shard = 0;            // where each rank's slice begins in its shard
   std::size_t size() const { return last - first; }
@@ -37,11 +37,11 @@ struct ShardPiece {
 
 class ShardMap {
  public:
-  // offsets: the layers' first values in the flat buffer (Sequential::
-  // param_offset(0..L)); unit_elements: the least size of a unit (0: one
-  // unit for everything); ranks: the group size; alone: the layers that are
-  // a unit by themselves (empty: none). Layers without values join a
-  // neighbour; a layer larger than unit_elements is a unit of its own.
+  // offsets: the pieces' first values in the flat buffer and its end
+  // (Sequential::piece_offsets); unit_elements: the least size of a unit
+  // (0: one unit for everything); ranks: the group size; alone: the pieces
+  // that are a unit by themselves (empty: none). Pieces without values join
+  // a neighbour; a piece larger than unit_elements is a unit of its own.
   ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks,
            const std::vector<bool>& alone = {});
 

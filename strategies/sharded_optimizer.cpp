@@ -33,14 +33,20 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
     } else {  // ZeRO-3: unit by unit, from the stage where it holds the unit, else from scratch
       std::vector<T> shard(map.shard_size(), T(0));
       const auto& units = map.units();
+      std::vector<T> layers;  // the initial values of the top-level layers [l0, l1)
+      std::size_t l0 = 0, l1 = 0;
       for (std::size_t u = 0; u < units.size(); ++u) {
         const ShardUnit& unit = units[u];
         std::vector<T> values;
         if (stage_.holds_unit_params(u)) {
           values = copy_to_host<T>(stage_.unit_params(u));
           values.resize(unit.size());
-        } else {
-          values = initial(unit.first_layer, unit.last_layer);
+        } else if (unit.size() > 0) {  // cut from its layers' (a block's units share them)
+          const std::size_t a = stage_.layer_of(unit.first), b = stage_.layer_of(unit.last - 1) + 1;
+          if (a != l0 || b != l1 || layers.empty()) layers = initial(a, b), l0 = a, l1 = b;
+          const std::size_t base = stage_.param_offset(l0);
+          values.assign(layers.begin() + static_cast<std::ptrdiff_t>(unit.first - base),
+                        layers.begin() + static_cast<std::ptrdiff_t>(unit.last - base));
         }
         const std::size_t lo = std::min(unit.size(), unit.slice * static_cast<std::size_t>(r));
         const std::size_t hi = std::min(unit.size(), lo + unit.slice);
@@ -50,10 +56,14 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
       }
       copy_from_host<T>(shard, shard_params_);
       gather_ = std::make_unique<ParameterGather<T>>(ctx, mesh_.dp(), stage_, map, shard_params_);
-      stage_.set_before_layer([g = gather_.get()](std::size_t i, typename Sequential<T>::Pass pass) {
-        g->before_layer(i, pass);
-      });
     }
+    // Each piece's unit gathered before it runs (ZeRO-3), each unit
+    // reduce-scattered once backward has completed it.
+    PieceHooks hooks;
+    if (gather_)
+      hooks.before = [g = gather_.get()](std::size_t p, Pass pass) { g->before_piece(p, pass); };
+    hooks.done = [rs = rs_.get()](std::size_t p) { rs->piece_done(p); };
+    stage_.set_piece_hooks(std::move(hooks));
     updated = shard_params_;
     grads_ = rs_->shard_grads();
     if (config.no_decay_bias_norm) {
@@ -91,7 +101,7 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
 
 template <class T>
 ShardedOptimizer<T>::~ShardedOptimizer() {
-  if (gather_) stage_.set_before_layer({});
+  if (rs_) stage_.set_piece_hooks({});
 }
 
 template <class T>
@@ -114,25 +124,29 @@ bool ShardedOptimizer<T>::communicates_per_pass() const {
 template <class T>
 void ShardedOptimizer<T>::idle_forward() {
   if (!gather_) return;
-  for (std::size_t i = 0; i < stage_.num_layers(); ++i)
-    gather_->before_layer(i, Sequential<T>::Pass::forward);
+  for (const auto& [p, pass] : stage_.piece_calls(false)) gather_->before_piece(p, pass);
 }
 
 template <class T>
 void ShardedOptimizer<T>::idle_backward(bool last) {
   backward_begins(last);
-  for (std::size_t k = stage_.num_layers(); k-- > 0;) {
-    if (gather_) gather_->before_layer(k, Sequential<T>::Pass::backward);
-    layer_done(k);
+  if (!rs_) {
+    for (std::size_t k = stage_.num_layers(); k-- > 0;) layer_done(k);
+    return;
+  }
+  // The calls a backward makes (the same collectives as the other ranks').
+  for (const auto& [p, pass] : stage_.piece_calls(true)) {
+    if (gather_) gather_->before_piece(p, pass);
+    if (pass == Pass::backward) rs_->piece_done(p);
   }
 }
 
 template <class T>
 void ShardedOptimizer<T>::layer_done(std::size_t k) {
-  if (rs_) rs_->layer_done(k);
-  // The buckets start in the last backward; those of the layers up to the
-  // held one wait for the tie sum (in order: the later ones too).
-  else if (last_ && (!holds_ || k > held_)) sync_->layer_done(k);
+  // Sharded: the stage's piece hooks reduce-scatter. Else the buckets start
+  // in the last backward; those of the layers up to the held one wait for
+  // the tie sum (in order: the later ones too).
+  if (!rs_ && last_ && (!holds_ || k > held_)) sync_->layer_done(k);
 }
 
 template <class T>

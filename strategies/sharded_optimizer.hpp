@@ -50,7 +50,8 @@ class ShardedOptimizer {
   // weights across stages (their copies count once in the norm);
   // micro_batches: backwards per step; initial: the initial values of layers
   // [first, last) (ZeRO-3: of units the stage does not hold); tied: the
-  // stage's tied_layers (gradient_reduce_scatter.hpp).
+  // stage's tied_pieces (gradient_reduce_scatter.hpp). Sharded, it sets the
+  // stage's piece hooks (layers/param_pieces.hpp) while it lives.
   using InitialValues = std::function<std::vector<T>(std::size_t, std::size_t)>;
   ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& stage,
                    const MixedPrecisionOptions& precision, const GradSyncOptions& sync,
@@ -63,7 +64,8 @@ class ShardedOptimizer {
   void begin(StepInfo& info);
   // Before each backward of the step; last: the step's last.
   void backward_begins(bool last);
-  // Backward hook: local layer k's gradients (and every later layer's) are written.
+  // Backward hook: local layer k's gradients (and every later layer's) are
+  // written (unsharded; sharded, the piece hooks do it).
   void layer_done(std::size_t k);
   // Whether every forward and backward pass communicates (ZeRO-2 and 3 over
   // more than one rank): then every rank runs the same passes, and a pass

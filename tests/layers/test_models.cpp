@@ -225,6 +225,81 @@ type = "linear"
 out = 2
 )";
 
+// Parameter pieces (layers/param_pieces.hpp): the leaf layers holding
+// parameters, in flat order; a backward calls them in reverse, a recomputing
+// block its pieces forward again first, and the model calls its hooks in
+// exactly the order piece_calls lists. Units may end inside a block: with
+// the block's values in two unit buffers, the outputs and gradients are
+// bitwise those of the flat buffers. Oracles: the lists worked by hand, the
+// flat model.
+TEST(Sequential, PiecesAreTheLeafLayersAndUnitsMayEndInsideABlock) {
+  auto model = [] {
+    ModelSpec spec = parse_model(R"(
+input = [5]
+[[layers]]
+type = "linear"
+out = 7
+[[layers]]
+type = "residual"
+layers = [ { type = "layernorm" }, { type = "linear", out = 9 }, { type = "gelu" }, { type = "linear", out = 7 } ]
+[[layers]]
+type = "gelu"
+[[layers]]
+type = "linear"
+out = 3
+)", "pieces");
+    auto m = build_model<double>(spec, 1);
+    set_recompute(m.layer(1), true);
+    return m;
+  };
+  auto flat = model(), units = model();
+  // Linear 5->7 (42 values), LayerNorm(7) (14), Linear 7->9 (72), Linear 9->7 (70), Linear 7->3 (24).
+  EXPECT_EQ(flat.piece_offsets(), (std::vector<std::size_t>{0, 42, 56, 128, 198, 222}));
+  using P = Pass;
+  const std::vector<PieceCall> forward{{0, P::forward}, {1, P::forward}, {2, P::forward}, {3, P::forward}, {4, P::forward}};
+  const std::vector<PieceCall> backward{{4, P::backward}, {1, P::recompute}, {2, P::recompute}, {3, P::recompute},
+                                        {3, P::backward}, {2, P::backward}, {1, P::backward}, {0, P::backward}};
+  EXPECT_EQ(flat.piece_calls(false), forward);
+  EXPECT_EQ(flat.piece_calls(true), backward);
+  EXPECT_EQ(flat.layer_of(41), 0u);
+  EXPECT_EQ(flat.layer_of(42), 1u);
+  EXPECT_EQ(flat.layer_of(221), 3u);
+
+  // The block's LayerNorm and first Linear in one unit, its second Linear
+  // with the head in another (each alone in its buffer: init writes it).
+  BuildOptions b;
+  b.max_batch = 3;
+  b.param_units = b.grad_units = {{0, 2, 0}, {2, 3, 1}, {3, 5, 2}};
+  units.build(b);
+  flat.build(3);
+  flat.init(Init::kaiming_uniform, 4);
+  units.init(Init::kaiming_uniform, 4);
+  std::vector<PieceCall> calls;
+  std::vector<std::size_t> done;
+  units.set_piece_hooks({[&](std::size_t p, Pass pass) { calls.push_back({p, pass}); },
+                         [&](std::size_t p) { done.push_back(p); }});
+  Context ctx;
+  const Vec x = test::randn<double>(15, 5);
+  auto run = [&](Sequential<double>& m) {
+    const auto xd = test::to_device(x, 3, 5);  // backward reads it
+    const Vec y = test::to_host(m.forward(ctx, xd));
+    Kokkos::deep_copy(m.output_grad(), 1.0);
+    m.backward(ctx);
+    Kokkos::fence();
+    return y;
+  };
+  EXPECT_EQ(run(units), run(flat));
+  std::vector<PieceCall> both = forward;
+  both.insert(both.end(), backward.begin(), backward.end());
+  EXPECT_EQ(calls, both);
+  EXPECT_EQ(done, (std::vector<std::size_t>{4, 3, 2, 1, 0}));
+  const Vec g = test::to_host(flat.grads());
+  for (std::size_t u = 0, at = 0; u < 3; ++u) {
+    const Vec gu = test::to_host(units.unit_grads(u));
+    for (std::size_t k = 0; k < gu.size(); ++k, ++at) ASSERT_EQ(gu[k], g[at]) << "unit " << u << " value " << k;
+  }
+}
+
 TEST(Names, ParametersAndBuffersAreNamedAsPyTorchWould) {
   auto m = build_model<float>(parse_model(kResidual, "res.toml"), 1);
   std::vector<std::string> names;
