@@ -24,15 +24,22 @@ template std::vector<bool> tied_pieces(const Sequential<double>&, const std::vec
 
 template <class T>
 ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks,
-                     const std::vector<bool>& tied) {
-  const std::size_t unit =
+                     const std::vector<bool>& tied, bool layer_units) {
+  const std::vector<std::size_t> at = model.piece_offsets();
+  std::size_t unit =
       options.bucket_bytes == 0 ? 0 : std::max<std::size_t>(1, options.bucket_bytes / sizeof(T));
-  return ShardMap(model.piece_offsets(), unit, ranks, tied);
+  if (layer_units) {  // at most the largest piece, where that is less than the bucket
+    std::size_t largest = 1;
+    for (std::size_t p = 0; p + 1 < at.size(); ++p)
+      if (p >= tied.size() || !tied[p]) largest = std::max(largest, at[p + 1] - at[p]);
+    unit = unit == 0 ? largest : std::min(unit, largest);
+  }
+  return ShardMap(at, unit, ranks, tied, layer_units);
 }
 template ShardMap shard_units(const Sequential<float>&, const GradSyncOptions&, int,
-                              const std::vector<bool>&);
+                              const std::vector<bool>&, bool);
 template ShardMap shard_units(const Sequential<double>&, const GradSyncOptions&, int,
-                              const std::vector<bool>&);
+                              const std::vector<bool>&, bool);
 
 namespace {
 // Values of the padded copies of ZeRO-1: every unit when compressing (it is
@@ -123,7 +130,7 @@ GradientReduceScatter<T>::GradientReduceScatter(Context& ctx, comm::Communicator
                                                 const GradSyncOptions& options, bool loss_scaled,
                                                 bool accumulates, const std::vector<bool>& tied)
     : ctx_(ctx), group_(group), model_(model), options_(options),
-      map_(shard_units(model, options, group.size(), tied)) {
+      map_(shard_units(model, options, group.size(), tied, !model.param_units().empty())) {
   STRATA_REQUIRE(model.built(), config, "sharded gradients: build the model first");
   validate(options, loss_scaled);
   exact_ = model.numerics().exact();

@@ -52,11 +52,15 @@ namespace strata {
 template <class T>
 std::vector<bool> tied_pieces(const Sequential<T>& model, const std::vector<std::size_t>& cross);
 
-// The units of a model's flat buffers over `ranks` (the gradient buckets);
-// every tied piece is a unit alone.
+// The units of a model's flat buffers over `ranks`: runs of pieces of
+// about the gradient bucket's size; every tied piece is a unit alone.
+// layer_units (ZeRO-3, whose units' buffers are all a rank holds of the
+// parameters beside its shard): of at most the largest untied piece instead
+// where that is smaller, so that each buffer holds about one layer (as
+// DeepSpeed's ZeRO-3 gathers module by module), not a bucket.
 template <class T>
 ShardMap shard_units(const Sequential<T>& model, const GradSyncOptions& options, int ranks,
-                     const std::vector<bool>& tied);
+                     const std::vector<bool>& tied, bool layer_units = false);
 
 // ZeRO-2's gradient units for BuildOptions::grad_units (ZeRO-3's parameter
 // units too): the units of `map`, taking turns in buffers 0 and 1 in

@@ -104,7 +104,7 @@ BuildOptions stage_build(const Sequential<T>& stage, const ModelParallelOptions&
   b.numerics.exact_chunk = options.reproducible_chunk;
   b.numerics.inner_chunk = options.reproducible_tp_chunk;
   if (options.zero >= 2 && options.mesh.dp > 1) {
-    const auto units = zero2_grad_units(shard_units(stage, options, options.mesh.dp, tied), tied);
+    const auto units = zero2_grad_units(shard_units(stage, options, options.mesh.dp, tied, options.zero >= 3), tied);
     if (!b.numerics.exact()) b.grad_units = units;
     if (options.zero >= 3) b.param_units = units;
     b.pad_multiple = static_cast<std::size_t>(options.mesh.dp);
@@ -134,7 +134,7 @@ MemoryReport stage_memory(const Sequential<T>& stage, const ModelParallelOptions
     // travel in beside the gradients.
     // ZeRO-2: the unit buffers instead of the whole gradients.
     // ZeRO-3: the unit buffers instead of the whole parameters.
-    const ShardMap map = shard_units(stage, options, options.mesh.dp, tied);
+    const ShardMap map = shard_units(stage, options, options.mesh.dp, tied, !build.param_units.empty());
     updated = map.shard_size();
     if (!build.param_units.empty()) memory.params = unit_grad_bytes(map, build.param_units, sizeof(T)) + updated * sizeof(T);
     else memory.params += (updated + map.uneven_padded()) * sizeof(T);

@@ -7,7 +7,7 @@
 namespace strata {
 
 ShardMap::ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks,
-                   const std::vector<bool>& alone)
+                   const std::vector<bool>& alone, bool at_most)
     : ranks_(ranks) {
   STRATA_REQUIRE(ranks > 0, config, "shard map: ", ranks, " ranks");
   STRATA_REQUIRE(!offsets.empty() && offsets.front() == 0, config,
@@ -18,8 +18,9 @@ ShardMap::ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_ele
                  " flags for ", pieces, " pieces");
   auto is_alone = [&](std::size_t i) { return !alone.empty() && alone[i]; };
   // From the last piece down (backward's order), a unit closes once it holds
-  // unit_elements values, or before a piece that is a unit alone; pieces
-  // without values stay with their neighbour.
+  // unit_elements values (at_most: before the piece that would take it past
+  // them), or before a piece that is a unit alone; pieces without values
+  // stay with their neighbour.
   std::vector<ShardUnit> down;
   std::size_t end_piece = pieces;
   auto close = [&](std::size_t first_piece) {
@@ -42,6 +43,9 @@ ShardMap::ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_ele
       close(i - 1);
       continue;
     }
+    if (at_most && unit_elements > 0 && offsets[end_piece] > offsets[i] &&
+        offsets[end_piece] - offsets[i - 1] > unit_elements)
+      close(i);
     const std::size_t first = offsets[i - 1], last = offsets[end_piece];
     const bool full = unit_elements > 0 && last - first >= unit_elements;
     if (full || i == 1 || is_alone(i - 2)) close(i - 1);

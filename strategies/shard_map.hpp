@@ -40,10 +40,12 @@ class ShardMap {
   // offsets: the pieces' first values in the flat buffer and its end
   // (Sequential::piece_offsets); unit_elements: the least size of a unit
   // (0: one unit for everything); ranks: the group size; alone: the pieces
-  // that are a unit by themselves (empty: none). Pieces without values join
-  // a neighbour; a piece larger than unit_elements is a unit of its own.
+  // that are a unit by themselves (empty: none); at_most: unit_elements is
+  // the most a unit holds instead of the least (a unit closes before the
+  // piece that would take it past). Pieces without values join a neighbour;
+  // a piece larger than unit_elements is a unit of its own.
   ShardMap(const std::vector<std::size_t>& offsets, std::size_t unit_elements, int ranks,
-           const std::vector<bool>& alone = {});
+           const std::vector<bool>& alone = {}, bool at_most = false);
 
   int ranks() const { return ranks_; }
   // Units in flat order.

@@ -361,7 +361,7 @@ std::optional<TrainConfig> parse_train_args(const std::vector<std::string>& args
                  "1: shard optimizer state and gradient sums over data-parallel ranks (ZeRO-1; "
                  "reduce-scattered in units of --bucket-mb during backward); 2: and keep no whole "
                  "gradient buffer, only two units of it (ZeRO-2); 3: nor a whole parameter buffer, "
-                 "each unit gathered just before its layers run (ZeRO-3)")
+                 "each unit (at most one layer) gathered just before its layers run (ZeRO-3)")
       ->check(CLI::Range(0, 3));
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "with --tp: LayerNorm, Dropout and the residual stream run on each tensor rank's "
