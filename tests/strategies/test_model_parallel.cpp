@@ -1052,6 +1052,14 @@ TEST(Gpt, Zero2And3UnitsInsideBlocksWithRecomputationMatchSingleRank) {
   }
   EXPECT_GE(inside, 6u) << map.units().size() << " units";  // 3 or more per block
   EXPECT_GE(across, 1u);
+  // ZeRO-3's units hold at most the largest untied piece (the attention's
+  // input projection, 8 x 24 = 192 values without bias), where that is less
+  // than the bucket.
+  GradSyncOptions big;
+  big.bucket_bytes = 1 << 20;
+  const ShardMap layers = shard_units(m, big, 4, tied_pieces(m, {}), true);
+  for (const ShardUnit& u : layers.units())
+    EXPECT_LE(u.size(), 192u) << "unit of pieces [" << u.first_piece << ", " << u.last_piece << ")";
   for (int zero : {2, 3}) {
     o.zero = zero;
     EXPECT_EQ(test::compare(on_threads(4, c, o), single, 1e-5), "") << "ZeRO-" << zero;
@@ -1061,8 +1069,8 @@ TEST(Gpt, Zero2And3UnitsInsideBlocksWithRecomputationMatchSingleRank) {
 // Units are runs of whole layers closed from the last layer once they hold
 // the unit size; a rank's pieces and the shard round trip. Oracle: the
 // layout worked by hand.
-TEST(ShardMap, UnitsOfWholeLayersAndPiecesThatCoverTheBufferOnce) {
-  // Layers of 5, 0, 4 and 11 values; units of at least 4; 3 ranks.
+TEST(ShardMap, UnitsOfWholePiecesAndShardPiecesThatCoverTheBufferOnce) {
+  // Pieces of 5, 0, 4 and 11 values; units of at least 4; 3 ranks.
   const ShardMap m({0, 5, 5, 9, 20}, 4, 3);
   ASSERT_EQ(m.units().size(), 3u);
   EXPECT_EQ(m.units()[0].first, 0u);
@@ -1111,6 +1119,16 @@ TEST(ShardMap, UnitsOfWholeLayersAndPiecesThatCoverTheBufferOnce) {
   EXPECT_EQ(t.units()[1].first, 5u);
   EXPECT_EQ(t.units()[1].last, 9u);
   EXPECT_EQ(t.units()[2].first, 9u);
+  // Units of at least 6 close once they reach it: [0, 3) (9 values) and
+  // [3, 4); of at most 6 (ZeRO-3's layer units), before the piece that would
+  // take them past it: [0, 1) [1, 3) [3, 4), the piece of 11 alone.
+  const auto ends = [](const ShardMap& map) {
+    std::vector<std::size_t> e;
+    for (const ShardUnit& u : map.units()) e.push_back(u.last_piece);
+    return e;
+  };
+  EXPECT_EQ(ends(ShardMap({0, 5, 5, 9, 20}, 6, 3)), (std::vector<std::size_t>{3, 4}));
+  EXPECT_EQ(ends(ShardMap({0, 5, 5, 9, 20}, 6, 3, {}, true)), (std::vector<std::size_t>{1, 3, 4}));
 }
 
 TEST(Mesh, GroupsFollowTheDocumentedLayout) {
