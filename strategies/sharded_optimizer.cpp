@@ -33,26 +33,35 @@ ShardedOptimizer<T>::ShardedOptimizer(Context& ctx, Mesh& mesh, Sequential<T>& s
     } else {  // ZeRO-3: unit by unit, from the stage where it holds the unit, else from scratch
       std::vector<T> shard(map.shard_size(), T(0));
       const auto& units = map.units();
-      std::vector<T> layers;  // the initial values of the top-level layers [l0, l1)
-      std::size_t l0 = 0, l1 = 0;
+      std::vector<T> layer;  // the initial values of top-level layer `at` (a block's units share them)
+      std::size_t at = SIZE_MAX;
       for (std::size_t u = 0; u < units.size(); ++u) {
         const ShardUnit& unit = units[u];
-        std::vector<T> values;
-        if (stage_.holds_unit_params(u)) {
-          values = copy_to_host<T>(stage_.unit_params(u));
-          values.resize(unit.size());
-        } else if (unit.size() > 0) {  // cut from its layers' (a block's units share them)
-          const std::size_t a = stage_.layer_of(unit.first), b = stage_.layer_of(unit.last - 1) + 1;
-          if (a != l0 || b != l1 || layers.empty()) layers = initial(a, b), l0 = a, l1 = b;
-          const std::size_t base = stage_.param_offset(l0);
-          values.assign(layers.begin() + static_cast<std::ptrdiff_t>(unit.first - base),
-                        layers.begin() + static_cast<std::ptrdiff_t>(unit.last - base));
-        }
+        // This rank's slice: the unit's values [lo, hi).
         const std::size_t lo = std::min(unit.size(), unit.slice * static_cast<std::size_t>(r));
         const std::size_t hi = std::min(unit.size(), lo + unit.slice);
-        std::copy(values.begin() + static_cast<std::ptrdiff_t>(lo),
-                  values.begin() + static_cast<std::ptrdiff_t>(hi),
-                  shard.begin() + static_cast<std::ptrdiff_t>(unit.shard));
+        const auto into = shard.begin() + static_cast<std::ptrdiff_t>(unit.shard);
+        if (stage_.holds_unit_params(u)) {
+          const std::vector<T> values = copy_to_host<T>(stage_.unit_params(u));
+          std::copy(values.begin() + static_cast<std::ptrdiff_t>(lo),
+                    values.begin() + static_cast<std::ptrdiff_t>(hi), into);
+          continue;
+        }
+        // Layer by layer (one layer's values on the host at a time).
+        for (std::size_t f = unit.first + lo; f < unit.first + hi;) {
+          const std::size_t l = stage_.layer_of(f);
+          if (l != at) {
+            layer = std::vector<T>();  // freed before the next is made
+            layer = initial(l, l + 1);
+            at = l;
+          }
+          const std::size_t base = stage_.param_offset(l);
+          const std::size_t end = std::min(unit.first + hi, stage_.param_offset(l + 1));
+          std::copy(layer.begin() + static_cast<std::ptrdiff_t>(f - base),
+                    layer.begin() + static_cast<std::ptrdiff_t>(end - base),
+                    into + static_cast<std::ptrdiff_t>(f - unit.first - lo));
+          f = end;
+        }
       }
       copy_from_host<T>(shard, shard_params_);
       gather_ = std::make_unique<ParameterGather<T>>(ctx, mesh_.dp(), stage_, map, shard_params_);
