@@ -411,7 +411,7 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
     if (new_pass) strata::begin_pass(*layers_[i]);
-    if (hooks_.before && piece_of_[i] != SIZE_MAX) hooks_.before(piece_of_[i], Pass::forward);
+    if (hooks_->before && piece_of_[i] != SIZE_MAX) hooks_->before(piece_of_[i], Pass::forward);
     Matrix<T> out = real16 ? store_.output(i, batch)
                            : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
     {
@@ -475,7 +475,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
     if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
     const bool piece = !piece_of_.empty() && piece_of_[k] != SIZE_MAX;
-    if (piece && hooks_.before) hooks_.before(piece_of_[k], Pass::backward);
+    if (piece && hooks_->before) hooks_->before(piece_of_[k], Pass::backward);
     {
       STRATA_SPAN("compute", "backward " + layers_[k]->name());
       if (real16) {  // the views the layer saved in forward hold its activations again
@@ -489,7 +489,7 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
       if (dx.data() != nullptr) round_storage(ctx, dx);
       if (trace::enabled()) ctx.exec.fence();
     }
-    if (piece && hooks_.done) hooks_.done(piece_of_[k]);
+    if (piece && hooks_->done) hooks_->done(piece_of_[k]);
     if (after_layer) after_layer(k);
     dy = dx;
   }
@@ -520,8 +520,8 @@ std::vector<PieceCall> Sequential<T>::piece_calls(bool backward) const {
 
 template <class T>
 void Sequential<T>::set_piece_hooks(PieceHooks hooks) {
-  hooks_ = std::move(hooks);
-  const PieceHooks* h = hooks_.empty() ? nullptr : &hooks_;
+  *hooks_ = std::move(hooks);
+  const PieceHooks* h = hooks_->empty() ? nullptr : hooks_.get();
   piece_of_.assign(layers_.size(), SIZE_MAX);
   for (std::size_t i = 0, first = 0; i < layers_.size(); ++i) {
     if (auto* c = capability<Composite<T>>(*layers_[i])) c->set_piece_hooks(h, first);

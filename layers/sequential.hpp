@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -282,7 +283,9 @@ class Sequential {
   VectorBuffer<T> params_, grads_owner_;
   Vector<T> grads_;  // grads_owner_, or storage given by use_grad_storage
   UnitBuffers<T> grad_units_, param_units_;  // or the values in units
-  PieceHooks hooks_;                   // set_piece_hooks
+  // set_piece_hooks; on the heap, so that the blocks holding its address
+  // keep it when the model is moved.
+  std::unique_ptr<PieceHooks> hooks_ = std::make_unique<PieceHooks>();
   std::vector<std::size_t> piece_of_;  // top-level leaf layer i's piece (SIZE_MAX: none)
   Kokkos::View<double*, MemSpace> exact_;  // its exact gradients (2 per padded value)
   std::vector<VectorBuffer<T>> acts_;  // fp32, emulated: acts_[s * L + i]: output of layer i in slot s
