@@ -19,30 +19,52 @@ namespace attn {
 // balance, and a function of the batch alone).
 constexpr std::size_t kMaxBlocks = 32;
 
+// Sums and maxima over a row in kLanes interleaved partial results, combined
+// in a fixed order: the same bits on every backend and build (no compiler
+// reassociation is needed), while the loops that compute the values (the
+// exponentials, the products) have no dependence between iterations and
+// vectorize.
+constexpr int kLanes = 8;
+
 // Row i of a causal score matrix, in place: p_j = exp(s_j - max) / sum for
 // j <= i, 0 above the diagonal.
 template <class T>
 KOKKOS_INLINE_FUNCTION void causal_softmax_row(T* s, int i, int n) {
   T mx = s[0];
-  for (int j = 1; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;
-  T sum = 0;
-  for (int j = 0; j <= i; ++j) {
-    const T e = vmath::exp(s[j] - mx);
-    s[j] = e;
-    sum += e;
+  {
+    T m[kLanes];
+    for (int l = 0; l < kLanes; ++l) m[l] = s[0];
+    int j = 0;
+    for (; j + kLanes <= i + 1; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) m[l] = s[j + l] > m[l] ? s[j + l] : m[l];
+    for (int l = 0; l < kLanes; ++l) mx = m[l] > mx ? m[l] : mx;
+    for (; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;
   }
+  for (int j = 0; j <= i; ++j) s[j] = vmath::exp(s[j] - mx);
+  T part[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= i + 1; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += s[j + l];
+  T sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += part[l];
+  for (; j <= i; ++j) sum += s[j];
   const T inv = T(1) / sum;
-  for (int j = 0; j <= i; ++j) s[j] *= inv;
-  for (int j = i + 1; j < n; ++j) s[j] = T(0);
+  for (int k = 0; k <= i; ++k) s[k] *= inv;
+  for (int k = i + 1; k < n; ++k) s[k] = T(0);
 }
 
 // dS from row i of P and of dP (in place in d): d_j = p_j (d_j - sum_k p_k d_k).
 template <class T>
 KOKKOS_INLINE_FUNCTION void softmax_grad_row(const T* p, T* d, int i, int n) {
+  T part[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= i + 1; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += p[j + l] * d[j + l];
   T dot = 0;
-  for (int j = 0; j <= i; ++j) dot += p[j] * d[j];
-  for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
-  for (int j = i + 1; j < n; ++j) d[j] = T(0);
+  for (int l = 0; l < kLanes; ++l) dot += part[l];
+  for (; j <= i; ++j) dot += p[j] * d[j];
+  for (int k = 0; k <= i; ++k) d[k] = p[k] * (d[k] - dot);
+  for (int k = i + 1; k < n; ++k) d[k] = T(0);
 }
 
 // The shapes of one call: B samples, H heads of hs values, T positions;
