@@ -118,12 +118,7 @@ void Block<T>::bind(Vector<T> params, Vector<T> grads) {
 template <class T>
 void Block<T>::set_piece_hooks(const PieceHooks* hooks, std::size_t first) {
   hooks_ = hooks;
-  piece_.assign(layers_.size(), SIZE_MAX);
-  for (std::size_t j = 0; j < layers_.size(); ++j) {
-    if (auto* c = capability<Composite<T>>(*layers_[j])) c->set_piece_hooks(hooks, first);
-    else if (layers_[j]->num_params() > 0) piece_[j] = first;
-    first += append_piece_calls<T>(*layers_[j], first, Pass::forward, nullptr);
-  }
+  piece_ = hook_pieces(layers_, hooks, first);
 }
 
 template <class T>

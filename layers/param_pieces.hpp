@@ -26,6 +26,7 @@
 #include "layers/capabilities.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -83,6 +84,22 @@ std::size_t append_piece_calls(const Layer<T>& layer, std::size_t first, Pass pa
   if (layer.num_params() == 0) return 0;
   if (out) out->push_back({first, pass});
   return 1;
+}
+
+// Gives the hooks (nullptr: none) to the composites among `layers`, whose
+// pieces are numbered from `first`, and returns each layer's own piece: its
+// number for a leaf layer holding parameters, else SIZE_MAX (a composite
+// calls the hooks of its inner pieces itself).
+template <class T>
+std::vector<std::size_t> hook_pieces(std::vector<LayerPtr<T>>& layers, const PieceHooks* hooks,
+                                     std::size_t first) {
+  std::vector<std::size_t> own(layers.size(), SIZE_MAX);
+  for (std::size_t j = 0; j < layers.size(); ++j) {
+    if (auto* c = capability<Composite<T>>(*layers[j])) c->set_piece_hooks(hooks, first);
+    else if (layers[j]->num_params() > 0) own[j] = first;
+    first += append_piece_calls<T>(*layers[j], first, Pass::forward, nullptr);
+  }
+  return own;
 }
 
 // The calls of `layer`'s backward (its pieces numbered from `first`): a

@@ -353,10 +353,10 @@ template <class T>
 void Sequential<T>::init(Init scheme, std::uint64_t seed) {
   STRATA_REQUIRE(built_, config, "Sequential: init() before build()");
   if (!param_units_.empty()) {
+    const std::vector<std::size_t> pieces = piece_offsets();
     for (std::size_t u = 0; u < param_units_.units().size(); ++u) {
       if (!param_units_.alone(u)) continue;
       const BufferUnit& unit = param_units_.units()[u];
-      const std::vector<std::size_t> pieces = piece_offsets();
       const std::size_t first = pieces[unit.first_piece], last = pieces[unit.last_piece];
       std::vector<T> v;
       if (last > first) {  // the values of the layers holding it, cut to the unit
@@ -522,12 +522,7 @@ template <class T>
 void Sequential<T>::set_piece_hooks(PieceHooks hooks) {
   *hooks_ = std::move(hooks);
   const PieceHooks* h = hooks_->empty() ? nullptr : hooks_.get();
-  piece_of_.assign(layers_.size(), SIZE_MAX);
-  for (std::size_t i = 0, first = 0; i < layers_.size(); ++i) {
-    if (auto* c = capability<Composite<T>>(*layers_[i])) c->set_piece_hooks(h, first);
-    else if (layers_[i]->num_params() > 0) piece_of_[i] = first;
-    first += append_piece_calls<T>(*layers_[i], first, Pass::forward, nullptr);
-  }
+  piece_of_ = hook_pieces(layers_, h, 0);
   if (!h) piece_of_.clear();
 }
 

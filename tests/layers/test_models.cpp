@@ -38,6 +38,11 @@ std::string config_error(F&& f) {
   return "";
 }
 
+// A double model from the text of a model file (initialisation seed 1).
+Sequential<double> model_from_text(const std::string& text, const std::string& name) {
+  return build_model<double>(parse_model(text, name), 1);
+}
+
 void expect_contains(const std::string& text, std::initializer_list<const char*> parts) {
   for (const char* p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' in: " << text;
 }
@@ -163,13 +168,12 @@ TEST(Block, AResidualMustKeepItsShape) {
 // after the other.
 TEST(Block, MicroBatchSlotsKeepTheirOwnActivations) {
   auto model = [] {
-    ModelSpec spec = parse_model(R"(
+    return model_from_text(R"(
 input = [5]
 [[layers]]
 type = "residual"
 layers = [ { type = "layernorm" }, { type = "linear", out = 7 }, { type = "gelu" }, { type = "linear", out = 5 } ]
 )", "slots");
-    return build_model<double>(spec, 1);
   };
   const Vec x0 = test::randn<double>(10, 1), x1 = test::randn<double>(10, 2);
   Context ctx;
@@ -234,7 +238,7 @@ out = 2
 // flat model.
 TEST(Sequential, PiecesAreTheLeafLayersAndUnitsMayEndInsideABlock) {
   auto model = [] {
-    ModelSpec spec = parse_model(R"(
+    auto m = model_from_text(R"(
 input = [5]
 [[layers]]
 type = "linear"
@@ -248,7 +252,6 @@ type = "gelu"
 type = "linear"
 out = 3
 )", "pieces");
-    auto m = build_model<double>(spec, 1);
     set_recompute(m.layer(1), true);
     return m;
   };
