@@ -5,6 +5,10 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/ranks.hpp"
+#include "layers/optimizer.hpp"
+#include "layers/sequential.hpp"
+#include "planner/layer_probe.hpp"
+#include "planner/planning_comm.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +17,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -248,49 +253,125 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log) {
   return p;
 }
 
-void measure_gemms(MachineProfile& p, const std::vector<GemmShape>& shapes, int ranks,
-                   const std::function<void(const std::string&)>& log) {
+namespace {
+// The median seconds of f over 5 repetitions on every rank at once. Rank 0
+// picks the calls per repetition (enough for `least` seconds) for all, so
+// that a layer that sums over its tensor group makes the same calls on
+// every rank.
+double time_together(comm::Communicator& comm, const std::function<void()>& f, double least) {
+  f();  // warm
+  std::int32_t calls = 1;
+  for (;;) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    for (std::int32_t i = 0; i < calls; ++i) f();
+    std::int32_t more = seconds_since(t0) < least && calls < (1 << 20);
+    comm.broadcast(&more, 1, comm::DataType::i32, 0);
+    if (!more) break;
+    calls *= 2;
+  }
+  std::vector<double> reps;
+  for (int r = 0; r < 5; ++r) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    for (std::int32_t i = 0; i < calls; ++i) f();
+    reps.push_back(seconds_since(t0) / calls);
+  }
+  std::sort(reps.begin(), reps.end());
+  return reps[2];
+}
+}  // namespace
+
+void measure_layers(MachineProfile& p, const PlanRequest& request, const std::vector<StageSet>& sets,
+                    int ranks, const std::function<void(const std::string&)>& log) {
   STRATA_REQUIRE(ranks >= 1, config, "calibration: ranks must be positive");
   STRATA_REQUIRE(ranks == 1 || thread_ranks_unavailable().empty(), config,
                  "calibration: no thread ranks here (", thread_ranks_unavailable(), ")");
   const int cores = std::max(1, Context().threads);
   const int threads = std::max(1, cores / ranks);
   const auto t0 = Clock::now();
-  std::size_t done = 0;
-  for (const GemmShape& shape : shapes) {
-    MeasuredGemm m{shape.rows, shape.n, shape.k, threads, ranks, 0, 0};
+  std::size_t done = 0, timed = 0;
+  std::set<std::string> reasons;  // each logged once
+  for (const StageSet& set : sets) {
+    std::vector<MeasuredLayer> found;  // rank 0's
+    std::string skipped;
     run_ranks(ranks, threads, [&](Context& ctx, comm::Communicator& comm) {
-      const int r = static_cast<int>(shape.rows), n = static_cast<int>(shape.n),
-                k = static_cast<int>(shape.k);
-      VectorBuffer<float> x("x", shape.rows * shape.k), w("w", shape.n * shape.k),
-          y("y", shape.rows * shape.n), dx("dx", shape.rows * shape.k), dw("dw", shape.n * shape.k);
-      Kokkos::deep_copy(x, 0.5f);
-      Kokkos::deep_copy(w, 0.25f);
-      Kokkos::deep_copy(y, 0.125f);
-      comm.barrier();
-      // Forward y = x W^T; backward dx = dy W, dW = dy^T x (as Linear).
-      const double f = time_of(
-          [&] {
-            ctx.blas.gemm(Op::N, Op::T, r, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n);
-            ctx.exec.fence();
-          },
-          0.01);
-      comm.barrier();
-      const double b = time_of(
-          [&] {
-            ctx.blas.gemm(Op::N, Op::N, r, k, n, 1.0f, y.data(), n, w.data(), k, 0.0f, dx.data(), k);
-            ctx.blas.gemm(Op::T, Op::N, n, k, r, 1.0f, y.data(), n, x.data(), k, 0.0f, dw.data(), k);
-            ctx.exec.fence();
-          },
-          0.01);
-      if (comm.rank() == 0) m.forward = f, m.backward = b;
+      // This rank's tensor group: ranks r / tp of the set's mesh.
+      PlanningComm alone(1);
+      std::unique_ptr<comm::Communicator> group;
+      comm::Communicator* tp = &alone;
+      if (set.tp > 1) {
+        group = comm.split(comm.rank() / set.tp, comm.rank());
+        tp = group.get();
+      }
+      StageLayers all;
+      try {
+        all = stage_layers(request, *tp, set.pp, set.sequence);
+      } catch (const Error& e) {
+        if (comm.rank() == 0) skipped = e.message();
+        return;
+      }
+      // Each top-level layer alone in a stage of its own (a rank holds one
+      // layer's parameters at a time), unless measured before.
+      std::set<std::string> mine;
+      Shape input = all.input;
+      for (std::size_t i = 0; i < all.layers.size(); ++i) {
+        Sequential<float> one = Sequential<float>::stage(input, i);
+        input = all.layers[i]->output_shape(input);
+        one.add(std::move(all.layers[i]), all.names[i]);
+        Layer<float>& l = one.layer(0);
+        const std::string key = layer_key(l, set.tp, set.sequence);
+        const MeasuredLayer* before = p.measured(key, set.samples, threads, ranks);
+        if ((before && before->ranks == ranks) || !mine.insert(key).second) continue;
+        one.build(set.samples);
+        one.init(Init::kaiming_uniform, 1);
+        one.set_training(true);
+        LayerProbe probe(l, set.samples, static_cast<unsigned>(i));
+        const double f = time_together(
+            comm, [&] { l.forward(ctx, probe.x, probe.y, probe.saved); ctx.exec.fence(); }, 0.02);
+        // The model's first layer computes no input gradient.
+        const Matrix<float> dx = i == 0 ? Matrix<float>() : Matrix<float>(probe.dx);
+        const double b = time_together(
+            comm, [&] { l.backward(ctx, probe.dy, dx, probe.saved); ctx.exec.fence(); }, 0.02);
+        if (comm.rank() == 0) found.push_back({key, set.samples, threads, ranks, f, b});
+      }
     });
-    p.measured_gemms.push_back(m);
-    if (++done % 10 == 0 || done == shapes.size())
-      log("model GEMMs: " + std::to_string(done) + " of " + std::to_string(shapes.size()) +
-          " shapes on " + std::to_string(ranks) + " rank(s) x " + std::to_string(threads) +
-          " thread(s), " + g(seconds_since(t0)) + " s");
+    timed += found.size();
+    p.measured_layers.insert(p.measured_layers.end(), found.begin(), found.end());
+    if (!skipped.empty() && reasons.insert(skipped).second)
+      log("layers of tp " + std::to_string(set.tp) + " x pp " + std::to_string(set.pp) +
+          (set.sequence ? " with sequence parallelism" : "") + ": not measured (" + skipped + ")");
+    if (++done % 10 == 0 || done == sets.size())
+      log("model layers: " + std::to_string(done) + " of " + std::to_string(sets.size()) +
+          " stage sets on " + std::to_string(ranks) + " rank(s) x " + std::to_string(threads) +
+          " thread(s), " + std::to_string(timed) + " layers timed, " + g(seconds_since(t0)) + " s");
   }
+}
+
+void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
+                    const std::function<void(const std::string&)>& log) {
+  STRATA_REQUIRE(ranks == 1 || thread_ranks_unavailable().empty(), config,
+                 "calibration: no thread ranks here (", thread_ranks_unavailable(), ")");
+  PlanningComm alone(1);
+  std::size_t n = 0;
+  for (const auto& l : stage_layers(request, alone, 1, false).layers) n += l->num_params();
+  if (n == 0) return;
+  const int threads = std::max(1, std::max(1, Context().threads) / ranks);
+  double seconds = 0;
+  run_ranks(ranks, threads, [&](Context& ctx, comm::Communicator& comm) {
+    Optimizer<float> opt(request.optimizer, n);
+    VectorBuffer<float> w("w", n), g("g", n);
+    Kokkos::deep_copy(w, 0.5f);
+    Kokkos::deep_copy(g, 1e-3f);
+    const double t = time_together(comm, [&] { opt.step(ctx, w, g); ctx.exec.fence(); }, 0.02);
+    if (comm.rank() == 0) seconds = t;
+  });
+  const double state = static_cast<double>(state_elements(request.optimizer, 1));
+  const double bytes = static_cast<double>(n) * (3 + 2 * state) * 4;
+  p.measured_updates.push_back({threads, ranks, bytes / seconds});
+  log(std::string("optimizer update (") + to_string(request.optimizer.kind) + ") of " +
+      std::to_string(n) + " parameters on " + std::to_string(ranks) + " rank(s) at once: " +
+      g(seconds * 1e3) + " ms, " + g(bytes / seconds / 1e9) + " GB/s per rank");
 }
 
 }  // namespace strata::planner

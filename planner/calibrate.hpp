@@ -11,12 +11,14 @@
 //     of the profile get it (ranks of one node); a multi-node CPU cluster's
 //     inter-node link is written by hand;
 //   - cores (Kokkos host threads) and the node's memory (/proc/meminfo);
-//   - with a model (measure_gemms): its Linear GEMMs, as its layouts run them.
+//   - with a model (measure_layers, measure_update): its layers, as its
+//     layouts run them, and its optimizer's update.
 // Each figure is the median of repetitions; progress goes to `log`.
 #pragma once
 
 #include "planner/cost_model.hpp"
 #include "planner/profile.hpp"
+#include "planner/search.hpp"
 
 #include <functional>
 #include <string>
@@ -36,12 +38,22 @@ MachineProfile calibrate(const std::function<void(const std::string&)>& log);
 // when it cannot be read.
 double node_memory();
 
-// Times a model's Linear GEMMs (planner::gemm_shapes of its layouts) on
-// `ranks` thread ranks at once, each with the cores divided among them, as
-// a layout of that many ranks runs them: the forward GEMM and the two of
-// backward (input and weight gradients), each the median of repetitions.
-// Appends them to p.measured_gemms.
-void measure_gemms(MachineProfile& p, const std::vector<GemmShape>& shapes, int ranks,
-                   const std::function<void(const std::string&)>& log);
+// Times a model's top-level layers as the stage sets (planner::stage_sets
+// of its layouts) hold them, on `ranks` thread ranks at once, each with the
+// cores divided among them, as a layout of that many ranks runs them: each
+// layer alone on a micro-batch, its forward and its backward (input and
+// weight gradients; none for the model's first layer's input), each the
+// median of repetitions; a tensor shard with its group's sums inside. A
+// layer the profile holds for these ranks, or met before, is timed once.
+// Appends them to p.measured_layers.
+void measure_layers(MachineProfile& p, const PlanRequest& request, const std::vector<StageSet>& sets,
+                    int ranks, const std::function<void(const std::string&)>& log);
+
+// Times the request's optimizer updating all the model's parameters on
+// `ranks` thread ranks at once (median of repetitions) and appends the bytes
+// per second of one rank (weight, gradient and state read, weight and state
+// written) to p.measured_updates.
+void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
+                    const std::function<void(const std::string&)>& log);
 
 }  // namespace strata::planner

@@ -30,18 +30,38 @@ struct StageCost {
   // Per layer (a block's inner layers one by one): forward FLOP and input
   // + output values per sample, and the GEMMs per sample its FLOP are
   // cut into (0: one GEMM over the micro-batch's rows; an attention: two
-  // per head and sample), and whether a block recomputes it.
-  std::vector<double> flops, values, gemms;
+  // per head and sample), and whether a block recomputes it; values per
+  // sample it sums over the tp group in forward and in backward.
+  std::vector<double> flops, values, gemms, tp_fwd, tp_bwd;
   std::vector<bool> in_block;
   std::vector<std::size_t> top;  // per entry: the stage's top-level layer it belongs to
-  std::vector<GemmShape> gemm;   // per entry: a Linear's GEMM per sample (rows per sample), else 0s
   std::vector<double> params;    // per top-level layer
-  double tp_fwd = 0, tp_bwd = 0;      // values per sample summed over the tp group
-  int tp_fwd_n = 0, tp_bwd_n = 0;     // allreduces per micro-batch
-  double send = 0;                    // values per sample sent to the next stage
+  std::vector<std::string> keys;  // per top-level layer: layer_key
+  std::vector<bool> recomputes;   // per top-level layer: a block's (recomputed when asked)
+  double send = 0;                // values per sample sent to the next stage
 };
 
 }  // namespace
+
+StageLayers stage_layers(const PlanRequest& request, comm::Communicator& tp, int pp, bool sequence) {
+  TensorParallelLayers<float> all = make_tensor_parallel<float>(
+      build_layers<float>(request.model, 0), tp, request.loss == LossKind::cross_entropy, sequence);
+  resolve_ties(all.layers, all.names);
+  std::vector<double> params(all.layers.size());
+  for (std::size_t i = 0; i < params.size(); ++i)
+    params[i] = static_cast<double>(all.layers[i]->num_params());
+  StageLayers out;
+  out.bounds = plan_stages(params, all.cut_ok, pp, {});
+  out.layers = std::move(all.layers);
+  out.names = std::move(all.names);
+  out.input = all.input;
+  return out;
+}
+
+std::string layer_key(const Layer<float>& layer, int tp, bool sequence) {
+  return layer.name() + " in " + layer.input_shape().str() + " tp " + std::to_string(tp) +
+         (sequence ? " sequence-parallel" : "");
+}
 
 // The layers of one tensor rank cut into pp stages, and what each stage
 // computes and sends per sample.
@@ -90,43 +110,39 @@ const CostModel::Split& CostModel::split(int tp, int pp, bool sequence) const {
   Split& s = *slot;
   s.comm = std::make_unique<PlanningComm>(tp);
   try {
-    TensorParallelLayers<float> all = make_tensor_parallel<float>(
-        build_layers<float>(request_.model, 0), *s.comm, request_.loss == LossKind::cross_entropy,
-        sequence);
-    resolve_ties(all.layers, all.names);
-    std::vector<double> params(all.layers.size());
-    for (std::size_t i = 0; i < params.size(); ++i)
-      params[i] = static_cast<double>(all.layers[i]->num_params());
-    const std::vector<std::size_t> bounds = plan_stages(params, all.cut_ok, pp, {});
+    StageLayers all = stage_layers(request_, *s.comm, pp, sequence);
     Shape input = all.input;
     for (int p = 0; p < pp; ++p) {
-      auto stage = std::make_unique<Sequential<float>>(Sequential<float>::stage(input, bounds[p]));
-      for (std::size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
+      s.stages.push_back(std::make_unique<Sequential<float>>(Sequential<float>::stage(input, all.bounds[p])));
+      Sequential<float>& stage = *s.stages.back();
+      for (std::size_t i = all.bounds[p]; i < all.bounds[p + 1]; ++i) {
         input = all.layers[i]->output_shape(input);
-        stage->add(std::move(all.layers[i]), all.names[i]);
+        stage.add(std::move(all.layers[i]), all.names[i]);
       }
       StageCost c;
-      for (std::size_t i = 0; i < stage->num_layers(); ++i) {
-        const Layer<float>& l = stage->layer(i);
+      for (std::size_t i = 0; i < stage.num_layers(); ++i) {
+        const Layer<float>& l = stage.layer(i);
         std::vector<LayerCost> costs;  // a block's inner layers one by one
         l.add_costs(costs);
+        bool block = false;
         for (std::size_t e = 0; e < costs.size(); ++e) {
           const LayerCost& k = costs[e];
           c.top.push_back(i);
-          c.gemm.push_back(k.gemm);
           c.flops.push_back(k.flops);
           c.values.push_back(k.values);
           c.gemms.push_back(k.small_gemms);
           c.in_block.push_back(k.in_block);
-          if (k.tp_forward > 0) c.tp_fwd += k.tp_forward, ++c.tp_fwd_n;
+          block = block || k.in_block;
+          c.tp_fwd.push_back(k.tp_forward);
           // The model's first layer's input gradient is needed by nobody.
-          if (k.tp_backward > 0 && !(p == 0 && i == 0 && e == 0)) c.tp_bwd += k.tp_backward, ++c.tp_bwd_n;
+          c.tp_bwd.push_back(p == 0 && i == 0 && e == 0 ? 0.0 : k.tp_backward);
         }
         c.params.push_back(static_cast<double>(l.num_params()));
+        c.keys.push_back(layer_key(l, tp, sequence));
+        c.recomputes.push_back(block);
       }
-      c.send = p + 1 < pp ? static_cast<double>(stage->out_features()) : 0.0;
+      c.send = p + 1 < pp ? static_cast<double>(stage.out_features()) : 0.0;
       s.cost.push_back(c);
-      s.stages.push_back(std::move(stage));
     }
   } catch (const Error& e) {
     s.error = e.message();
@@ -137,17 +153,6 @@ const CostModel::Split& CostModel::split(int tp, int pp, bool sequence) const {
 
 int CostModel::threads_per_rank() const {
   return profile_.gpu ? 1 : std::max(1, profile_.devices_per_node / per_node_);
-}
-
-std::vector<GemmShape> CostModel::gemm_shapes(const Layout& l) const {
-  std::vector<GemmShape> out;
-  const Split& s = split(l.mesh.tp, l.mesh.pp, l.sequence_parallel);
-  if (!s.error.empty() || l.mesh.dp < 1 || l.micro_batches == 0) return out;
-  const std::size_t m = micro_batch_samples(l);
-  for (const StageCost& c : s.cost)
-    for (const GemmShape& g : c.gemm)
-      if (g.n > 0) out.push_back({g.rows * m, g.n, g.k});
-  return out;
 }
 
 std::size_t CostModel::micro_batch_samples(const Layout& l) const {
@@ -252,36 +257,38 @@ Prediction CostModel::predict(const Layout& l) const {
   const Link& pp_link = tp * pp <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const Link& dp_link = request_.ranks <= per_node_ ? profile_.intra_node : profile_.inter_node;
   const double value = request_.precision == Precision::fp32 ? 4.0 : 2.0;  // activation bytes
-  double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0;
+  double slowest = 0, slowest_compute = 0, slowest_tp = 0, slowest_send = 0, slots = 0;
   std::vector<double> backward, last_backward;  // per top-level layer, one micro-batch
   const StageCost* slowest_cost = nullptr;
   for (int p = 0; p < pp; ++p) {
     const StageCost& c = s.cost[static_cast<std::size_t>(p)];
-    double fwd = 0, bwd = 0;
+    double fwd = 0, bwd = 0, tpc = 0;
     backward.assign(c.params.size(), 0.0);
-    for (std::size_t i = 0; i < c.flops.size(); ++i) {
-      const GemmShape& g = c.gemm[i];
-      const MeasuredGemm* measured =
-          g.n > 0 ? profile_.measured(g.rows * samples, g.n, g.k, threads, per_node_) : nullptr;
-      double t, b;
-      if (measured) {  // the measured GEMMs, and the rest of the layer as usual
-        const double rest = layer_time(0, 0, c.values[i] * m, rate);
-        t = measured->forward + rest;
-        b = measured->backward + 2 * rest;
-      } else {
-        t = layer_time(c.flops[i] * m, c.gemms[i] * m, c.values[i] * m, rate);
-        b = 2 * t;
-      }
+    // The top-level layers the profile measured on this micro-batch: their
+    // times (their tp sums inside), the others' entries from the rate curve.
+    std::vector<const MeasuredLayer*> measured(c.params.size(), nullptr);
+    for (std::size_t j = 0; j < measured.size(); ++j) {
+      measured[j] = profile_.measured(c.keys[j], samples, threads, per_node_);
+      if (!measured[j]) continue;
+      const double t = measured[j]->forward;
+      const double b = measured[j]->backward + (l.recompute && c.recomputes[j] ? t : 0.0);
       fwd += t;
-      b += l.recompute && c.in_block[i] ? t : 0.0;
+      bwd += b;
+      backward[j] += b;
+    }
+    for (std::size_t i = 0; i < c.flops.size(); ++i) {
+      if (measured[c.top[i]]) continue;
+      const double t = layer_time(c.flops[i] * m, c.gemms[i] * m, c.values[i] * m, rate);
+      const double b = 2 * t + (l.recompute && c.in_block[i] ? t : 0.0);
+      fwd += t;
       bwd += b;
       backward[c.top[i]] += b;
+      if (c.tp_fwd[i] > 0) tpc += allreduce_time(c.tp_fwd[i] * m * 4, tp, tp_link);
+      if (c.tp_bwd[i] > 0) tpc += allreduce_time(c.tp_bwd[i] * m * 4, tp, tp_link);
     }
-    const double tpc =
-        c.tp_fwd_n * allreduce_time(c.tp_fwd / std::max(1, c.tp_fwd_n) * m * 4, tp, tp_link) +
-        c.tp_bwd_n * allreduce_time(c.tp_bwd / std::max(1, c.tp_bwd_n) * m * 4, tp, tp_link);
     const double send = c.send > 0 ? 2 * pp_link.time(c.send * m * value) : 0.0;  // activation, gradient
     const double slot = fwd + bwd + (tp > 1 ? tpc : 0.0) + send;
+    slots += slot;
     if (slot > slowest) {
       slowest = slot;
       slowest_compute = fwd + bwd;
@@ -291,13 +298,32 @@ Prediction CostModel::predict(const Layout& l) const {
       slowest_cost = &c;
     }
   }
-  double grads = 0;
-  for (double n : slowest_cost->params) grads += n;
+  double grads = 0, pieces = 0;
+  for (double n : slowest_cost->params) grads += n, pieces += n > 0 ? 1 : 0;
+  // Synchronizations per step: tensor sums and pipeline messages per
+  // micro-batch, then the data-parallel sums.
+  double tp_sums = 0;
+  for (std::size_t i = 0; i < slowest_cost->tp_fwd.size(); ++i)
+    tp_sums += (slowest_cost->tp_fwd[i] > 0) + (slowest_cost->tp_bwd[i] > 0);
+  const double buckets = std::ceil(grads * 4 / static_cast<double>(GradSyncOptions{}.bucket_bytes));
+  pr.collectives = static_cast<double>(M) * ((tp > 1 ? tp_sums : 0.0) + (pp > 1 ? 2.0 : 0.0));
+  if (dp > 1)
+    pr.collectives += l.zero == 0   ? buckets
+                      : l.zero == 1 ? 2 * buckets
+                      : l.zero == 2 ? static_cast<double>(M) * buckets + buckets
+                                    : 3 * static_cast<double>(M) * pieces;
   const double updated = l.zero ? grads / dp : grads;
   pr.compute = slowest_compute * M;
   pr.tensor_comm = slowest_tp * M;
   pr.pipeline_comm = slowest_send * M;
-  pr.bubble = slowest * (pp - 1);
+  // A pipeline's fill and drain: each other stage's slot once (with equal
+  // stages, S - 1 slots of the slowest).
+  pr.bubble = slots - slowest;
+  // On a CPU node every core computes, so a collective between its ranks
+  // (copies made by those cores) hides behind nothing: the buckets all wait
+  // for the end of backward, and ZeRO-3's gathers count whole.
+  const bool copies_by_cores = !profile_.gpu && request_.ranks <= per_node_;
+  if (copies_by_cores) std::fill(last_backward.begin(), last_backward.end(), 0.0);
   if (dp > 1) {
     if (l.zero) {
       // ZeRO (strategies/sharded_optimizer.hpp): a reduce-scatter per unit
@@ -312,7 +338,9 @@ Prediction CostModel::predict(const Layout& l) const {
       const double half = 0.5 * allreduce_time(grads * 4, dp, link);
       pr.data_comm = exposed_bucket_time(slowest_cost->params, last_backward, dp, link, 0.5);
       if (l.zero >= 2) pr.data_comm += static_cast<double>(M - 1) * half;
-      if (l.zero >= 3) pr.data_comm += std::max(0.0, 2.0 * static_cast<double>(M) * half - pr.compute);
+      if (l.zero >= 3)
+        pr.data_comm += copies_by_cores ? 2.0 * static_cast<double>(M) * half
+                                        : std::max(0.0, 2.0 * static_cast<double>(M) * half - pr.compute);
       else pr.data_comm += half;
     } else {
       pr.data_comm = exposed_bucket_time(slowest_cost->params, last_backward, dp, dp_link);
@@ -320,9 +348,11 @@ Prediction CostModel::predict(const Layout& l) const {
   }
   // The optimizer reads and writes its values: the weight, gradient and state.
   const double state = static_cast<double>(state_elements(request_.optimizer, 1));
-  const double bandwidth = rank_bandwidth();
+  // At the update rate calibration measured on these ranks, else at memory bandwidth.
+  const double measured_update = profile_.update_bandwidth(threads, per_node_);
+  const double bandwidth = measured_update > 0 ? measured_update : rank_bandwidth();
   pr.optimizer = updated * (3 + 2 * state) * 4 / bandwidth;
-  pr.step = slowest * (M + pp - 1) + pr.data_comm + pr.optimizer;
+  pr.step = slowest * static_cast<double>(M) + pr.bubble + pr.data_comm + pr.optimizer;
   pr.samples_per_s = static_cast<double>(B) / pr.step;
   return pr;
 }

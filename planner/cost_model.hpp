@@ -8,8 +8,9 @@
 // and the stages plan_stages cuts, as strata-train would. Time, per step:
 //
 //   per layer (a block's inner layers one by one) and micro-batch of m
-//   samples on a rank with GEMM rate R (a Linear whose GEMMs the profile
-//   measured, measured_gemms: those times instead of f / R terms):
+//   samples on a rank with GEMM rate R (a top-level layer the profile
+//   measured on m samples, measured_layers: those times instead, its
+//   tensor-parallel sums included):
 //     forward   t_f = (f + g f_half) / R + 2 (in + out) m 4 B / bw + launch
 //                     (f = the layer's FLOP for m samples, in g GEMMs: one
 //                     over the rows, 2 heads m for an attention core; each
@@ -22,9 +23,10 @@
 //     column-parallel input gradient (backward), ring cost
 //     2 (n - 1) (latency + bytes / (n bandwidth)) on the node's link when
 //     the group fits in a node, else the inter-node one
-//   pipeline: (M + S - 1) micro-batch slots of the slowest stage (its
-//     compute, tensor transfers and the activation it sends), of which
-//     S - 1 are the bubble (GPipe and 1F1B alike)
+//   pipeline: M micro-batch slots of the slowest stage (a slot: the
+//     stage's compute, tensor transfers and the activation it sends), and
+//     the bubble, every other stage's slot once (the fill and the drain;
+//     S - 1 slots of equal stages; GPipe and 1F1B alike)
 //   data parallelism: ring allreduces of the stage's gradient buckets
 //     (GradientSync's 25 MiB from the end), each started when the last
 //     micro-batch's backward has written it and the previous one is done;
@@ -34,10 +36,15 @@
 //     weights (the other half, not hidden; ZeRO-3 instead gathers every unit
 //     before its forward and backward, exposed where that outlasts the
 //     compute), on the profile's reduce_scatter_allgather link inside a node
-//     when it has one
-//   optimizer: the rank's updated values read and written at memory bandwidth
+//     when it has one. On a CPU profile whose ranks share a node nothing
+//     is hidden: the cores that compute make the copies, so every bucket
+//     follows backward and ZeRO-3's gathers count whole
+//   optimizer: the rank's updated values read and written at the update
+//     rate the profile measured for these ranks (measured_updates), else at
+//     memory bandwidth
 //
-// What it leaves out: kernel fusion and cache effects beyond f_half, the
+// What it leaves out: kernel fusion and cache effects beyond f_half and the
+// measured layers (which run each layer alone, every rank the same), the
 // overlap of tensor-parallel transfers with compute (Strata has none),
 // contention between the ranks' transfers on a shared link, stragglers.
 #pragma once
@@ -89,6 +96,9 @@ struct Prediction {
          optimizer = 0;
   MemoryReport memory;  // the rank that needs the most
   int stage_with_most_memory = 0;
+  // Collectives and messages a rank of the slowest stage takes part in per
+  // step (each a synchronization of ranks): the search's tie-break.
+  double collectives = 0;
 };
 
 struct PlanRequest {
@@ -104,6 +114,22 @@ struct PlanRequest {
   std::size_t memory_budget = 0;  // bytes per rank; 0: the node's memory / ranks per node
 };
 
+// The layers strata-train builds for a tensor rank: the model's layers made
+// tensor-parallel over `tp` (with sequence parallelism: `sequence`), ties
+// resolved, and where plan_stages cuts them into pp stages (stage p holds
+// layers bounds[p] to bounds[p + 1]). Throws config when the layout cannot
+// be built.
+struct StageLayers {
+  std::vector<LayerPtr<float>> layers;
+  std::vector<std::string> names;
+  std::vector<std::size_t> bounds;
+  Shape input;  // of the model
+};
+StageLayers stage_layers(const PlanRequest& request, comm::Communicator& tp, int pp, bool sequence);
+// A top-level layer's key in a profile's measured_layers: what it is, its
+// input shape, and its tensor group.
+std::string layer_key(const Layer<float>& layer, int tp, bool sequence);
+
 class CostModel {
  public:
   // Throws config for a request no layout can serve (no ranks, no batch,
@@ -116,10 +142,9 @@ class CostModel {
   int ranks_per_node() const { return per_node_; }
   // Threads (cores) of one rank of a CPU profile; 1 on a GPU profile.
   int threads_per_rank() const;
-  // The Linear GEMMs the layout runs (every stage's, one micro-batch),
-  // which `strata-plan calibrate --model` measures; none for a layout that
-  // cannot be built.
-  std::vector<GemmShape> gemm_shapes(const Layout& layout) const;
+  // Samples per micro-batch of the layout's largest data-parallel shard.
+  std::size_t micro_batch_samples(const Layout& l) const;
+  const PlanRequest& request() const { return request_; }
   std::size_t memory_budget() const { return budget_; }
   // Seconds of a ring allreduce of `bytes` over n ranks on a link.
   static double allreduce_time(double bytes, int n, const Link& link);
@@ -138,7 +163,6 @@ class CostModel {
   // sequence: with sequence parallelism (tp > 1).
   const Split& split(int tp, int pp, bool sequence = false) const;
   double layer_time(double flops, double gemms, double values, double rate) const;
-  std::size_t micro_batch_samples(const Layout& l) const;  // of the largest shard
   double rank_bandwidth() const;  // memory bandwidth one rank has
 
   PlanRequest request_;

@@ -81,33 +81,56 @@ MachineProfile parse_profile(const std::string& text, const std::string& path) {
   p.inter_node = link(j, "inter_node", path);
   if (j.contains("reduce_scatter_allgather"))
     p.reduce_scatter_allgather = link(j, "reduce_scatter_allgather", path);
-  if (j.contains("measured_gemms")) {
-    const json& list = j.at("measured_gemms");
-    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_gemms' must be a list");
+  STRATA_REQUIRE(!j.contains("measured_gemms"), config, path,
+                 ": 'measured_gemms' is from an older strata-plan calibrate (GEMMs, not "
+                 "layers): calibrate again");
+  if (j.contains("measured_layers")) {
+    const json& list = j.at("measured_layers");
+    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_layers' must be a list");
     for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string where = "measured_gemms[" + std::to_string(i) + "].";
+      const std::string where = "measured_layers[" + std::to_string(i) + "].";
       const json& e = list[i];
-      MeasuredGemm g;
-      g.rows = static_cast<std::size_t>(positive(e, where, "rows", path));
-      g.n = static_cast<std::size_t>(positive(e, where, "n", path));
-      g.k = static_cast<std::size_t>(positive(e, where, "k", path));
-      g.threads = static_cast<int>(positive(e, where, "threads", path));
-      g.ranks = static_cast<int>(positive(e, where, "ranks", path));
-      g.forward = positive(e, where, "forward", path);
-      g.backward = positive(e, where, "backward", path);
-      p.measured_gemms.push_back(g);
+      MeasuredLayer m;
+      STRATA_REQUIRE(e.contains("layer") && e.at("layer").is_string(), config, path, ": ",
+                     where, "layer must be a string");
+      m.layer = e.at("layer").get<std::string>();
+      m.samples = static_cast<std::size_t>(positive(e, where, "samples", path));
+      m.threads = static_cast<int>(positive(e, where, "threads", path));
+      m.ranks = static_cast<int>(positive(e, where, "ranks", path));
+      m.forward = positive(e, where, "forward", path);
+      m.backward = positive(e, where, "backward", path);
+      p.measured_layers.push_back(m);
+    }
+  }
+  if (j.contains("measured_updates")) {
+    const json& list = j.at("measured_updates");
+    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_updates' must be a list");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string where = "measured_updates[" + std::to_string(i) + "].";
+      MeasuredUpdate u;
+      u.threads = static_cast<int>(positive(list[i], where, "threads", path));
+      u.ranks = static_cast<int>(positive(list[i], where, "ranks", path));
+      u.bandwidth = positive(list[i], where, "bandwidth", path);
+      p.measured_updates.push_back(u);
     }
   }
   return p;
 }
 
-const MeasuredGemm* MachineProfile::measured(std::size_t rows, std::size_t n, std::size_t k,
-                                             int threads, int ranks) const {
-  const MeasuredGemm* best = nullptr;
-  for (const MeasuredGemm& g : measured_gemms)
-    if (g.rows == rows && g.n == n && g.k == k && g.threads == threads && g.ranks <= ranks &&
-        (!best || g.ranks > best->ranks))
-      best = &g;
+double MachineProfile::update_bandwidth(int threads, int ranks) const {
+  const MeasuredUpdate* best = nullptr;
+  for (const MeasuredUpdate& u : measured_updates)
+    if (u.threads == threads && u.ranks <= ranks && (!best || u.ranks > best->ranks)) best = &u;
+  return best ? best->bandwidth : 0.0;
+}
+
+const MeasuredLayer* MachineProfile::measured(const std::string& layer, std::size_t samples,
+                                              int threads, int ranks) const {
+  const MeasuredLayer* best = nullptr;
+  for (const MeasuredLayer& m : measured_layers)
+    if (m.samples == samples && m.threads == threads && m.ranks <= ranks && m.layer == layer &&
+        (!best || m.ranks > best->ranks))
+      best = &m;
   return best;
 }
 
@@ -129,12 +152,18 @@ std::string profile_json(const MachineProfile& p) {
   if (p.reduce_scatter_allgather.bandwidth > 0)
     j["reduce_scatter_allgather"] = {{"latency", p.reduce_scatter_allgather.latency},
                                      {"bandwidth", p.reduce_scatter_allgather.bandwidth}};
-  if (!p.measured_gemms.empty()) {
+  if (!p.measured_layers.empty()) {
     json list = json::array();
-    for (const MeasuredGemm& g : p.measured_gemms)
-      list.push_back({{"rows", g.rows}, {"n", g.n}, {"k", g.k}, {"threads", g.threads},
-                      {"ranks", g.ranks}, {"forward", g.forward}, {"backward", g.backward}});
-    j["measured_gemms"] = list;
+    for (const MeasuredLayer& m : p.measured_layers)
+      list.push_back({{"layer", m.layer}, {"samples", m.samples}, {"threads", m.threads},
+                      {"ranks", m.ranks}, {"forward", m.forward}, {"backward", m.backward}});
+    j["measured_layers"] = list;
+  }
+  if (!p.measured_updates.empty()) {
+    json list = json::array();
+    for (const MeasuredUpdate& u : p.measured_updates)
+      list.push_back({{"threads", u.threads}, {"ranks", u.ranks}, {"bandwidth", u.bandwidth}});
+    j["measured_updates"] = list;
   }
   return j.dump(2) + "\n";
 }

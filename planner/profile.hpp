@@ -18,20 +18,28 @@
 //     "intra_node": {"latency": 3e-6, "bandwidth": 2.4e11},  // alpha-beta, per rank (latency >= 0)
 //     "inter_node": {"latency": 6e-6, "bandwidth": 2.4e10},
 //     "reduce_scatter_allgather": {"latency": 2e-6, "bandwidth": 1.3e10},  // optional
-//     "measured_gemms": [         // optional: `strata-plan calibrate --model`
-//       {"rows": 128, "n": 1024, "k": 784, "threads": 1, "ranks": 2,
-//        "forward": 1.1e-3, "backward": 2.3e-3}, ...]
+//     "measured_layers": [        // optional: `strata-plan calibrate --model`
+//       {"layer": "Linear(784, 1024) in {784} tp 1", "samples": 128, "threads": 1,
+//        "ranks": 2, "forward": 1.1e-3, "backward": 2.3e-3}, ...],
+//     "measured_updates": [       // optional: the same, the optimizer's update
+//       {"threads": 1, "ranks": 2, "bandwidth": 4.1e10}, ...]
 //   }
 //
 // reduce_scatter_allgather: a reduce-scatter followed by an allgather (the
 // sums of ZeRO-1) between the ranks of a node, as the alpha-beta fit of an
 // allreduce's time (`strata-plan calibrate` measures it; without it ZeRO-1
 // is charged one allreduce on the node's link).
-// measured_gemms are a model's Linear layers timed on this machine: the
-// forward GEMM (rows x k by k x n) and the backward ones (the input and the
-// weight gradient), with `threads` threads per rank while `ranks` ranks run
-// the same at once, as the ranks of a layout do. The cost model takes them
-// over its GEMM-rate curve where the shape and threads match.
+// measured_layers are a model's layers timed on this machine, each alone on
+// a micro-batch of `samples` samples: its forward, and its backward (the
+// input and weight gradients), with `threads` threads per rank while
+// `ranks` ranks run the same at once, as the ranks of a layout do (a
+// tensor-parallel shard with its group's sums inside). "layer" is the key
+// planner::layer_key gives it. The cost model takes them over its
+// rate-curve terms where layer, samples and threads match.
+// measured_updates are the model's optimizer updating all its parameters on
+// `ranks` ranks at once: the bytes it reads and writes (weight, gradient and
+// state) per second of one rank, which replaces memory bandwidth in the
+// optimizer's term (an update that fits in the caches runs faster).
 //
 // A rank of a GPU profile drives one device; ranks of a CPU profile share a
 // node's cores (threads = cores / ranks on the node) and its memory
@@ -53,10 +61,16 @@ struct Link {
   double time(double bytes) const { return latency + bytes / bandwidth; }
 };
 
-struct MeasuredGemm {
-  std::size_t rows = 0, n = 0, k = 0;
+struct MeasuredLayer {
+  std::string layer;  // planner::layer_key
+  std::size_t samples = 0;
   int threads = 1, ranks = 1;
   double forward = 0, backward = 0;  // seconds
+};
+
+struct MeasuredUpdate {
+  int threads = 1, ranks = 1;
+  double bandwidth = 0;  // bytes per second of one rank
 };
 
 struct MachineProfile {
@@ -72,14 +86,19 @@ struct MachineProfile {
   double launch = 0;            // seconds per kernel launch
   Link intra_node, inter_node;
   Link reduce_scatter_allgather;  // inside a node; bandwidth 0: not measured
-  std::vector<MeasuredGemm> measured_gemms;
+  std::vector<MeasuredLayer> measured_layers;
+  std::vector<MeasuredUpdate> measured_updates;
 
   // The large-GEMM rate of one device at a precision.
   double gemm_flops(Precision p) const { return p == Precision::fp32 ? gemm_flops_fp32 : gemm_flops_16; }
-  // The measurement of a Linear of this shape on ranks of `threads` threads
-  // (the one with the most ranks running at once, up to `ranks`), or null.
-  const MeasuredGemm* measured(std::size_t rows, std::size_t n, std::size_t k, int threads,
-                               int ranks) const;
+  // The measurement of a layer on micro-batches of `samples` on ranks of
+  // `threads` threads (the one with the most ranks running at once, up to
+  // `ranks`), or null.
+  const MeasuredLayer* measured(const std::string& layer, std::size_t samples, int threads,
+                                int ranks) const;
+  // The measured update bandwidth of ranks of `threads` threads (the one
+  // with the most ranks at once, up to `ranks`), or 0.
+  double update_bandwidth(int threads, int ranks) const;
 };
 
 // Reads a profile; throws config naming the file and the field that is

@@ -46,12 +46,12 @@ std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& o
   return all;
 }
 
-std::vector<GemmShape> gemm_shapes(const CostModel& model, int ranks, std::size_t batch,
-                                   const SearchOptions& options) {
-  std::set<GemmShape> shapes;
+std::vector<StageSet> stage_sets(const CostModel& model, int ranks, std::size_t batch,
+                                 const SearchOptions& options) {
+  std::set<StageSet> sets;
   for (const Layout& l : layouts(ranks, batch, options))
-    for (const GemmShape& g : model.gemm_shapes(l)) shapes.insert(g);
-  return {shapes.begin(), shapes.end()};
+    sets.insert({l.mesh.tp, l.mesh.pp, l.sequence_parallel, model.micro_batch_samples(l)});
+  return {sets.begin(), sets.end()};
 }
 
 std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
@@ -64,6 +64,15 @@ std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t ba
     if (a.samples_per_s != b.samples_per_s) return a.samples_per_s > b.samples_per_s;
     return a.memory.total() < b.memory.total();
   });
+  // The layouts predicted within options.tie of the fastest are a tie: the
+  // one with the fewest synchronizations per step goes first (each costs a
+  // wait for the slowest rank that the model does not charge).
+  std::size_t tied = 0;
+  while (tied < all.size() && all[tied].rejected.empty() &&
+         all[tied].samples_per_s >= (1 - options.tie) * all[0].samples_per_s)
+    ++tied;
+  std::stable_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(tied),
+                   [](const Prediction& a, const Prediction& b) { return a.collectives < b.collectives; });
   return all;
 }
 

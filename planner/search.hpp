@@ -2,11 +2,13 @@
 // dp pp tp = ranks; micro-batch counts for pipelines; both schedules;
 // ZeRO-1, 2 and 3 with data parallelism; recomputation), each predicted by the cost
 // model, ranked: the layouts that fit first, fastest first (equal times:
-// less memory first), then the rejected ones with their reasons.
+// less memory first; those within SearchOptions::tie of the fastest by
+// fewest synchronizations), then the rejected ones with their reasons.
 #pragma once
 
 #include "planner/cost_model.hpp"
 
+#include <tuple>
 #include <vector>
 
 namespace strata::planner {
@@ -17,6 +19,9 @@ struct SearchOptions {
   bool recompute = true;   // also with recomputation
   bool sequence = true;    // also sequence parallelism where tp > 1
   std::size_t max_micro_batches = 256;
+  // Predictions this close to the fastest (a fraction) are a tie, ranked
+  // by fewest synchronizations per step (Prediction::collectives).
+  double tie = 0.02;
 };
 
 // Micro-batch counts tried for a pipeline of pp stages (pp 1: gradient
@@ -30,9 +35,20 @@ std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& o
 std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
                                const SearchOptions& options = {});
 
-// The distinct Linear GEMMs of every layout the search tries (what
-// `strata-plan calibrate --model` measures).
-std::vector<GemmShape> gemm_shapes(const CostModel& model, int ranks, std::size_t batch,
-                                   const SearchOptions& options = {});
+// The layers of a (tp, pp, sequence) cut (stage_layers) on micro-batches
+// of `samples` samples: what a layout runs, as calibration measures it.
+struct StageSet {
+  int tp = 1, pp = 1;
+  bool sequence = false;
+  std::size_t samples = 0;
+  bool operator<(const StageSet& o) const {
+    return std::tie(tp, pp, sequence, samples) < std::tie(o.tp, o.pp, o.sequence, o.samples);
+  }
+};
+
+// The distinct stage sets of every layout the search tries on `ranks`
+// (what `strata-plan calibrate --model` measures).
+std::vector<StageSet> stage_sets(const CostModel& model, int ranks, std::size_t batch,
+                                 const SearchOptions& options = {});
 
 }  // namespace strata::planner

@@ -154,11 +154,22 @@ int calibrate(const PlanConfig& c) {
   const auto log = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
   planner::MachineProfile p = planner::calibrate(log);
   if (!c.model_file.empty() || !c.layers.empty()) {
+    // The layers as the layouts of --ranks run them, and as one rank with
+    // every core does (the layout to compare with).
     const planner::CostModel model(request(c), p);
-    const auto shapes = planner::gemm_shapes(model, c.ranks, c.batch);
-    log("the model's Linear GEMMs: " + std::to_string(shapes.size()) + " shapes over its layouts on " +
+    const auto sets = planner::stage_sets(model, c.ranks, c.batch);
+    log("the model's layers: " + std::to_string(sets.size()) + " stage sets over its layouts on " +
         std::to_string(c.ranks) + " ranks");
-    planner::measure_gemms(p, shapes, model.ranks_per_node(), log);
+    planner::measure_layers(p, model.request(), sets, model.ranks_per_node(), log);
+    planner::measure_update(p, model.request(), model.ranks_per_node(), log);
+    if (model.ranks_per_node() > 1) {
+      planner::PlanRequest one = request(c);
+      one.ranks = 1;
+      one.ranks_per_node = 0;
+      const planner::CostModel alone(one, p);
+      planner::measure_layers(p, one, planner::stage_sets(alone, 1, c.batch), 1, log);
+      planner::measure_update(p, one, 1, log);
+    }
   }
   planner::save_profile(p, c.output);
   std::fprintf(stderr, "strata-plan calibrate: wrote %s\n", c.output.c_str());

@@ -8,6 +8,7 @@
 #include "layers/embedding.hpp"
 #include "layers/loss.hpp"
 #include "layers/linear.hpp"
+#include "planner/layer_probe.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -66,14 +67,6 @@ std::vector<GemmShape> layer_gemms(const Layer<float>& l, std::size_t batch, con
   return {};
 }
 
-// Deterministic values in [-0.5, 0.5).
-void fill(float* p, std::size_t n, unsigned salt) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned h = static_cast<unsigned>(i) * 2654435761u + salt * 40503u;
-    p[i] = static_cast<float>((h >> 8) & 0xffff) / 65536.0f - 0.5f;
-  }
-}
-
 // Median seconds of `op` (fenced), each repetition repeating it for >= 20 ms.
 double time_op(Context& ctx, int reps, const std::function<void()>& op) {
   op();
@@ -114,8 +107,8 @@ double gemm_rate(const std::vector<GemmShape>& shapes, Context& ctx, int reps) {
     const std::size_t br = s.tb == Op::N ? s.k : s.n, bc = s.tb == Op::N ? s.n : s.k;
     Operands o{MatrixBuffer<float>("a", ar, ac), MatrixBuffer<float>("b", br, bc),
                MatrixBuffer<float>("c", s.m, s.n)};
-    fill(o.a.data(), o.a.size(), 1);
-    fill(o.b.data(), o.b.size(), 2);
+    planner::fill_seeded(o.a.data(), o.a.size(), 1);
+    planner::fill_seeded(o.b.data(), o.b.size(), 2);
     ops.push_back(o);
     flops += s.flops();
   }
@@ -161,20 +154,9 @@ namespace {
 double layer_row(Layer<float>& l, const std::string& label, std::size_t batch, Context& ctx,
                  int reps, const std::string& workload, unsigned salt,
                  std::vector<GemmPart>* parts) {
-  const std::size_t in = l.input_shape().numel(), out = l.output_shape(l.input_shape()).numel();
-  MatrixBuffer<float> x("x", batch, in), y("y", batch, out), dy("dy", batch, out), dx("dx", batch, in);
-  VectorBuffer<float> scratch("scratch", std::max<std::size_t>(1, l.saved_size(batch)));
-  if (const auto* e = dynamic_cast<const Embedding<float>*>(&l)) {
-    for (std::size_t i = 0; i < x.size(); ++i)
-      x.data()[i] = static_cast<float>((i * 2654435761u + salt) % e->vocab());
-  } else {
-    fill(x.data(), x.size(), 3 + salt);
-  }
-  fill(dy.data(), dy.size(), 5 + salt);
-  Saved<float> s;
-  s.x = x;
-  s.y = y;
-  s.scratch = scratch;
+  planner::LayerProbe probe(l, batch, salt);
+  auto &x = probe.x, &y = probe.y, &dy = probe.dy, &dx = probe.dx;
+  Saved<float>& s = probe.saved;
   const double fwd = time_op(ctx, reps, [&] { l.forward(ctx, x, y, s); });
   // Backward with and without the input gradient (the weight part alone).
   const double bwd = time_op(ctx, reps, [&] { l.backward(ctx, dy, dx, s); });
@@ -264,7 +246,7 @@ void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, 
         dynamic_cast<const Embedding<float>*>(&model.layer(0)) != nullptr ? model.shape(0)[0] : 1;
     const std::size_t classes = out / positions;
     MatrixBuffer<float> z("z", batch, out), dz("dz", batch, out);
-    fill(z.data(), z.size(), 11);
+    planner::fill_seeded(z.data(), z.size(), 11);
     LabelsBuffer labels("labels", batch * positions);
     auto host = Kokkos::create_mirror_view(labels);
     for (std::size_t k = 0; k < host.size(); ++k) host(k) = static_cast<std::int32_t>((k * 40503u) % classes);
