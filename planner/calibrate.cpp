@@ -368,7 +368,7 @@ void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
   });
   const double state = static_cast<double>(state_elements(request.optimizer, 1));
   const double bytes = static_cast<double>(n) * (3 + 2 * state) * 4;
-  p.measured_updates.push_back({threads, ranks, bytes / seconds});
+  p.measured_updates.push_back({request.optimizer.kind, threads, ranks, bytes / seconds});
   log(std::string("optimizer update (") + to_string(request.optimizer.kind) + ") of " +
       std::to_string(n) + " parameters on " + std::to_string(ranks) + " rank(s) at once: " +
       g(seconds * 1e3) + " ms, " + g(bytes / seconds / 1e9) + " GB/s per rank");

@@ -349,7 +349,7 @@ Prediction CostModel::predict(const Layout& l) const {
   // The optimizer reads and writes its values: the weight, gradient and state.
   const double state = static_cast<double>(state_elements(request_.optimizer, 1));
   // At the update rate calibration measured on these ranks, else at memory bandwidth.
-  const double measured_update = profile_.update_bandwidth(threads, per_node_);
+  const double measured_update = profile_.update_bandwidth(request_.optimizer.kind, threads, per_node_);
   const double bandwidth = measured_update > 0 ? measured_update : rank_bandwidth();
   pr.optimizer = updated * (3 + 2 * state) * 4 / bandwidth;
   pr.step = slowest * static_cast<double>(M) + pr.bubble + pr.data_comm + pr.optimizer;

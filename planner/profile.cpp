@@ -108,6 +108,13 @@ MachineProfile parse_profile(const std::string& text, const std::string& path) {
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string where = "measured_updates[" + std::to_string(i) + "].";
       MeasuredUpdate u;
+      STRATA_REQUIRE(list[i].contains("optimizer") && list[i].at("optimizer").is_string(), config,
+                     path, ": ", where, "optimizer must be a string (sgd, adam or adamw)");
+      try {
+        u.optimizer = parse_optimizer(list[i].at("optimizer").get<std::string>());
+      } catch (const Error& e) {
+        STRATA_THROW(config, path, ": ", where, "optimizer: ", e.message());
+      }
       u.threads = static_cast<int>(positive(list[i], where, "threads", path));
       u.ranks = static_cast<int>(positive(list[i], where, "ranks", path));
       u.bandwidth = positive(list[i], where, "bandwidth", path);
@@ -117,10 +124,10 @@ MachineProfile parse_profile(const std::string& text, const std::string& path) {
   return p;
 }
 
-double MachineProfile::update_bandwidth(int threads, int ranks) const {
+double MachineProfile::update_bandwidth(OptimizerKind optimizer, int threads, int ranks) const {
   const MeasuredUpdate* best = nullptr;
   for (const MeasuredUpdate& u : measured_updates)
-    if (u.threads == threads && u.ranks <= ranks && (!best || u.ranks > best->ranks)) best = &u;
+    if (u.optimizer == optimizer && u.threads == threads && u.ranks <= ranks && (!best || u.ranks > best->ranks)) best = &u;
   return best ? best->bandwidth : 0.0;
 }
 
@@ -162,7 +169,8 @@ std::string profile_json(const MachineProfile& p) {
   if (!p.measured_updates.empty()) {
     json list = json::array();
     for (const MeasuredUpdate& u : p.measured_updates)
-      list.push_back({{"threads", u.threads}, {"ranks", u.ranks}, {"bandwidth", u.bandwidth}});
+      list.push_back({{"optimizer", to_string(u.optimizer)}, {"threads", u.threads}, {"ranks", u.ranks},
+                      {"bandwidth", u.bandwidth}});
     j["measured_updates"] = list;
   }
   return j.dump(2) + "\n";

@@ -22,7 +22,7 @@
 //       {"layer": "Linear(784, 1024) in {784} tp 1", "samples": 128, "threads": 1,
 //        "ranks": 2, "forward": 1.1e-3, "backward": 2.3e-3}, ...],
 //     "measured_updates": [       // optional: the same, the optimizer's update
-//       {"threads": 1, "ranks": 2, "bandwidth": 4.1e10}, ...]
+//       {"optimizer": "sgd", "threads": 1, "ranks": 2, "bandwidth": 4.1e10}, ...]
 //   }
 //
 // reduce_scatter_allgather: a reduce-scatter followed by an allgather (the
@@ -36,8 +36,9 @@
 // tensor-parallel shard with its group's sums inside). "layer" is the key
 // planner::layer_key gives it. The cost model takes them over its
 // rate-curve terms where layer, samples and threads match.
-// measured_updates are the model's optimizer updating all its parameters on
-// `ranks` ranks at once: the bytes it reads and writes (weight, gradient and
+// measured_updates are a model's optimizer updating all its parameters on
+// `ranks` ranks at once (at that model's size; another model of the same
+// optimizer takes its rate): the bytes it reads and writes (weight, gradient and
 // state) per second of one rank, which replaces memory bandwidth in the
 // optimizer's term (an update that fits in the caches runs faster).
 //
@@ -47,6 +48,7 @@
 #pragma once
 
 #include "backends/precision.hpp"
+#include "layers/optimizer.hpp"
 
 #include <cstddef>
 #include <string>
@@ -69,6 +71,7 @@ struct MeasuredLayer {
 };
 
 struct MeasuredUpdate {
+  OptimizerKind optimizer = OptimizerKind::sgd;
   int threads = 1, ranks = 1;
   double bandwidth = 0;  // bytes per second of one rank
 };
@@ -96,9 +99,9 @@ struct MachineProfile {
   // `ranks`), or null.
   const MeasuredLayer* measured(const std::string& layer, std::size_t samples, int threads,
                                 int ranks) const;
-  // The measured update bandwidth of ranks of `threads` threads (the one
-  // with the most ranks at once, up to `ranks`), or 0.
-  double update_bandwidth(int threads, int ranks) const;
+  // The measured update bandwidth of an optimizer on ranks of `threads`
+  // threads (the one with the most ranks at once, up to `ranks`), or 0.
+  double update_bandwidth(OptimizerKind optimizer, int threads, int ranks) const;
 };
 
 // Reads a profile; throws config naming the file and the field that is

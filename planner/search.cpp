@@ -58,6 +58,20 @@ std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t ba
                                const SearchOptions& options) {
   std::vector<Prediction> all;
   for (const Layout& l : layouts(ranks, batch, options)) all.push_back(model.predict(l));
+  // Without a pipeline, micro-batches only save memory: where the same
+  // layout fits in one, more are not a plan (the model charges no cost per
+  // micro-batch, and on a cache they can look faster than they run).
+  for (Prediction& p : all) {
+    if (p.layout.mesh.pp > 1 || p.layout.micro_batches == 1 || !p.rejected.empty()) continue;
+    for (const Prediction& q : all)
+      if (q.rejected.empty() && q.layout.micro_batches == 1 && q.layout.mesh.dp == p.layout.mesh.dp &&
+          q.layout.mesh.pp == 1 && q.layout.mesh.tp == p.layout.mesh.tp && q.layout.zero == p.layout.zero &&
+          q.layout.recompute == p.layout.recompute &&
+          q.layout.sequence_parallel == p.layout.sequence_parallel) {
+        p.rejected = "micro-batches without a pipeline only save memory, and this layout fits in one";
+        break;
+      }
+  }
   std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
     if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
     if (!a.rejected.empty()) return false;

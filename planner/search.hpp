@@ -1,7 +1,8 @@
 // The planner's search: every layout of a rank count (dp x pp x tp with
 // dp pp tp = ranks; micro-batch counts for pipelines; both schedules;
 // ZeRO-1, 2 and 3 with data parallelism; recomputation), each predicted by the cost
-// model, ranked: the layouts that fit first, fastest first (equal times:
+// model, ranked (a layout of several micro-batches without a pipeline is
+// rejected where it fits in one): the layouts that fit first, fastest first (equal times:
 // less memory first; those within SearchOptions::tie of the fastest by
 // fewest synchronizations), then the rejected ones with their reasons.
 #pragma once

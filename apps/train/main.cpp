@@ -216,7 +216,8 @@ int train(const TrainConfig& c, comm::Communicator& world) {
     const auto log = [&](const std::string& line) {
       if (world.rank() == 0) std::cout << line << std::endl;
     };
-    const planner::MachineProfile profile = plan_profile(c.plan_profile, world, log);
+    const planner::MachineProfile profile =
+        plan_profile(c.plan_profile, world, plan_request(c, model, c.ranks * world.size()), log);
     const TrainConfig planned = planned_config(c, model, profile, c.ranks * world.size(), &summary);
     if (world.rank() == 0) std::cout << summary << std::endl;
     return train(planned, world);

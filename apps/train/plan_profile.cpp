@@ -3,6 +3,7 @@
 #include "backends/error.hpp"
 #include "backends/ranks.hpp"
 #include "planner/calibrate.hpp"
+#include "planner/search.hpp"
 
 #include <unistd.h>
 
@@ -49,6 +50,45 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
+// Writes p to path: beside it first, then renamed over, so that a reader
+// never sees half a profile. A cache that cannot be written only forgets.
+void save_cached(const planner::MachineProfile& p, const std::string& path,
+                 const std::function<void(const std::string&)>& log) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  try {
+    planner::save_profile(p, tmp);
+    fs::rename(tmp, path);
+    log("plan: wrote " + path);
+  } catch (const std::exception& e) {
+    fs::remove(tmp, ec);
+    log(std::string("plan: could not cache the profile in ") + path + " (" + e.what() + ")");
+  }
+}
+
+// The request's layers and optimizer update measured into p (those the
+// cache lacks), and p written back when it gained any.
+std::string with_model(std::string text, const planner::PlanRequest& request,
+                       const std::function<void(const std::string&)>& log) {
+  const int threads = kokkos_host_threads();
+  const std::string path = cached_profile_path(threads);
+  planner::MachineProfile p = planner::parse_profile(text, path);
+  const std::size_t layers = p.measured_layers.size(), updates = p.measured_updates.size();
+  const planner::CostModel model(request, p);
+  const int ranks = model.ranks_per_node();
+  const auto sets = planner::stage_sets(model, request.ranks, request.batch);
+  log("plan: measuring this model's layers as its layouts on " + std::to_string(ranks) +
+      " rank(s) run them (those not in the cache)");
+  const auto indent = [&](const std::string& line) { log("  " + line); };
+  planner::measure_layers(p, request, sets, ranks, indent);
+  if (p.update_bandwidth(request.optimizer.kind, model.threads_per_rank(), ranks) <= 0)
+    planner::measure_update(p, request, ranks, indent);
+  if (p.measured_layers.size() == layers && p.measured_updates.size() == updates) return text;
+  save_cached(p, path, log);
+  return planner::profile_json(p);
+}
+
 // Rank 0's profile text, calibrated when the cache has none that fits.
 std::string cached_or_calibrated(const std::function<void(const std::string&)>& log) {
   const int threads = kokkos_host_threads();
@@ -78,18 +118,7 @@ std::string cached_or_calibrated(const std::function<void(const std::string&)>& 
   }
   p.name = "this machine (" + host_name() + ", " + std::to_string(threads) + " thread(s))";
   p.source = want;
-  // Written beside, then renamed over: a reader never sees half a profile.
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  try {
-    planner::save_profile(p, tmp);
-    fs::rename(tmp, path);
-    log("plan: wrote " + path);
-  } catch (const std::exception& e) {  // a read-only cache still plans, it only forgets
-    fs::remove(tmp, ec);
-    log(std::string("plan: could not cache the profile in ") + path + " (" + e.what() + ")");
-  }
+  save_cached(p, path, log);
   return planner::profile_json(p);
 }
 
@@ -100,10 +129,25 @@ std::string cached_profile_path(int threads) {
 }
 
 planner::MachineProfile plan_profile(const std::string& given, comm::Communicator& world,
+                                     const planner::PlanRequest& request,
                                      const std::function<void(const std::string&)>& log) {
   if (!given.empty()) return planner::load_profile(given);
   std::string text;
-  if (world.rank() == 0) text = cached_or_calibrated(log);
+  if (world.rank() == 0) {
+    text = cached_or_calibrated(log);
+    if (world.size() == 1) {
+      try {
+        text = with_model(text, request, log);
+      } catch (const Error& e) {
+        STRATA_THROW(config, "--strategy plan: measuring the model's layers failed (", e.what(),
+                     "); give --plan-profile FILE (strata-plan calibrate --model ... writes one)");
+      }
+    } else {
+      log("plan: " + std::to_string(world.size()) + " processes: the model's layers are not "
+          "measured (the rate curve plans); `strata-plan calibrate --model ... --ranks N` "
+          "writes a profile with them for --plan-profile");
+    }
+  }
   if (world.size() > 1) {  // rank 0's text, packed in 64-bit words
     std::int64_t n = static_cast<std::int64_t>(text.size());
     world.broadcast(&n, 1, comm::DataType::i64, 0);

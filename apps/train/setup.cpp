@@ -295,9 +295,6 @@ EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int w
   return o;
 }
 
-namespace {
-
-// What the planner is asked for a run of these options on `ranks` ranks.
 planner::PlanRequest plan_request(const TrainConfig& c, const ModelSpec& model, int ranks) {
   planner::PlanRequest r;
   r.model = model;
@@ -309,8 +306,6 @@ planner::PlanRequest plan_request(const TrainConfig& c, const ModelSpec& model, 
   r.memory_budget = static_cast<std::size_t>(c.memory_budget_mb * 1024 * 1024);
   return r;
 }
-
-}  // namespace
 
 TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
                            const planner::MachineProfile& profile, int world, std::string* summary) {
@@ -324,24 +319,36 @@ TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
                                      plans.front().rejected + ")");
   const planner::Layout& l = plans.front().layout;
   TrainConfig t = c;
-  t.strategy = StrategyKind::hybrid;
   t.plan_profile.clear();
   t.dp = l.mesh.dp, t.pp = l.mesh.pp, t.tp = l.mesh.tp;
-  t.micro_batches = l.micro_batches;
-  t.schedule = to_string(l.schedule);
-  t.zero = l.zero;
   t.recompute = l.recompute;
-  t.sequence_parallel = l.sequence_parallel;
+  // Plain data parallelism runs on the engine its explicit options pick
+  // (--strategy auto: the data-parallel one), as the layout it was
+  // measured and predicted as; the rest on the mesh.
+  const bool plain = l.mesh.pp == 1 && l.mesh.tp == 1 && l.zero == 0 && l.micro_batches == 1 &&
+                     !l.sequence_parallel && c.memory_budget_mb <= 0;
+  std::string same;
+  if (plain) {
+    t.strategy = StrategyKind::automatic;
+    t.micro_batches = 0;
+    same = "--dp " + std::to_string(t.dp);
+  } else {
+    t.strategy = StrategyKind::hybrid;
+    t.micro_batches = l.micro_batches;
+    t.schedule = to_string(l.schedule);
+    t.zero = l.zero;
+    t.sequence_parallel = l.sequence_parallel;
+    same = "--strategy hybrid --dp " + std::to_string(t.dp) + " --pp " + std::to_string(t.pp) +
+           " --tp " + std::to_string(t.tp) + " --micro-batches " + std::to_string(t.micro_batches) +
+           " --schedule " + t.schedule + " --zero " + std::to_string(t.zero) +
+           (t.sequence_parallel ? " --sequence-parallel" : "");
+  }
   if (summary) {
     char rate[64];
     std::snprintf(rate, sizeof rate, "%.0f samples/s, %.1f MiB per rank", plans.front().samples_per_s,
                   plans.front().memory.total() / 1048576.0);
-    *summary = "plan: " + l.str() + " (predicted on " + profile.name + ": " + rate +
-               "; the same as --strategy hybrid --dp " + std::to_string(t.dp) + " --pp " +
-               std::to_string(t.pp) + " --tp " + std::to_string(t.tp) + " --micro-batches " +
-               std::to_string(t.micro_batches) + " --schedule " + t.schedule + " --zero " +
-               std::to_string(t.zero) + (t.sequence_parallel ? " --sequence-parallel" : "") +
-               (t.recompute ? " --recompute" : "") + ")";
+    *summary = "plan: " + l.str() + " (predicted on " + profile.name + ": " + rate + "; the same as " +
+               same + (t.recompute ? " --recompute" : "") + ")";
   }
   return t;
 }

@@ -3,6 +3,7 @@
 // training loop (main.cpp) calls these once, before the first step.
 #pragma once
 
+#include "planner/cost_model.hpp"
 #include "planner/profile.hpp"
 
 #include "apps/train/train_config.hpp"
@@ -41,10 +42,14 @@ GemmBackend gemm_backend(const TrainConfig& c);
 // on `world` ranks.
 EngineOptions engine_options(const TrainConfig& c, const ModelSpec& model, int world);
 
+// What the planner is asked for a run of these options on `ranks` ranks.
+planner::PlanRequest plan_request(const TrainConfig& c, const ModelSpec& model, int ranks);
+
 // --strategy plan: c with the layout strata-plan ranks first for this model,
-// batch and `world` ranks on `profile` (apps/train/plan_profile.hpp; as
-// --strategy hybrid with --dp, --pp, --tp, --micro-batches, --schedule,
-// --zero, --recompute); *summary says which and why. Throws config when no
+// batch and `world` ranks on `profile` (apps/train/plan_profile.hpp; plain
+// data parallelism as --dp N, the rest as --strategy hybrid with --dp, --pp,
+// --tp, --micro-batches, --schedule, --zero; --recompute either way);
+// *summary says which and why. Throws config when no
 // layout fits, naming the closest.
 TrainConfig planned_config(const TrainConfig& c, const ModelSpec& model,
                            const planner::MachineProfile& profile, int world, std::string* summary);

@@ -56,7 +56,8 @@ Session::Session(const std::vector<std::string>& args) {
     const auto log = [&](const std::string& line) {
       if (world_->rank() == 0 && !config_.quiet) std::cout << line << std::endl;
     };
-    const planner::MachineProfile profile = app::plan_profile(config_.plan_profile, *world_, log);
+    const planner::MachineProfile profile = app::plan_profile(
+        config_.plan_profile, *world_, app::plan_request(config_, model_, config_.ranks * world_->size()), log);
     config_ = app::planned_config(config_, model_, profile, config_.ranks * world_->size(), &summary);
     log(summary);
   }

@@ -83,13 +83,17 @@ TEST_F(TrainApp, StrategyPlanTrainsWithTheLayoutStrataPlanRanksFirst) {
                  "--optimizer sgd --strategy plan --plan-profile " + profile);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_OUTPUT_HAS(r, "plan: " + best);
-  EXPECT_OUTPUT_HAS(r, "strategy: mesh " + best);
+  // Plain data parallelism runs on the data-parallel engine (as --dp 2 would), the rest on the mesh.
+  EXPECT_OUTPUT_HAS(r, best == "dp 2 x pp 1 x tp 1" ? "strategy: data parallel over 2 ranks"
+                                                   : "strategy: mesh " + best);
 }
 
 // --strategy plan without --plan-profile calibrates this machine on first
-// use and caches the profile; the next run reads it; a corrupt or stale
-// cached profile is calibrated again, never trusted. The plan each run prints
-// is the one strata-plan ranks first on the cached profile (the oracle).
+// use, measures the model's layers, and caches both in the profile; the next
+// run reads it and times nothing; another model adds its layers and keeps
+// the first one's; a corrupt or stale cached profile is calibrated again,
+// never trusted. The plan each run prints is the one strata-plan ranks first
+// on the cached profile (the oracle).
 TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   const std::string cache = path("cache");
   const std::string run = "STRATA_CACHE=" + cache + " " + bin("strata-train") +
@@ -99,9 +103,16 @@ TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_OUTPUT_HAS(first, "plan: no profile of this machine in " + cache + "/profiles/");
   EXPECT_OUTPUT_HAS(first, "plan: wrote " + cache + "/profiles/");
+  EXPECT_OUTPUT_HAS(first, "plan: measuring this model's layers");
   std::string profile;
   for (const auto& e : fs::directory_iterator(cache + "/profiles")) profile = e.path().string();
   ASSERT_FALSE(profile.empty());
+  const auto read = [](const std::string& file) {
+    std::ifstream in(file);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_NE(read(profile).find("\"Linear(16, 64) in {16} tp 1\""), std::string::npos) << read(profile);
+  EXPECT_NE(read(profile).find("\"measured_updates\""), std::string::npos) << read(profile);
   auto plan = test::run_command(bin("strata-plan") + " --layers 16,64,4 --batch 32 --ranks 2 "
                                 "--optimizer sgd --profile " + profile + " --top 1");
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
@@ -116,6 +127,15 @@ TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   EXPECT_OUTPUT_HAS(second, "plan: this machine's profile from " + profile);
   EXPECT_OUTPUT_HAS(second, "plan: " + best);
   EXPECT_EQ(second.output.find("calibrating"), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("plan: wrote"), std::string::npos) << second.output;  // nothing new timed
+
+  auto other = test::run_command("STRATA_CACHE=" + cache + " " + bin("strata-train") +
+                                 " --layers 16,48,4 --dataset synthetic --batch-size 32 --steps 2 "
+                                 "--ranks 2 --optimizer sgd --strategy plan");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_OUTPUT_HAS(other, "plan: wrote " + profile);
+  EXPECT_NE(read(profile).find("\"Linear(16, 48) in {16} tp 1\""), std::string::npos);
+  EXPECT_NE(read(profile).find("\"Linear(16, 64) in {16} tp 1\""), std::string::npos);
 
   std::ofstream(profile) << "{ not a profile";
   auto corrupt = test::run_command(run);

@@ -294,8 +294,9 @@ TEST(PlannerTime, ZeroSumsAfterBackward) {
   // A measured update rate replaces memory bandwidth: 3 values of 4 bytes
   // per parameter (SGD: weight and gradient read, weight written).
   MachineProfile updated = cpu_profile();
-  updated.measured_updates.push_back({2, 2, 5e9});
-  updated.measured_updates.push_back({1, 2, 1.0});  // other threads: not this
+  updated.measured_updates.push_back({OptimizerKind::sgd, 2, 2, 5e9});
+  updated.measured_updates.push_back({OptimizerKind::sgd, 1, 2, 1.0});    // other threads: not this
+  updated.measured_updates.push_back({OptimizerKind::adamw, 2, 2, 1.0});  // another optimizer: not this
   EXPECT_NEAR(CostModel(request(c, 2), updated).predict(l).optimizer, params * 12 / 5e9, 1e-12);
 }
 
