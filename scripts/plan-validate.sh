@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Validates strata-plan on this machine: calibrates it for each model
 # (strata-plan calibrate --model ... --ranks 2: the machine and the model's
-# GEMMs), then for each layout below measures strata-train's samples/s
-# (median of --reps runs) and asks strata-plan for its prediction of the same
+# layers), then for each layout below measures strata-train's samples/s
+# (median of --reps runs, the layouts taking turns round by round) and asks strata-plan for its prediction of the same
 # layout, and writes the table (markdown), the errors and a plot of
 # predicted against measured samples/s into the output folder. Layouts: the
 # MLP of W2 (784-1024-1024-10, batch 256, SGD), the CNN of
@@ -80,29 +80,42 @@ layouts=(
 )
 table="$out/validation.tsv"
 printf 'layout\tranks\tmeasured\tpredicted\n' >"$table"
-for entry in "${layouts[@]}"; do
-  IFS='|' read -r name launcher model ranks opts <<<"$entry"
+# One run of layout entry $1 (into $log), and its samples/s (into $rate).
+run_once() {
+  IFS='|' read -r name launcher model ranks opts <<<"$1"
   declare -n args="$model"
   read -r -a layout <<<"$opts"
-  rates=()
-  for ((r = 0; r < reps; r++)); do
-    if [ "$launcher" = plan ]; then
-      log="$("$bin/strata-train" "${args[@]}" --ranks "$ranks" --strategy plan \
-        --plan-profile "$out/machine-$model.json" 2>&1)"
-    elif [ "$launcher" = mpi ]; then
-      log="$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$ranks" --bind-to none \
-        "$bin/strata-train" "${args[@]}" --threads 1 "${layout[@]}" 2>&1)"
-    else
-      log="$("$bin/strata-train" "${args[@]}" --ranks "$ranks" "${layout[@]}" 2>&1)"
-    fi
-    rate="$(grep '^done' <<<"$log" | grep -oE '[0-9]+ samples/s' | cut -d' ' -f1 | tail -1)"
-    [ -n "$rate" ] || { echo "plan-validate: $name: no samples/s in strata-train's output:" >&2; tail -5 <<<"$log" >&2; exit 1; }
-    rates+=("$rate")
+  if [ "$launcher" = plan ]; then
+    log="$("$bin/strata-train" "${args[@]}" --ranks "$ranks" --strategy plan \
+      --plan-profile "$out/machine-$model.json" 2>&1)"
+  elif [ "$launcher" = mpi ]; then
+    log="$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$ranks" --bind-to none \
+      "$bin/strata-train" "${args[@]}" --threads 1 "${layout[@]}" 2>&1)"
+  else
+    log="$("$bin/strata-train" "${args[@]}" --ranks "$ranks" "${layout[@]}" 2>&1)"
+  fi
+  rate="$(grep '^done' <<<"$log" | grep -oE '[0-9]+ samples/s' | cut -d' ' -f1 | tail -1)"
+  [ -n "$rate" ] || { echo "plan-validate: $name: no samples/s in strata-train's output:" >&2; tail -5 <<<"$log" >&2; exit 1; }
+}
+# The repetitions interleaved: every layout once per round, so that a slow
+# phase of the machine falls on all of them alike (the planner's choice
+# and the same layout's row above all).
+declare -A rates logs
+for ((r = 0; r < reps; r++)); do
+  echo "plan-validate: round $((r + 1)) of $reps over ${#layouts[@]} layouts"
+  for i in "${!layouts[@]}"; do
+    run_once "${layouts[$i]}"
+    rates[$i]+="$rate "
+    logs[$i]="$log"
   done
-  measured="$(printf '%s\n' "${rates[@]}" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')"
+done
+for i in "${!layouts[@]}"; do
+  IFS='|' read -r name launcher model ranks opts <<<"${layouts[$i]}"
+  read -r -a layout <<<"$opts"
+  measured="$(tr ' ' '\n' <<<"${rates[$i]}" | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')"
   declare -n plan="plan_$model"
   if [ "$launcher" = plan ]; then  # "plan: LAYOUT (predicted on ...: N samples/s, ..."
-    choice="$(grep -m1 '^plan: ' <<<"$log")"
+    choice="$(grep -m1 '^plan: ' <<<"${logs[$i]}")"
     predicted="$(grep -oE '[0-9.]+ samples/s' <<<"$choice" | head -1 | cut -d' ' -f1)"
     name="$name: $(sed -E 's/^plan: ([^(]*) \(.*/\1/' <<<"$choice")"
   else
