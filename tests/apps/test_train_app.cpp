@@ -97,7 +97,7 @@ TEST_F(TrainApp, StrategyPlanTrainsWithTheLayoutStrataPlanRanksFirst) {
 TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   const std::string cache = path("cache");
   const std::string run = "STRATA_CACHE=" + cache + " " + bin("strata-train") +
-                          " --layers 16,64,4 --dataset synthetic --batch-size 32 --steps 2 "
+                          " --layers 16,64,4 --dataset synthetic --batch-size 8 --steps 2 "
                           "--ranks 2 --optimizer sgd --strategy plan";
   auto first = test::run_command(run);
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -113,7 +113,7 @@ TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   };
   EXPECT_NE(read(profile).find("\"Linear(16, 64) in {16} tp 1\""), std::string::npos) << read(profile);
   EXPECT_NE(read(profile).find("\"measured_updates\""), std::string::npos) << read(profile);
-  auto plan = test::run_command(bin("strata-plan") + " --layers 16,64,4 --batch 32 --ranks 2 "
+  auto plan = test::run_command(bin("strata-plan") + " --layers 16,64,4 --batch 8 --ranks 2 "
                                 "--optimizer sgd --profile " + profile + " --top 1");
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   const auto at = plan.output.find("# best: ");
@@ -130,7 +130,7 @@ TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   EXPECT_EQ(second.output.find("plan: wrote"), std::string::npos) << second.output;  // nothing new timed
 
   auto other = test::run_command("STRATA_CACHE=" + cache + " " + bin("strata-train") +
-                                 " --layers 16,48,4 --dataset synthetic --batch-size 32 --steps 2 "
+                                 " --layers 16,48,4 --dataset synthetic --batch-size 8 --steps 2 "
                                  "--ranks 2 --optimizer sgd --strategy plan");
   ASSERT_EQ(other.exit_code, 0) << other.output;
   EXPECT_OUTPUT_HAS(other, "plan: wrote " + profile);
