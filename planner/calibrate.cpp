@@ -360,10 +360,10 @@ void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
   double seconds = 0;
   run_ranks(ranks, threads, [&](Context& ctx, comm::Communicator& comm) {
     Optimizer<float> opt(request.optimizer, n);
-    VectorBuffer<float> w("w", n), g("g", n);
-    Kokkos::deep_copy(w, 0.5f);
-    Kokkos::deep_copy(g, 1e-3f);
-    const double t = time_together(comm, [&] { opt.step(ctx, w, g); ctx.exec.fence(); }, 0.02);
+    VectorBuffer<float> weights("w", n), grads("g", n);
+    Kokkos::deep_copy(weights, 0.5f);
+    Kokkos::deep_copy(grads, 1e-3f);
+    const double t = time_together(comm, [&] { opt.step(ctx, weights, grads); ctx.exec.fence(); }, 0.02);
     if (comm.rank() == 0) seconds = t;
   });
   const double state = static_cast<double>(state_elements(request.optimizer, 1));
