@@ -348,6 +348,19 @@ const std::vector<Entry>& catalogue() {
                   "intra_node": {"latency": 1e-6, "bandwidth": 1e10},
                   "inter_node": {"latency": 1e-6, "bandwidth": 1e10}})");
        }},
+      {"--plan-profile or --profile from a calibration before 2026-12-07", 2,
+       {"'measured_gemms' is from an older strata-plan calibrate", "calibrate again"},
+       [](Workspace& w) {
+         return "--dataset synthetic --steps 1 --ranks 2 --strategy plan --plan-profile " +
+                w.write("p.json", R"({"format": "strata-machine-profile", "version": 1, "kind": "cpu",
+                  "name": "old", "nodes": 1, "devices_per_node": 2, "memory_per_node": 8e9,
+                  "gemm_flops": {"fp32": 5e10, "bf16": 5e10}, "gemm_half_flops": 1e6,
+                  "memory_bandwidth": 2e10, "launch": 3e-6,
+                  "intra_node": {"latency": 1e-6, "bandwidth": 1e10},
+                  "inter_node": {"latency": 1e-6, "bandwidth": 1e10},
+                  "measured_gemms": [{"rows": 64, "n": 10, "k": 784, "threads": 1, "ranks": 2,
+                                      "forward": 1e-4, "backward": 2e-4}]})");
+       }},
       {"--threads with --kokkos-threads", 2, {"--threads and --kokkos-threads", "give one"},
        [](Workspace&) { return "--dataset synthetic --steps 1 --threads 2 --kokkos-threads=1"; }},
       {"--loss-scale-growth-interval without loss scaling", 2,
