@@ -306,7 +306,7 @@ void measure_layers(MachineProfile& p, const PlanRequest& request, const std::ve
       }
       StageLayers all;
       try {
-        all = stage_layers(request, *tp, set.pp, set.sequence);
+        all = stage_layers(request, *tp, 1, set.sequence);
       } catch (const Error& e) {
         if (comm.rank() == 0) skipped = e.message();
         return;
@@ -339,7 +339,7 @@ void measure_layers(MachineProfile& p, const PlanRequest& request, const std::ve
     timed += found.size();
     p.measured_layers.insert(p.measured_layers.end(), found.begin(), found.end());
     if (!skipped.empty() && reasons.insert(skipped).second)
-      log("layers of tp " + std::to_string(set.tp) + " x pp " + std::to_string(set.pp) +
+      log("layers of tp " + std::to_string(set.tp) +
           (set.sequence ? " with sequence parallelism" : "") + ": not measured (" + skipped + ")");
     if (++done % 10 == 0 || done == sets.size())
       log("model layers: " + std::to_string(done) + " of " + std::to_string(sets.size()) +
@@ -372,6 +372,15 @@ void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
   log(std::string("optimizer update (") + to_string(request.optimizer.kind) + ") of " +
       std::to_string(n) + " parameters on " + std::to_string(ranks) + " rank(s) at once: " +
       g(seconds * 1e3) + " ms, " + g(bytes / seconds / 1e9) + " GB/s per rank");
+}
+
+void measure_model(MachineProfile& p, const PlanRequest& request,
+                   const std::function<void(const std::string&)>& log) {
+  const CostModel model(request, p);
+  const int ranks = model.ranks_per_node();
+  measure_layers(p, request, stage_sets(model, request.ranks, request.batch), ranks, log);
+  if (p.update_bandwidth(request.optimizer.kind, model.threads_per_rank(), ranks) <= 0)
+    measure_update(p, request, ranks, log);
 }
 
 }  // namespace strata::planner

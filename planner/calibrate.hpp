@@ -56,4 +56,10 @@ void measure_layers(MachineProfile& p, const PlanRequest& request, const std::ve
 void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
                     const std::function<void(const std::string&)>& log);
 
+// Both for a request: its layers as every layout of its ranks (on one node,
+// the cost model's ranks per node) runs them, and its optimizer's update
+// unless the profile has it for these ranks.
+void measure_model(MachineProfile& p, const PlanRequest& request,
+                   const std::function<void(const std::string&)>& log);
+
 }  // namespace strata::planner

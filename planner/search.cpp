@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 namespace strata::planner {
 
@@ -50,7 +51,7 @@ std::vector<StageSet> stage_sets(const CostModel& model, int ranks, std::size_t 
                                  const SearchOptions& options) {
   std::set<StageSet> sets;
   for (const Layout& l : layouts(ranks, batch, options))
-    sets.insert({l.mesh.tp, l.mesh.pp, l.sequence_parallel, model.micro_batch_samples(l)});
+    sets.insert({l.mesh.tp, l.sequence_parallel, model.micro_batch_samples(l)});
   return {sets.begin(), sets.end()};
 }
 
@@ -61,17 +62,17 @@ std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t ba
   // Without a pipeline, micro-batches only save memory: where the same
   // layout fits in one, more are not a plan (the model charges no cost per
   // micro-batch, and on a cache they can look faster than they run).
-  for (Prediction& p : all) {
-    if (p.layout.mesh.pp > 1 || p.layout.micro_batches == 1 || !p.rejected.empty()) continue;
-    for (const Prediction& q : all)
-      if (q.rejected.empty() && q.layout.micro_batches == 1 && q.layout.mesh.dp == p.layout.mesh.dp &&
-          q.layout.mesh.pp == 1 && q.layout.mesh.tp == p.layout.mesh.tp && q.layout.zero == p.layout.zero &&
-          q.layout.recompute == p.layout.recompute &&
-          q.layout.sequence_parallel == p.layout.sequence_parallel) {
-        p.rejected = "micro-batches without a pipeline only save memory, and this layout fits in one";
-        break;
-      }
-  }
+  const auto unpiped = [](const Layout& l) {
+    return std::make_tuple(l.mesh.dp, l.mesh.tp, l.zero, l.recompute, l.sequence_parallel);
+  };
+  std::set<decltype(unpiped(Layout{}))> fit_in_one;
+  for (const Prediction& p : all)
+    if (p.layout.mesh.pp == 1 && p.layout.micro_batches == 1 && p.rejected.empty())
+      fit_in_one.insert(unpiped(p.layout));
+  for (Prediction& p : all)
+    if (p.layout.mesh.pp == 1 && p.layout.micro_batches > 1 && p.rejected.empty() &&
+        fit_in_one.count(unpiped(p.layout)))
+      p.rejected = "micro-batches without a pipeline only save memory, and this layout fits in one";
   std::stable_sort(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
     if (a.rejected.empty() != b.rejected.empty()) return a.rejected.empty();
     if (!a.rejected.empty()) return false;

@@ -36,14 +36,15 @@ std::vector<Layout> layouts(int ranks, std::size_t batch, const SearchOptions& o
 std::vector<Prediction> search(const CostModel& model, int ranks, std::size_t batch,
                                const SearchOptions& options = {});
 
-// The layers of a (tp, pp, sequence) cut (stage_layers) on micro-batches
-// of `samples` samples: what a layout runs, as calibration measures it.
+// The layers of a tensor group of tp (stage_layers; how a pipeline cuts
+// them changes no layer) on micro-batches of `samples` samples: what a
+// layout runs, as calibration measures it.
 struct StageSet {
-  int tp = 1, pp = 1;
+  int tp = 1;
   bool sequence = false;
   std::size_t samples = 0;
   bool operator<(const StageSet& o) const {
-    return std::tie(tp, pp, sequence, samples) < std::tie(o.tp, o.pp, o.sequence, o.samples);
+    return std::tie(tp, sequence, samples) < std::tie(o.tp, o.sequence, o.samples);
   }
 };
 

@@ -156,19 +156,13 @@ int calibrate(const PlanConfig& c) {
   if (!c.model_file.empty() || !c.layers.empty()) {
     // The layers as the layouts of --ranks run them, and as one rank with
     // every core does (the layout to compare with).
-    const planner::CostModel model(request(c), p);
-    const auto sets = planner::stage_sets(model, c.ranks, c.batch);
-    log("the model's layers: " + std::to_string(sets.size()) + " stage sets over its layouts on " +
-        std::to_string(c.ranks) + " ranks");
-    planner::measure_layers(p, model.request(), sets, model.ranks_per_node(), log);
-    planner::measure_update(p, model.request(), model.ranks_per_node(), log);
-    if (model.ranks_per_node() > 1) {
-      planner::PlanRequest one = request(c);
-      one.ranks = 1;
-      one.ranks_per_node = 0;
-      const planner::CostModel alone(one, p);
-      planner::measure_layers(p, one, planner::stage_sets(alone, 1, c.batch), 1, log);
-      planner::measure_update(p, one, 1, log);
+    log("the model's layers, as its layouts on " + std::to_string(c.ranks) + " ranks run them");
+    planner::PlanRequest r = request(c);
+    planner::measure_model(p, r, log);
+    if (r.ranks > 1) {
+      r.ranks = 1;
+      r.ranks_per_node = 0;
+      planner::measure_model(p, r, log);
     }
   }
   planner::save_profile(p, c.output);

@@ -3,7 +3,6 @@
 #include "backends/error.hpp"
 #include "backends/ranks.hpp"
 #include "planner/calibrate.hpp"
-#include "planner/search.hpp"
 
 #include <unistd.h>
 
@@ -75,15 +74,9 @@ std::string with_model(std::string text, const planner::PlanRequest& request,
   const std::string path = cached_profile_path(threads);
   planner::MachineProfile p = planner::parse_profile(text, path);
   const std::size_t layers = p.measured_layers.size(), updates = p.measured_updates.size();
-  const planner::CostModel model(request, p);
-  const int ranks = model.ranks_per_node();
-  const auto sets = planner::stage_sets(model, request.ranks, request.batch);
-  log("plan: measuring this model's layers as its layouts on " + std::to_string(ranks) +
+  log("plan: measuring this model's layers as its layouts on " + std::to_string(request.ranks) +
       " rank(s) run them (those not in the cache)");
-  const auto indent = [&](const std::string& line) { log("  " + line); };
-  planner::measure_layers(p, request, sets, ranks, indent);
-  if (p.update_bandwidth(request.optimizer.kind, model.threads_per_rank(), ranks) <= 0)
-    planner::measure_update(p, request, ranks, indent);
+  planner::measure_model(p, request, [&](const std::string& line) { log("  " + line); });
   if (p.measured_layers.size() == layers && p.measured_updates.size() == updates) return text;
   save_cached(p, path, log);
   return planner::profile_json(p);
