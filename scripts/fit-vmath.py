@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Fit the polynomial coefficients of backends/vmath.hpp and check them.
 
-The float exp and tanh of backends/vmath.hpp are polynomials (and one
-exp) that compilers can vectorise, unlike calls to libm. This script derives
+The float exp, tanh and erf of backends/vmath.hpp are polynomials (and one
+exp, and one rational function) that compilers can vectorise, unlike calls
+to libm. This script derives
 their coefficients: a least-squares fit of the relative error on Chebyshev
 points, reweighted toward the largest errors (Lawson's algorithm, which
-approaches the minimax polynomial), then rounded to float. It then evaluates
+approaches the minimax polynomial), then rounded to float; erf's rational
+function by the same reweighting inside Sanathanan-Koerner iterations
+(the linearised error P - f Q divided by the last round's Q). It then evaluates
 the float formulas exactly as the C++ does (float arithmetic, same order) on
 every float of the fitted ranges' representative samples and prints the
 largest error in units in the last place against mpmath.
@@ -40,6 +43,30 @@ def lawson(func, basis, lo, hi, n_terms, points=4000, rounds=60):
     return c
 
 
+def lawson_rational(func, lo, hi, n_p, n_q, points=3000, rounds=80, iterations=12):
+    """P (n_p terms) and Q (n_q terms, Q(0) = 1) in t = x^2 minimising
+    max |P(t) / Q(t) - func(x)| / |func(x)| on [lo, hi]."""
+    k = np.arange(points)
+    x = np.abs((lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / points))
+    t = x * x
+    f = np.array([float(func(mpmath.mpf(float(v)))) for v in x])
+    q_last = np.ones_like(t)
+    for _ in range(iterations):
+        a = np.concatenate([np.stack([t**j for j in range(n_p)], axis=1),
+                            np.stack([-f * t**j for j in range(1, n_q)], axis=1)], axis=1)
+        scale = 1.0 / (f * q_last)
+        a, b = a * scale[:, None], f * scale
+        w = np.full(points, 1.0 / points)
+        for _ in range(rounds):
+            sw = np.sqrt(w)
+            c, *_ = np.linalg.lstsq(a * sw[:, None], b * sw, rcond=None)
+            w = w * np.abs(a @ c - b)
+            w /= w.sum()
+        p, q = c[:n_p], np.concatenate([[1.0], c[n_p:]])
+        q_last = np.polyval(q[::-1], t)
+    return p, q
+
+
 def horner(coeffs, t):
     """Horner in float, highest degree first, as the C++ evaluates it."""
     acc = f32(coeffs[-1])
@@ -69,9 +96,16 @@ exp_p = lawson(lambda r: (mpmath.exp(r) - 1 - r) / r**2 if r != 0 else mpmath.mp
 tanh_small = lawson(lambda x: (mpmath.tanh(x) - x) / x**3 if x != 0 else mpmath.mpf(-1) / 3,
                     lambda x, j: x ** (2 * j), 1e-6, 0.625, 5)
 
+# erf(x) = x P(x^2) / Q(x^2) on [0, 4]: P of degree 6, Q of degree 4 (within
+# 1.1 ulp before rounding; degree 5 and 3 give 35 ulp).
+erf_p, erf_q = lawson_rational(lambda x: mpmath.erf(x) / x if x != 0 else 2 / mpmath.sqrt(mpmath.pi),
+                               0.0, 4.0, 7, 5)
+
 print("coefficients (lowest degree first):")
 show("exp P(r)", exp_p)
 show("tanh small P(x^2)", tanh_small)
+show("erf P(x^2)", erf_p)
+show("erf Q(x^2)", erf_q)
 
 LN2_HI = f32(0.693359375)  # 8 significant bits: n * LN2_HI is exact
 LN2_LO = f32(LN2 - 0.693359375)
@@ -106,10 +140,21 @@ def vtanh(x):
     return r if x >= 0 else -r
 
 
+def verf(x):
+    x = f32(x)
+    a = abs(x)
+    a = f32(4) if a > f32(4) else a
+    t = f32(a * a)
+    r = f32(f32(a * horner([f32(c) for c in erf_p], t)) / horner([f32(c) for c in erf_q], t))
+    return r if x >= 0 else -r
+
+
 worst = {}
+bounds = {"exp": 1.35, "tanh": 1.5, "erf": 7.5}
 for name, fn, ref, lo, hi in [
     ("exp", vexp, mpmath.exp, -103.0, 88.7),
     ("tanh", vtanh, mpmath.tanh, -10.0, 10.0),
+    ("erf", verf, mpmath.erf, -4.5, 4.5),
 ]:
     xs = np.concatenate([np.linspace(lo, hi, 200001), np.geomspace(1e-30, 1, 2000),
                          -np.geomspace(1e-30, 1, 2000)]).astype(f32)
@@ -122,4 +167,6 @@ for name, fn, ref, lo, hi in [
     worst[name] = (w, at)
     print(f"{name}: largest error {w:.2f} ulp at x = {at!r} (float evaluation, {len(xs)} points)")
 
-sys.exit(0 if all(w < 3 for w, _ in worst.values()) else 1)
+# The bounds of vmath.hpp (the C++ tests sweep every float where the worst
+# cases lie; this sample may find less).
+sys.exit(0 if all(w <= bounds[n] for n, (w, _) in worst.items()) else 1)

@@ -167,6 +167,15 @@ TEST(VMath, FloatFunctionsAreWithinTheirStatedUlps) {
   const double e_tanh = worst_ulps([](float x) { return vmath::tanh(x); },
                                    [](double x) { return std::tanh(x); }, -12, 12, 400000, &at);
   EXPECT_LE(e_tanh, 1.5) << "tanh at x = " << at;
+  const double e_erf = worst_ulps([](float x) { return vmath::erf(x); },
+                                  [](double x) { return std::erf(x); }, -4.5, 4.5, 400000, &at);
+  EXPECT_LE(e_erf, 7.5) << "erf at x = " << at;
+  // Every float of [3, 4], where the float sums of P and Q err most, and
+  // of [1e-30, 1e-3), where erf(x) is near 2x / sqrt(pi) (relative error).
+  for (float x = 3.0f; x <= 4.0f; x = std::nextafter(x, 5.0f))
+    ASSERT_LE(ulps(vmath::erf(x), std::erf(double(x))), 7.5) << "erf at x = " << x;
+  for (float x = 1e-30f; x < 1e-3f; x *= 1.0001f)
+    ASSERT_LE(ulps(vmath::erf(x), std::erf(double(x))), 7.5) << "erf at x = " << x;
   // Every float of [0.5, 2), where tanh's branches meet.
   for (float x = 0.5f; x < 2.0f; x = std::nextafter(x, 4.0f)) {
     ASSERT_LE(ulps(vmath::tanh(x), std::tanh(double(x))), 1.5) << "tanh at x = " << x;
@@ -190,6 +199,15 @@ TEST(VMath, SpecialValues) {
   EXPECT_EQ(vmath::tanh(-100.0f), -1.0f);
   EXPECT_TRUE(std::signbit(vmath::tanh(-0.0f)));
   EXPECT_TRUE(std::isnan(vmath::tanh(nan)));
+  EXPECT_EQ(vmath::erf(4.0f), 1.0f);
+  EXPECT_EQ(vmath::erf(-4.0f), -1.0f);
+  EXPECT_EQ(vmath::erf(inf), 1.0f);
+  EXPECT_EQ(vmath::erf(-inf), -1.0f);
+  EXPECT_EQ(vmath::erf(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(vmath::erf(-0.0f)));
+  EXPECT_TRUE(std::isnan(vmath::erf(nan)));
+  // Odd (the sign is put back by its bit): every float of [1, 4].
+  for (float x = 1.0f; x <= 4.0f; x = std::nextafter(x, 5.0f)) ASSERT_EQ(vmath::erf(-x), -vmath::erf(x)) << x;
   EXPECT_EQ(vmath::exp(2.0), std::exp(2.0)) << "double arguments use libm";
 }
 
