@@ -19,13 +19,6 @@ namespace attn {
 // balance, and a function of the batch alone).
 constexpr std::size_t kMaxBlocks = 32;
 
-// The BLAS path's causal tiling: query rows (and key columns) in tiles of
-// this many positions; a tile of rows meets only the keys up to its last
-// row, so the GEMMs skip the tiles above the diagonal (the mask's zeros):
-// at T = 128, 62.5% of the (T, T) products. Each output is the same dot
-// product over the same nonzero terms as without tiles.
-constexpr int kCausalTile = 32;
-
 // Sums and maxima over a row in kLanes interleaved partial results, combined
 // in a fixed order: the same bits on every backend and build (no compiler
 // reassociation is needed), while the loops that compute the values (the
@@ -34,7 +27,7 @@ constexpr int kCausalTile = 32;
 constexpr int kLanes = 8;
 
 // Row i of a causal score matrix, in place: p_j = exp(s_j - max) / sum for
-// j <= i, 0 above the diagonal.
+// j <= i, 0 for i < j < n (n: the row's length, or where its readers stop).
 template <class T>
 KOKKOS_INLINE_FUNCTION void causal_softmax_row(T* s, int i, int n) {
   T mx = s[0];
@@ -60,7 +53,8 @@ KOKKOS_INLINE_FUNCTION void causal_softmax_row(T* s, int i, int n) {
   for (int k = i + 1; k < n; ++k) s[k] = T(0);
 }
 
-// dS from row i of P and of dP (in place in d): d_j = p_j (d_j - sum_k p_k d_k).
+// dS from row i of P and of dP (in place in d): d_j = p_j (d_j - sum_k p_k d_k)
+// for j <= i, 0 for i < j < n.
 template <class T>
 KOKKOS_INLINE_FUNCTION void softmax_grad_row(const T* p, T* d, int i, int n) {
   T part[kLanes] = {};
@@ -196,10 +190,11 @@ void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T>
             const int r1 = std::min(d.t, r0 + kCausalTile), m = r1 - r0;
             T* pr = p + std::size_t(r0) * d.t;
             // S(r0:r1, 0:r1) = scale Q(r0:r1) K(0:r1)^T; the softmax zeros
-            // the rest of each row.
+            // each row from the diagonal to the tile's end (r1): the GEMMs of
+            // forward and backward read no further.
             blas.gemm(Op::N, Op::T, m, r1, d.hs, scale, q + std::size_t(r0) * ld, ld, q + d.w, ld,
                       T(0), pr, d.t);
-            for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * d.t, i, d.t);
+            for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * d.t, i, r1);
             // Y(r0:r1) = P(r0:r1, 0:r1) V(0:r1).
             blas.gemm(Op::N, Op::N, m, d.hs, r1, T(1), pr, d.t, q + 2 * d.w, ld, T(0),
                       out + std::size_t(r0) * d.w, d.w);
@@ -232,14 +227,14 @@ void backward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T
                       T(0), dq + 2 * d.w + c * ld, ld);
           }
           // Per tile of rows: dP(r0:r1, 0:r1) = dY(r0:r1) V(0:r1)^T, dS in
-          // its place (zero above the diagonal), dQ(r0:r1) = scale dS(r0:r1, 0:r1) K(0:r1).
+          // its place (zero from the diagonal to r1), dQ(r0:r1) = scale dS(r0:r1, 0:r1) K(0:r1).
           for (int r0 = 0; r0 < d.t; r0 += kCausalTile) {
             const int r1 = std::min(d.t, r0 + kCausalTile), m = r1 - r0;
             const std::size_t r = std::size_t(r0);
             blas.gemm(Op::N, Op::T, m, r1, d.hs, T(1), g + r * d.w, d.w, q + 2 * d.w, ld, T(0),
                       ds + r * d.t, d.t);
             for (int i = r0; i < r1; ++i)
-              softmax_grad_row(p + std::size_t(i) * d.t, ds + std::size_t(i) * d.t, i, d.t);
+              softmax_grad_row(p + std::size_t(i) * d.t, ds + std::size_t(i) * d.t, i, r1);
             blas.gemm(Op::N, Op::N, m, d.hs, r1, scale, ds + r * d.t, d.t, q + d.w, ld, T(0),
                       dq + r * ld, ld);
           }
