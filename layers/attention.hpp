@@ -54,7 +54,8 @@ class CausalAttention final : public Layer<T>, public TensorShardable, public De
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
-  // q k^T and P v (unmasked), two GEMMs per head and sample too small to batch.
+  // q k^T and P v over the causal tiles (attn::kCausalTile), two GEMMs per
+  // tile, head and sample, too small to batch.
   void add_costs(std::vector<LayerCost>& out) const override;
   void reserve(std::size_t batch, std::size_t in) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;

@@ -154,6 +154,20 @@ TEST(CausalAttention, ForwardMatchesTheDirectReferenceOnBothPaths) {
     }
 }
 
+// The cost the planner starts from: the products of the causal tiles' GEMMs,
+// by hand for 70 positions in tiles of 32 (rows 0-31 meet 32 keys, rows
+// 32-63 meet 64, rows 64-69 meet 70).
+TEST(CausalAttention, CostCountsTheProductsOfTheCausalTiles) {
+  ASSERT_EQ(attn::kCausalTile, 32) << "the hand-worked figures below assume tiles of 32";
+  CausalAttention<float> layer(2, 3);
+  layer.set_input_shape(Shape{70, 18});
+  std::vector<LayerCost> costs;
+  layer.add_costs(costs);
+  ASSERT_EQ(costs.size(), 1u);
+  EXPECT_EQ(costs[0].flops, 4.0 * 6 * (32 * 32 + 32 * 64 + 6 * 70));
+  EXPECT_EQ(costs[0].small_gemms, 2.0 * 3 * 2);  // 2 GEMMs x 3 tiles x 2 heads
+}
+
 TEST(CausalAttention, GradientsMatchFiniteDifferences) {
   std::uint64_t seed = 20;
   for (const AttnCase& k : attention_cases())
