@@ -41,9 +41,9 @@ namespace strata {
 namespace attn {
 // The BLAS path's causal tiling: query rows (and key columns) in tiles of
 // this many positions; a tile of rows meets only the keys up to its last
-// row, so the GEMMs skip the tiles above the diagonal (the mask's zeros):
-// at T = 128, 62.5% of the (T, T) products. Each output is the same dot
-// product over the same nonzero terms as without tiles.
+// row, so the GEMMs skip the tiles above the diagonal (the mask's zeros)
+// and compute 62.5% of the (T, T) products at T = 128. Each output is the
+// same dot product over the same nonzero terms as without tiles.
 inline constexpr int kCausalTile = 32;
 }  // namespace attn
 
@@ -54,8 +54,7 @@ class CausalAttention final : public Layer<T>, public TensorShardable, public De
 
   std::string name() const override;
   Shape output_shape(const Shape& in) const override;
-  // q k^T and P v over the causal tiles (attn::kCausalTile), two GEMMs per
-  // tile, head and sample, too small to batch.
+  // q k^T and P v (unmasked), two GEMMs per head and sample too small to batch.
   void add_costs(std::vector<LayerCost>& out) const override;
   void reserve(std::size_t batch, std::size_t in) override;
   std::size_t workspace_bytes(std::size_t max_batch) const override;

@@ -96,16 +96,22 @@ exp_p = lawson(lambda r: (mpmath.exp(r) - 1 - r) / r**2 if r != 0 else mpmath.mp
 tanh_small = lawson(lambda x: (mpmath.tanh(x) - x) / x**3 if x != 0 else mpmath.mpf(-1) / 3,
                     lambda x, j: x ** (2 * j), 1e-6, 0.625, 5)
 
-# erf(x) = x P(x^2) / Q(x^2) on [0, 4]: P of degree 6, Q of degree 4 (within
-# 1.1 ulp before rounding; degree 5 and 3 give 35 ulp).
+# erf(x) = x P(x^2) / Q(x^2) on [0, 4]: P of degree 6, Q of degree 4 (the
+# rational's own relative error is printed below; fewer terms, tried while
+# choosing, left tens of ulp).
 erf_p, erf_q = lawson_rational(lambda x: mpmath.erf(x) / x if x != 0 else 2 / mpmath.sqrt(mpmath.pi),
                                0.0, 4.0, 7, 5)
+
+erf_x = np.linspace(1e-3, 4.0, 4001)
+erf_rel = max(abs(float(np.polyval(erf_p[::-1], v * v) / np.polyval(erf_q[::-1], v * v) * v)
+                  / float(mpmath.erf(mpmath.mpf(float(v)))) - 1) for v in erf_x)
 
 print("coefficients (lowest degree first):")
 show("exp P(r)", exp_p)
 show("tanh small P(x^2)", tanh_small)
 show("erf P(x^2)", erf_p)
 show("erf Q(x^2)", erf_q)
+print(f"erf: the rational in double arithmetic: relative error {erf_rel:.2e} ({erf_rel / 2**-24:.2f} half-ulps of float)")
 
 LN2_HI = f32(0.693359375)  # 8 significant bits: n * LN2_HI is exact
 LN2_LO = f32(LN2 - 0.693359375)
@@ -146,11 +152,12 @@ def verf(x):
     a = f32(4) if a > f32(4) else a
     t = f32(a * a)
     r = f32(f32(a * horner([f32(c) for c in erf_p], t)) / horner([f32(c) for c in erf_q], t))
+    r = f32(1) if r > f32(1) else r
     return r if x >= 0 else -r
 
 
 worst = {}
-bounds = {"exp": 1.35, "tanh": 1.5, "erf": 7.5}
+bounds = {"exp": 1.35, "tanh": 1.5, "erf": 6.6}
 for name, fn, ref, lo, hi in [
     ("exp", vexp, mpmath.exp, -103.0, 88.7),
     ("tanh", vtanh, mpmath.tanh, -10.0, 10.0),
@@ -162,7 +169,7 @@ for name, fn, ref, lo, hi in [
     at = 0.0
     for v in xs:
         e = ulp_error(fn(v), ref(mpmath.mpf(float(v))))
-        if e > w:
+        if not e <= w:  # a NaN error counts as the worst
             w, at = e, float(v)
     worst[name] = (w, at)
     print(f"{name}: largest error {w:.2f} ulp at x = {at!r} (float evaluation, {len(xs)} points)")
