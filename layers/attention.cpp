@@ -186,8 +186,8 @@ void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T>
           const T* q = &x(b, 0) + h * d.hs;
           T* p = probs + it * d.plane();
           T* out = &y(b, 0) + h * d.hs;
-          for (int r0 = 0; r0 < d.t; r0 += kCausalTile) {
-            const int r1 = std::min(d.t, r0 + kCausalTile), m = r1 - r0;
+          for_causal_tiles(d.t, [&](const int r0, const int r1) {
+            const int m = r1 - r0;
             T* pr = p + std::size_t(r0) * d.t;
             // S(r0:r1, 0:r1) = scale Q(r0:r1) K(0:r1)^T; the softmax zeros
             // each row from the diagonal to the tile's end (r1): the GEMMs of
@@ -198,7 +198,7 @@ void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T>
             // Y(r0:r1) = P(r0:r1, 0:r1) V(0:r1).
             blas.gemm(Op::N, Op::N, m, d.hs, r1, T(1), pr, d.t, q + 2 * d.w, ld, T(0),
                       out + std::size_t(r0) * d.w, d.w);
-          }
+          });
         }
       },
       per * d.plane() * d.hs * 2);
@@ -220,31 +220,28 @@ void backward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T
           T* dq = &dx(b, 0) + h * d.hs;
           const T* p = probs + it * d.plane();
           // dV(c0:c1) = P(c0:T, c0:c1)^T dY(c0:T) (P is 0 above the diagonal).
-          for (int c0 = 0; c0 < d.t; c0 += kCausalTile) {
-            const int m = std::min(d.t, c0 + kCausalTile) - c0;
+          for_causal_tiles(d.t, [&](const int c0, const int c1) {
             const std::size_t c = std::size_t(c0);
-            blas.gemm(Op::T, Op::N, m, d.hs, d.t - c0, T(1), p + c * d.t + c, d.t, g + c * d.w, d.w,
-                      T(0), dq + 2 * d.w + c * ld, ld);
-          }
+            blas.gemm(Op::T, Op::N, c1 - c0, d.hs, d.t - c0, T(1), p + c * d.t + c, d.t, g + c * d.w,
+                      d.w, T(0), dq + 2 * d.w + c * ld, ld);
+          });
           // Per tile of rows: dP(r0:r1, 0:r1) = dY(r0:r1) V(0:r1)^T, dS in
           // its place (zero from the diagonal to r1), dQ(r0:r1) = scale dS(r0:r1, 0:r1) K(0:r1).
-          for (int r0 = 0; r0 < d.t; r0 += kCausalTile) {
-            const int r1 = std::min(d.t, r0 + kCausalTile), m = r1 - r0;
+          for_causal_tiles(d.t, [&](const int r0, const int r1) {
             const std::size_t r = std::size_t(r0);
-            blas.gemm(Op::N, Op::T, m, r1, d.hs, T(1), g + r * d.w, d.w, q + 2 * d.w, ld, T(0),
+            blas.gemm(Op::N, Op::T, r1 - r0, r1, d.hs, T(1), g + r * d.w, d.w, q + 2 * d.w, ld, T(0),
                       ds + r * d.t, d.t);
             for (int i = r0; i < r1; ++i)
               softmax_grad_row(p + std::size_t(i) * d.t, ds + std::size_t(i) * d.t, i, r1);
-            blas.gemm(Op::N, Op::N, m, d.hs, r1, scale, ds + r * d.t, d.t, q + d.w, ld, T(0),
+            blas.gemm(Op::N, Op::N, r1 - r0, d.hs, r1, scale, ds + r * d.t, d.t, q + d.w, ld, T(0),
                       dq + r * ld, ld);
-          }
+          });
           // dK(c0:c1) = scale dS(c0:T, c0:c1)^T Q(c0:T).
-          for (int c0 = 0; c0 < d.t; c0 += kCausalTile) {
-            const int m = std::min(d.t, c0 + kCausalTile) - c0;
+          for_causal_tiles(d.t, [&](const int c0, const int c1) {
             const std::size_t c = std::size_t(c0);
-            blas.gemm(Op::T, Op::N, m, d.hs, d.t - c0, scale, ds + c * d.t + c, d.t, q + c * ld, ld,
-                      T(0), dq + d.w + c * ld, ld);
-          }
+            blas.gemm(Op::T, Op::N, c1 - c0, d.hs, d.t - c0, scale, ds + c * d.t + c, d.t, q + c * ld,
+                      ld, T(0), dq + d.w + c * ld, ld);
+          });
         }
       },
       per * d.plane() * d.hs * 4);

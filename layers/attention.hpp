@@ -45,6 +45,11 @@ namespace attn {
 // and compute 62.5% of the (T, T) products at T = 128. Each output is the
 // same dot product over the same nonzero terms as without tiles.
 inline constexpr int kCausalTile = 32;
+// f(r0, r1) for each tile [r0, r1) of t positions, in order.
+template <class F>
+void for_causal_tiles(int t, const F& f) {
+  for (int r0 = 0; r0 < t; r0 += kCausalTile) f(r0, r0 + kCausalTile < t ? r0 + kCausalTile : t);
+}
 }  // namespace attn
 
 template <class T>

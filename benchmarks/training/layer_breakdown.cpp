@@ -39,15 +39,15 @@ std::vector<GemmShape> layer_gemms(const Layer<float>& l, std::size_t batch, con
     const int n = b * static_cast<int>(att->heads());
     // The GEMMs of the BLAS path's causal tiles (layers/attention.cpp).
     std::vector<GemmShape> g;
-    for (int r0 = 0; r0 < t; r0 += attn::kCausalTile) {
-      const int r1 = std::min(t, r0 + attn::kCausalTile), m = r1 - r0;
+    attn::for_causal_tiles(t, [&](const int r0, const int r1) {
+      const int m = r1 - r0;
       g.push_back({Op::N, Op::T, m, r1, hs, name + " forward", n});       // scores
       g.push_back({Op::N, Op::N, m, hs, r1, name + " forward", n});       // P V
       g.push_back({Op::T, Op::N, m, hs, t - r0, name + " input gradient", n});  // dV
       g.push_back({Op::N, Op::T, m, r1, hs, name + " input gradient", n});      // dP
       g.push_back({Op::N, Op::N, m, hs, r1, name + " input gradient", n});      // dQ
       g.push_back({Op::T, Op::N, m, hs, t - r0, name + " input gradient", n});  // dK
-    }
+    });
     return g;
   }
   if (const auto* lin = dynamic_cast<const Linear<float>*>(&l)) {
