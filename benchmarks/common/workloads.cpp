@@ -1,6 +1,8 @@
 #include "benchmarks/common/workloads.hpp"
 
 #include "backends/error.hpp"
+#include "data/text.hpp"
+#include "layers/embedding.hpp"
 #include "layers/mlp.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
@@ -90,6 +92,14 @@ std::string model_path(const std::string& file) {
 Sequential<float> make_model(const Workload& w) {
   if (w.model.empty()) return make_mlp<float>({w.widths});
   return build_model<float>(read_model_file(model_path(w.model)), 1);
+}
+
+data::Dataset make_data(const Workload& w, const Sequential<float>& model, std::size_t samples) {
+  const std::size_t vocab = embedding_vocabulary(model.layer(0));
+  if (vocab > 0) return data::make_synthetic_tokens(samples, model.in_features(), vocab, 3);
+  const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
+                                                      : data::CsvTask::regression;
+  return data::make_synthetic(samples, model.in_features(), task, model.out_features(), 3);
 }
 
 }  // namespace strata::bench

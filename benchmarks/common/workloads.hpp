@@ -9,6 +9,7 @@
 // MLPs are Linear-ReLU-...-Linear; SGD learns at 0.01, AdamW at 0.001.
 #pragma once
 
+#include "data/dataset.hpp"
 #include "layers/loss.hpp"
 #include "layers/optimizer.hpp"
 #include "layers/sequential.hpp"
@@ -51,5 +52,10 @@ std::string model_path(const std::string& file);
 
 // The workload's model, not built (initialisation seed 1).
 Sequential<float> make_model(const Workload& w);
+
+// Seeded synthetic data of `samples` samples shaped for `model` (the
+// workload's): normal inputs with uniform labels (classification) or normal
+// targets (MSE); a language model (an Embedding first) gets token windows.
+data::Dataset make_data(const Workload& w, const Sequential<float>& model, std::size_t samples);
 
 }  // namespace strata::bench

@@ -28,8 +28,6 @@
 #include "benchmarks/common/workloads.hpp"
 #include "benchmarks/training/layer_breakdown.hpp"
 #include "data/dataset.hpp"
-#include "data/text.hpp"
-#include "layers/embedding.hpp"
 #include "layers/mlp.hpp"
 #include "layers/registry.hpp"
 #include "strategies/data_parallel.hpp"
@@ -86,14 +84,8 @@ Result run_rank(const Workload& w, Context& ctx, comm::Communicator& comm, int r
   o.overlap = overlap;
   o.bucket_bytes = static_cast<std::size_t>(bucket_mb * (1 << 20));
   DataParallel<float> dp(ctx, comm, model, *loss, opt, o);
-  // Synthetic data drawn once (seeded normal inputs, uniform labels).
-  const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
-                                                      : data::CsvTask::regression;
-  // A language model (an embedding first) gets token windows instead.
-  const std::size_t vocab = embedding_vocabulary(model.layer(0));
-  auto d = vocab > 0 ? data::make_synthetic_tokens(w.batch, model.in_features(), vocab, 3)
-                     : data::make_synthetic(w.batch, model.in_features(), task,
-                                                 model.out_features(), 3);
+  // Synthetic data drawn once (benchmarks/common/workloads.hpp).
+  auto d = make_data(w, model, w.batch);
   data::BatchLoader<float> loader(d, w.batch, false, 0, false, comm.rank(), comm.size());
   data::Batch<float> b;
   loader.next(b);
