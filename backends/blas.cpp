@@ -113,6 +113,19 @@ void Blas::gemm(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda,
     gemm_portable(exec_, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+bool Blas::gemm_in_kernels() const {
+  return sequential_in_kernels() || (reproducible_ && host_kernels);
+}
+
+template <class T>
+void Blas::gemm_in_kernel(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda,
+                          const T* B, int ldb, T beta, T* C, int ldc) const {
+  if (reproducible_)
+    gemm_reproducible_here(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  else  // the vendor's, sequential here (sequential_in_kernels), or the inline loops
+    gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 template <class T>
 void Blas::gemm(Op ta, Op tb, T alpha, ConstMatrix<T> A, ConstMatrix<T> B, T beta,
                 Matrix<T> C) const {
@@ -282,6 +295,8 @@ void gemm_portable_fused(const ExecSpace& exec, Op ta, Op tb, int m, int n, int 
 #define STRATA_INSTANTIATE_GEMM(T)                                                         \
   template void Blas::gemm<T>(Op, Op, int, int, int, T, const T*, int, const T*, int, T,  \
                               T*, int) const;                                              \
+  template void Blas::gemm_in_kernel<T>(Op, Op, int, int, int, T, const T*, int, const T*,  \
+                                        int, T, T*, int) const;                            \
   template void Blas::gemm<T>(Op, Op, T, ConstMatrix<T>, ConstMatrix<T>, T, Matrix<T>)    \
       const;                                                                               \
   template void gemm_portable<T>(const ExecSpace&, Op, Op, int, int, int, T, const T*, int, \

@@ -82,6 +82,15 @@ class Blas {
   }
   // The same for this build's vendor backend.
   static bool vendor_sequential_in_kernels();
+  // Whether gemm_in_kernel may be called from inside a host kernel: where
+  // sequential_in_kernels() holds, or with set_reproducible in a host build
+  // (the reproducible kernel then runs on the calling thread).
+  bool gemm_in_kernels() const;
+  // gemm, from inside a host kernel, on the calling thread alone (needs
+  // gemm_in_kernels()): the same bits as gemm would give.
+  template <class T>
+  void gemm_in_kernel(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B,
+                      int ldb, T beta, T* C, int ldc) const;
 
  private:
   GemmBackend backend_;

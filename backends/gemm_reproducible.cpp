@@ -322,13 +322,14 @@ void run_item(const Job<T>& j, int item) {
   }
 }
 
+// here: on the calling thread alone (a call from inside a host kernel).
 template <class T>
-void run(const ExecSpace& exec, Job<T> j) {
+void run(const ExecSpace& exec, Job<T> j, bool here = false) {
   j.mb = block_size(j.m, kMb, kMr);
   j.nb = block_size(j.n, j.E != nullptr ? kNbExact : kNb, kNr);
   const int items = ((j.m + j.mb - 1) / j.mb) * ((j.n + j.nb - 1) / j.nb);
   if constexpr (host_kernels) {
-    if (items == 1 || kernel_threads(exec) == 1) {
+    if (here || items == 1 || kernel_threads(exec) == 1) {
       for (int i = 0; i < items; ++i) run_item(j, i);
       return;
     }
@@ -346,10 +347,11 @@ namespace detail {
 template <class T>
 void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
                               int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
-                              T* C, int ldc) {
+                              T* C, int ldc, bool here) {
   if (m == 0 || n == 0) return;
   if constexpr (!host_kernels) {
     (void)generic;
+    STRATA_REQUIRE(!here, runtime, "gemm_reproducible_here: a host-kernel call in a device build");
     gemm_portable_fused(exec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
     if (k == 0) {  // alpha * 0 + beta * C
@@ -362,7 +364,7 @@ void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
     }
     const Job<T> j{ta, tb, m, n, k, k, A, lda, B, ldb, alpha, beta, C, ldc, nullptr, 0,
                    best_tile<T>(generic), nullptr};
-    run(exec, j);
+    run(exec, j, here);
   }
 }
 
@@ -398,7 +400,14 @@ template <class T>
 void gemm_reproducible(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
                        const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc) {
   detail::gemm_reproducible_kernel(exec, false, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C,
-                                   ldc);
+                                   ldc, false);
+}
+
+template <class T>
+void gemm_reproducible_here(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda,
+                            const T* B, int ldb, T beta, T* C, int ldc) {
+  detail::gemm_reproducible_kernel(ExecSpace(), false, ta, tb, m, n, k, alpha, A, lda, B, ldb,
+                                   beta, C, ldc, true);
 }
 
 void gemm_exact_chunks(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, int chunk,
@@ -419,8 +428,12 @@ template void gemm_reproducible<float>(const ExecSpace&, Op, Op, int, int, int, 
 template void gemm_reproducible<double>(const ExecSpace&, Op, Op, int, int, int, double,
                                         const double*, int, const double*, int, double, double*,
                                         int);
+template void gemm_reproducible_here<float>(Op, Op, int, int, int, float, const float*, int,
+                                            const float*, int, float, float*, int);
+template void gemm_reproducible_here<double>(Op, Op, int, int, int, double, const double*, int,
+                                             const double*, int, double, double*, int);
 template void detail::gemm_reproducible_kernel<float>(const ExecSpace&, bool, Op, Op, int, int,
                                                       int, float, const float*, int,
-                                                      const float*, int, float, float*, int);
+                                                      const float*, int, float, float*, int, bool);
 
 }  // namespace strata

@@ -27,6 +27,14 @@ template <class T>
 void gemm_reproducible(const ExecSpace& exec, Op ta, Op tb, int m, int n, int k, T alpha,
                        const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc);
 
+// The same GEMM, the same bits, on the calling thread alone: for calls from
+// inside a host kernel (CausalAttention's tiles under --reproducible), where
+// gemm_reproducible would start a parallel region of its own. Host builds
+// (a device build throws).
+template <class T>
+void gemm_reproducible_here(Op ta, Op tb, int m, int n, int k, T alpha, const T* A, int lda,
+                            const T* B, int ldb, T beta, T* C, int ldc);
+
 // E(i, j) (two doubles per value, hi then lo, row stride lde values) +=
 // sum over chunks c of the chain over p in [c * chunk, min((c + 1) * chunk, k)),
 // added exactly (a last chunk shorter than the others is the chain a chunk

@@ -14,7 +14,7 @@ namespace strata {
 
 namespace attn {
 
-// At most this many blocks of (sample, head) items on the BLAS path, each
+// At most this many blocks of (sample, head) items on the tiles, each
 // with its own (T, T) workspace (as Conv2d's samples: more than threads, for
 // balance, and a function of the batch alone).
 constexpr std::size_t kMaxBlocks = 32;
@@ -91,8 +91,8 @@ void forward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, Matrix<T> y,
         for (int j = 0; j <= i; ++j) {
           const T* k = xb + std::size_t(j) * 3 * d.w + d.w + h * d.hs;
           T acc = 0;
-          for (int e = 0; e < d.hs; ++e) acc += q[e] * k[e];
-          s[j] = acc * scale;
+          for (int e = 0; e < d.hs; ++e) acc = kmath::fma(q[e], k[e], acc);
+          s[j] = scale * acc;
         }
         causal_softmax_row(s, i, d.t);
       },
@@ -105,8 +105,8 @@ void forward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, Matrix<T> y,
         const int h = c / d.hs;
         const T* p = probs + ((std::size_t(b) * d.heads + h) * d.t + i) * d.t;
         const T* v = &x(b, 0) + 2 * d.w + c;
-        T acc = 0;
-        for (int j = 0; j <= i; ++j) acc += p[j] * v[std::size_t(j) * 3 * d.w];
+        T acc = 0;  // to the tile's end: P is 0 beyond the diagonal
+        for (int j = 0; j < tile_end(i, d.t); ++j) acc = kmath::fma(p[j], v[std::size_t(j) * 3 * d.w], acc);
         y(b, std::size_t(i) * d.w + c) = acc;
       },
       d.t);
@@ -124,12 +124,13 @@ void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix
         const T* p = probs + (std::size_t(b) * d.heads + c / d.hs) * d.plane() + j;
         const T* g = &dy(b, 0) + c;
         T acc = 0;
-        for (int i = j; i < d.t; ++i) acc += p[std::size_t(i) * d.t] * g[std::size_t(i) * d.w];
+        for (int i = j; i < d.t; ++i) acc = kmath::fma(p[std::size_t(i) * d.t], g[std::size_t(i) * d.w], acc);
         dx(b, std::size_t(j) * 3 * d.w + 2 * d.w + c) = acc;
       },
       d.t);
   // dS in place of P, one query row per item (the dot products dP(i, j) are
-  // computed twice: once for the row sum, once for dS; no (T, T) workspace).
+  // computed twice: once for the row sum, once for dS; no (T, T) workspace);
+  // the row sum in softmax_grad_row's lanes and order.
   const std::size_t rows = std::size_t(d.batch) * d.heads * d.t;
   for_range(ctx, "strata::CausalAttention::dscores", rows, KOKKOS_LAMBDA(const std::size_t r) {
         const int i = static_cast<int>(r % d.t);
@@ -138,19 +139,19 @@ void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix
         const T* g = &dy(b, 0) + std::size_t(i) * d.w + h * d.hs;
         const T* xb = &x(b, 0) + 2 * d.w + h * d.hs;
         T* p = probs + r * d.t;
+        auto dp = [&](const int j) {
+          const T* v = xb + std::size_t(j) * 3 * d.w;
+          T acc = 0;
+          for (int e = 0; e < d.hs; ++e) acc = kmath::fma(g[e], v[e], acc);
+          return acc;
+        };
+        T part[kLanes] = {};
+        const int lanes_end = (i + 1) / kLanes * kLanes;
+        for (int j = 0; j < lanes_end; ++j) part[j % kLanes] += p[j] * dp(j);
         T dot = 0;
-        for (int j = 0; j <= i; ++j) {
-          const T* v = xb + std::size_t(j) * 3 * d.w;
-          T dp = 0;
-          for (int e = 0; e < d.hs; ++e) dp += g[e] * v[e];
-          dot += p[j] * dp;
-        }
-        for (int j = 0; j <= i; ++j) {
-          const T* v = xb + std::size_t(j) * 3 * d.w;
-          T dp = 0;
-          for (int e = 0; e < d.hs; ++e) dp += g[e] * v[e];
-          p[j] = p[j] * (dp - dot);
-        }
+        for (int l = 0; l < kLanes; ++l) dot += part[l];
+        for (int j = lanes_end; j <= i; ++j) dot += p[j] * dp(j);
+        for (int j = 0; j <= i; ++j) p[j] = p[j] * (dp(j) - dot);
       },
       2 * std::size_t(d.t) * d.hs);
   // dq(t) = scale sum over j <= t of dS(t, j) k(j); dk(t) = scale sum over i >= t of dS(i, t) q(i).
@@ -160,27 +161,28 @@ void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix
         const int t = static_cast<int>(bt % d.t), b = static_cast<int>(bt / d.t);
         const T* ds = probs + (std::size_t(b) * d.heads + c / d.hs) * d.plane();
         const T* xb = &x(b, 0) + c;
-        T aq = 0, ak = 0;
-        for (int j = 0; j <= t; ++j) aq += ds[std::size_t(t) * d.t + j] * xb[std::size_t(j) * 3 * d.w + d.w];
-        for (int i = t; i < d.t; ++i) ak += ds[std::size_t(i) * d.t + t] * xb[std::size_t(i) * 3 * d.w];
+        T aq = 0, ak = 0;  // aq to t's tile's end: dS is 0 beyond the diagonal
+        for (int j = 0; j < tile_end(t, d.t); ++j)
+          aq = kmath::fma(ds[std::size_t(t) * d.t + j], xb[std::size_t(j) * 3 * d.w + d.w], aq);
+        for (int i = t; i < d.t; ++i) ak = kmath::fma(ds[std::size_t(i) * d.t + t], xb[std::size_t(i) * 3 * d.w], ak);
         T* out = &dx(b, 0) + std::size_t(t) * 3 * d.w + c;
-        out[0] = aq * scale;
-        out[d.w] = ak * scale;
+        out[0] = scale * aq;
+        out[d.w] = scale * ak;
       },
       2 * std::size_t(d.t));
 }
 
-// ---------------------------------------------------------------- BLAS
+// ---------------------------------------------------------------- tiles
 // One (sample, head) at a time per block, on the calling host thread.
 
 template <class T>
-void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x, Matrix<T> y,
-                  T* probs, T scale) {
+void forward_tiles(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x, Matrix<T> y,
+                   T* probs, T scale) {
   const std::size_t items = std::size_t(d.batch) * d.heads;
   const std::size_t per = (items + blocks - 1) / blocks;
   const Blas& blas = ctx.blas;
   const int ld = 3 * d.w;
-  for_host_items(ctx, "strata::CausalAttention::forward_blas", blocks, [=, &blas](std::size_t blk) {
+  for_host_items(ctx, "strata::CausalAttention::forward_tiles", blocks, [=, &blas](std::size_t blk) {
         for (std::size_t it = blk * per; it < std::min(items, (blk + 1) * per); ++it) {
           const int b = static_cast<int>(it / d.heads), h = static_cast<int>(it % d.heads);
           const T* q = &x(b, 0) + h * d.hs;
@@ -192,12 +194,12 @@ void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T>
             // S(r0:r1, 0:r1) = scale Q(r0:r1) K(0:r1)^T; the softmax zeros
             // each row from the diagonal to the tile's end (r1): the GEMMs of
             // forward and backward read no further.
-            blas.gemm(Op::N, Op::T, m, r1, d.hs, scale, q + std::size_t(r0) * ld, ld, q + d.w, ld,
-                      T(0), pr, d.t);
+            blas.gemm_in_kernel(Op::N, Op::T, m, r1, d.hs, scale, q + std::size_t(r0) * ld, ld,
+                                q + d.w, ld, T(0), pr, d.t);
             for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * d.t, i, r1);
             // Y(r0:r1) = P(r0:r1, 0:r1) V(0:r1).
-            blas.gemm(Op::N, Op::N, m, d.hs, r1, T(1), pr, d.t, q + 2 * d.w, ld, T(0),
-                      out + std::size_t(r0) * d.w, d.w);
+            blas.gemm_in_kernel(Op::N, Op::N, m, d.hs, r1, T(1), pr, d.t, q + 2 * d.w, ld, T(0),
+                                out + std::size_t(r0) * d.w, d.w);
           });
         }
       },
@@ -205,13 +207,13 @@ void forward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T>
 }
 
 template <class T>
-void backward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x,
-                   ConstMatrix<T> dy, Matrix<T> dx, const T* probs, T* work, T scale) {
+void backward_tiles(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x,
+                    ConstMatrix<T> dy, Matrix<T> dx, const T* probs, T* work, T scale) {
   const std::size_t items = std::size_t(d.batch) * d.heads;
   const std::size_t per = (items + blocks - 1) / blocks;
   const Blas& blas = ctx.blas;
   const int ld = 3 * d.w;
-  for_host_items(ctx, "strata::CausalAttention::backward_blas", blocks, [=, &blas](std::size_t blk) {
+  for_host_items(ctx, "strata::CausalAttention::backward_tiles", blocks, [=, &blas](std::size_t blk) {
         T* ds = work + blk * d.plane();
         for (std::size_t it = blk * per; it < std::min(items, (blk + 1) * per); ++it) {
           const int b = static_cast<int>(it / d.heads), h = static_cast<int>(it % d.heads);
@@ -222,25 +224,25 @@ void backward_blas(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T
           // dV(c0:c1) = P(c0:T, c0:c1)^T dY(c0:T) (P is 0 above the diagonal).
           for_causal_tiles(d.t, [&](const int c0, const int c1) {
             const std::size_t c = std::size_t(c0);
-            blas.gemm(Op::T, Op::N, c1 - c0, d.hs, d.t - c0, T(1), p + c * d.t + c, d.t, g + c * d.w,
-                      d.w, T(0), dq + 2 * d.w + c * ld, ld);
+            blas.gemm_in_kernel(Op::T, Op::N, c1 - c0, d.hs, d.t - c0, T(1), p + c * d.t + c, d.t,
+                                g + c * d.w, d.w, T(0), dq + 2 * d.w + c * ld, ld);
           });
           // Per tile of rows: dP(r0:r1, 0:r1) = dY(r0:r1) V(0:r1)^T, dS in
           // its place (zero from the diagonal to r1), dQ(r0:r1) = scale dS(r0:r1, 0:r1) K(0:r1).
           for_causal_tiles(d.t, [&](const int r0, const int r1) {
             const std::size_t r = std::size_t(r0);
-            blas.gemm(Op::N, Op::T, r1 - r0, r1, d.hs, T(1), g + r * d.w, d.w, q + 2 * d.w, ld, T(0),
-                      ds + r * d.t, d.t);
+            blas.gemm_in_kernel(Op::N, Op::T, r1 - r0, r1, d.hs, T(1), g + r * d.w, d.w,
+                                q + 2 * d.w, ld, T(0), ds + r * d.t, d.t);
             for (int i = r0; i < r1; ++i)
               softmax_grad_row(p + std::size_t(i) * d.t, ds + std::size_t(i) * d.t, i, r1);
-            blas.gemm(Op::N, Op::N, r1 - r0, d.hs, r1, scale, ds + r * d.t, d.t, q + d.w, ld, T(0),
-                      dq + r * ld, ld);
+            blas.gemm_in_kernel(Op::N, Op::N, r1 - r0, d.hs, r1, scale, ds + r * d.t, d.t, q + d.w,
+                                ld, T(0), dq + r * ld, ld);
           });
           // dK(c0:c1) = scale dS(c0:T, c0:c1)^T Q(c0:T).
           for_causal_tiles(d.t, [&](const int c0, const int c1) {
             const std::size_t c = std::size_t(c0);
-            blas.gemm(Op::T, Op::N, c1 - c0, d.hs, d.t - c0, scale, ds + c * d.t + c, d.t, q + c * ld,
-                      ld, T(0), dq + d.w + c * ld, ld);
+            blas.gemm_in_kernel(Op::T, Op::N, c1 - c0, d.hs, d.t - c0, scale, ds + c * d.t + c, d.t,
+                                q + c * ld, ld, T(0), dq + d.w + c * ld, ld);
           });
         }
       },
@@ -278,15 +280,15 @@ Shape CausalAttention<T>::output_shape(const Shape& in) const {
 template <class T>
 void CausalAttention<T>::add_costs(std::vector<LayerCost>& out) const {
   // Nominal (unmasked) products: the portable kernels compute the lower
-  // triangle, the BLAS path's causal tiles 62.5% of the square at T = 128.
+  // triangle, the causal tiles 62.5% of the square at T = 128.
   const double t = static_cast<double>(positions());
   out.push_back(this->cost(4.0 * static_cast<double>(heads_ * head_size_) * t * t));
   out.back().small_gemms = 2.0 * static_cast<double>(heads_);
 }
 
 template <class T>
-bool CausalAttention<T>::runs_blas(const Context& ctx) const {
-  return !portable_ && ctx.blas.sequential_in_kernels();
+bool CausalAttention<T>::runs_tiles(const Context& ctx) const {
+  return !portable_ && ctx.blas.gemm_in_kernels();
 }
 
 template <class T>
@@ -301,9 +303,9 @@ std::size_t CausalAttention<T>::saved_size(std::size_t batch) const {
 
 template <class T>
 std::size_t CausalAttention<T>::workspace_bytes(std::size_t max_batch) const {
-  return Blas::vendor_sequential_in_kernels()
-             ? blocks(max_batch) * positions() * positions() * sizeof(T)
-             : 0;
+  // Any host build may run the tiles (under --reproducible without a
+  // sequential vendor BLAS).
+  return host_kernels ? blocks(max_batch) * positions() * positions() * sizeof(T) : 0;
 }
 
 template <class T>
@@ -320,8 +322,8 @@ void CausalAttention<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Sa
   if (d.batch == 0) return;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_size_)));
   T* probs = saved.scratch.data();
-  if (runs_blas(ctx))
-    attn::forward_blas(ctx, d, blocks(x.extent(0)), x, y, probs, scale);
+  if (runs_tiles(ctx))
+    attn::forward_tiles(ctx, d, blocks(x.extent(0)), x, y, probs, scale);
   else
     attn::forward_portable(ctx, d, x, y, probs, scale);
 }
@@ -335,10 +337,10 @@ void CausalAttention<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx,
   if (d.batch == 0) return;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_size_)));
   T* probs = saved.scratch.data();
-  if (runs_blas(ctx)) {
+  if (runs_tiles(ctx)) {
     STRATA_REQUIRE(work_.extent(0) >= blocks(dy.extent(0)) * d.plane(), runtime, name(),
                    ": backward before reserve() for this batch");
-    attn::backward_blas(ctx, d, blocks(dy.extent(0)), saved.x, dy, dx, probs, work_.data(), scale);
+    attn::backward_tiles(ctx, d, blocks(dy.extent(0)), saved.x, dy, dx, probs, work_.data(), scale);
   } else {
     attn::backward_portable(ctx, d, saved.x, dy, dx, probs, scale);
   }

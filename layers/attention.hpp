@@ -25,13 +25,19 @@
 //
 // P is kept for backward (saved_size: H T^2 values per sample). Two ways to
 // compute, the same functions of the inputs (each sum in a fixed order, so
-// neither depends on the thread count; they differ from each other only by
-// rounding):
-//   - per (sample, head) on one host thread, its GEMMs on the sequential BLAS
-//     (Blas::sequential_in_kernels, as Conv2d's samples) in causal tiles
-//     (attn::kCausalTile): the host default;
+// neither depends on the thread count):
+//   - tiles: per (sample, head) on one host thread, its GEMMs in causal
+//     tiles (attn::kCausalTile) on the calling thread (Blas::gemm_in_kernel:
+//     the sequential vendor BLAS, as Conv2d's samples, or under
+//     --reproducible the reproducible GEMM): the host default;
 //   - portable kernels (any backend): one item per (sample, head, query row)
 //     for the scores and softmax, one per output value for the products.
+// The portable kernels compute every product as the reproducible GEMM's
+// fused multiply-add chain over the tiles' ranges (a row's chain over keys
+// runs to its tile's end through the mask's zeros, which add nothing), and
+// the softmax gradient's row sums in the tiles' lanes: under --reproducible
+// the two ways give the same bits, so a host run and a GPU run agree. With
+// the vendor BLAS they differ by rounding.
 #pragma once
 
 #include "layers/capabilities.hpp"
@@ -39,7 +45,7 @@
 namespace strata {
 
 namespace attn {
-// The BLAS path's causal tiling: query rows (and key columns) in tiles of
+// The tiles' causal tiling: query rows (and key columns) in tiles of
 // this many positions; a tile of rows meets only the keys up to its last
 // row, so the GEMMs skip the tiles above the diagonal (the mask's zeros)
 // and compute 62.5% of the (T, T) products at T = 128. Each output is the
@@ -49,6 +55,11 @@ inline constexpr int kCausalTile = 32;
 template <class F>
 void for_causal_tiles(int t, const F& f) {
   for (int r0 = 0; r0 < t; r0 += kCausalTile) f(r0, r0 + kCausalTile < t ? r0 + kCausalTile : t);
+}
+// The end of position i's tile of t positions.
+KOKKOS_INLINE_FUNCTION int tile_end(int i, int t) {
+  const int e = (i / kCausalTile + 1) * kCausalTile;
+  return e < t ? e : t;
 }
 }  // namespace attn
 
@@ -77,10 +88,10 @@ class CausalAttention final : public Layer<T>, public TensorShardable, public De
 
   std::size_t heads() const { return heads_; }
   std::size_t head_size() const { return head_size_; }
-  // Whether this context computes per (sample, head) with the sequential
-  // BLAS (else the portable kernels); set_portable(true) forces the kernels
-  // (tests compare both).
-  bool runs_blas(const Context& ctx) const;
+  // Whether this context computes per (sample, head) in tiles (else the
+  // portable kernels); set_portable(true) forces the kernels (tests compare
+  // both).
+  bool runs_tiles(const Context& ctx) const;
   void set_portable(bool on) { portable_ = on; }
 
  private:
@@ -89,7 +100,7 @@ class CausalAttention final : public Layer<T>, public TensorShardable, public De
 
   std::size_t heads_, head_size_;
   bool portable_ = false;
-  VectorBuffer<T> work_;  // BLAS path: one (T, T) matrix per block (dP in backward)
+  VectorBuffer<T> work_;  // tiles: one (T, T) matrix per block (dP in backward)
 };
 
 // The "attention" block of a model file (layers/registry.hpp).

@@ -35,19 +35,22 @@ struct OneMicroBatch {
   }
 };
 
-// A standalone layer with its own parameter and gradient buffers.
-struct Bound {
-  LayerPtr<double> layer;
+// A standalone layer with its own parameter and gradient buffers (Bound:
+// in double, as the finite differences need).
+template <class T>
+struct BoundT {
+  using V = std::vector<T>;
+  LayerPtr<T> layer;
   std::size_t batch, in, out;
-  VectorBuffer<double> params, grads;
+  VectorBuffer<T> params, grads;
   Context ctx;
 
-  Bound(LayerPtr<double> l, std::size_t batch_, std::size_t in_, std::uint64_t seed,
-        GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
-      : Bound(std::move(l), batch_, Shape{in_}, seed, gemm) {}
+  BoundT(LayerPtr<T> l, std::size_t batch_, std::size_t in_, std::uint64_t seed,
+         GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
+      : BoundT(std::move(l), batch_, Shape{in_}, seed, gemm) {}
   // A layer with a per-sample input of any shape (rows of its numel values).
-  Bound(LayerPtr<double> l, std::size_t batch_, const Shape& in_shape, std::uint64_t seed,
-        GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
+  BoundT(LayerPtr<T> l, std::size_t batch_, const Shape& in_shape, std::uint64_t seed,
+         GemmBackend gemm = Blas::vendor_available() ? GemmBackend::vendor : GemmBackend::portable)
       : layer(std::move(l)),
         batch(batch_),
         in(in_shape.numel()),
@@ -55,17 +58,17 @@ struct Bound {
         ctx(gemm) {
     layer->set_input_shape(in_shape);
     const std::size_t n = layer->num_params();
-    params = VectorBuffer<double>("params", n);
-    grads = VectorBuffer<double>("grads", n);
+    params = VectorBuffer<T>("params", n);
+    grads = VectorBuffer<T>("grads", n);
     layer->bind(params, grads);
     layer->reserve(batch, in);
     // Random parameters (not the initialiser's), so that every term matters.
-    Kokkos::deep_copy(params, test::to_device(test::randn<double>(n, seed)));
+    Kokkos::deep_copy(params, test::to_device(test::randn<T>(n, seed)));
   }
-  Vec forward(const Vec& x) {
+  V forward(const V& x) {
     auto dx = test::to_device(x, batch, in);
-    MatrixBuffer<double> y("y", batch, out);
-    OneMicroBatch<double> m(*layer, dx, y);
+    MatrixBuffer<T> y("y", batch, out);
+    OneMicroBatch<T> m(*layer, dx, y);
     begin_pass(*layer);
     layer->forward(ctx, dx, y, m.saved);
     Kokkos::fence();
@@ -73,20 +76,21 @@ struct Bound {
   }
   // Returns dx for upstream gradient dy (after a forward on x); parameter
   // gradients accumulate into `grads` (zeroed first).
-  Vec backward(const Vec& x, const Vec& dy) {
-    Kokkos::deep_copy(grads, 0.0);
+  V backward(const V& x, const V& dy) {
+    Kokkos::deep_copy(grads, T(0));
     auto dxin = test::to_device(x, batch, in);
-    MatrixBuffer<double> y("y", batch, out), dx("dx", batch, in);
-    OneMicroBatch<double> m(*layer, dxin, y);
+    MatrixBuffer<T> y("y", batch, out), dx("dx", batch, in);
+    OneMicroBatch<T> m(*layer, dxin, y);
     begin_pass(*layer);
     layer->forward(ctx, dxin, y, m.saved);
     layer->backward(ctx, test::to_device(dy, batch, out), dx, m.saved);
     Kokkos::fence();
     return test::to_host(dx);
   }
-  Vec param_values() { return test::to_host(params); }
-  void set_params(const Vec& p) { Kokkos::deep_copy(params, test::to_device(p)); }
+  V param_values() { return test::to_host(params); }
+  void set_params(const V& p) { Kokkos::deep_copy(params, test::to_device(p)); }
 };
+using Bound = BoundT<double>;
 
 inline double dot(const Vec& a, const Vec& b) {
   double s = 0;

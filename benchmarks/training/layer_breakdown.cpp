@@ -37,7 +37,7 @@ std::vector<GemmShape> layer_gemms(const Layer<float>& l, std::size_t batch, con
   if (const auto* att = dynamic_cast<const CausalAttention<float>*>(&l)) {
     const int t = static_cast<int>(att->input_shape()[0]), hs = static_cast<int>(att->head_size());
     const int n = b * static_cast<int>(att->heads());
-    // The GEMMs of the BLAS path's causal tiles (layers/attention.cpp).
+    // The GEMMs of the causal tiles (layers/attention.cpp).
     std::vector<GemmShape> g;
     attn::for_causal_tiles(t, [&](const int r0, const int r1) {
       const int m = r1 - r0;

@@ -25,7 +25,7 @@ namespace detail {
 template <class T>
 void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
                               int k, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
-                              T* C, int ldc);
+                              T* C, int ldc, bool here);
 void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb, int m, int n,
                               int k, int chunk, const float* A, int lda, const float* B, int ldb,
                               double* E, int lde);
@@ -175,21 +175,23 @@ TEST(ReproducibleGemm, IsBitwiseTheFmaChainForEveryShape) {
         const auto chain = fma_chain(ta, tb, m, n, k, 0, k, o.a, o.lda, o.b, o.ldb);
         const auto c0 = test::randn<float>(m * n, 23);
         for (bool generic : {false, true})
-          for (float beta : {0.0f, 0.5f}) {
-            std::vector<float> want(c0);
-            for (std::size_t e = 0; e < want.size(); ++e)
-              want[e] = beta == 0.0f ? 2.0f * chain[e] : 2.0f * chain[e] + beta * want[e];
-            const auto da = test::to_device(o.a, o.a.size() / o.lda, o.lda);
-            const auto db = test::to_device(o.b, o.b.size() / o.ldb, o.ldb);
-            auto dc = test::to_device(c0, m, n);
-            detail::gemm_reproducible_kernel<float>(ExecSpace(), generic, ta, tb, m, n, k, 2.0f,
-                                                    da.data(), o.lda, db.data(), o.ldb, beta,
-                                                    dc.data(), n);
-            ExecSpace().fence();
-            EXPECT_EQ(test::to_host(dc), want)
-                << m << "x" << n << "x" << k << " ta=" << (ta == Op::T) << " tb=" << (tb == Op::T)
-                << " generic=" << generic << " beta=" << beta;
-          }
+          for (float beta : {0.0f, 0.5f})
+            for (bool here : {false, true}) {  // here: on the calling thread (host builds)
+              if (here && !host_kernels) continue;
+              std::vector<float> want(c0);
+              for (std::size_t e = 0; e < want.size(); ++e)
+                want[e] = beta == 0.0f ? 2.0f * chain[e] : 2.0f * chain[e] + beta * want[e];
+              const auto da = test::to_device(o.a, o.a.size() / o.lda, o.lda);
+              const auto db = test::to_device(o.b, o.b.size() / o.ldb, o.ldb);
+              auto dc = test::to_device(c0, m, n);
+              detail::gemm_reproducible_kernel<float>(ExecSpace(), generic, ta, tb, m, n, k, 2.0f,
+                                                      da.data(), o.lda, db.data(), o.ldb, beta,
+                                                      dc.data(), n, here);
+              ExecSpace().fence();
+              EXPECT_EQ(test::to_host(dc), want)
+                  << m << "x" << n << "x" << k << " ta=" << (ta == Op::T) << " tb=" << (tb == Op::T)
+                  << " generic=" << generic << " beta=" << beta << " here=" << here;
+            }
       }
 }
 

@@ -6,7 +6,9 @@
 // sequential BLAS, and the portable kernels) against each other and any
 // thread count; bad shapes and ids as clear errors.
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "layers/attention.hpp"
+#include "strategies/reproducible.hpp"
 #include "layers/decoder.hpp"
 #include "layers/embedding.hpp"
 #include "layers/position_embedding.hpp"
@@ -133,7 +135,7 @@ struct AttnCase {
 };
 
 std::vector<AttnCase> attention_cases() {
-  // The last two: 70 positions, three causal tiles of the BLAS path (32,
+  // The last two: 70 positions, three causal tiles (32,
   // 32, 6); 17 x 2 (sample, head) items share 32 blocks, so a block's dS
   // workspace holds the previous item's values beyond the tiles' ends.
   return {{2, 5, 3, 4}, {3, 7, 1, 5}, {1, 1, 2, 3}, {2, 8, 2, 8}, {4, 13, 3, 2}, {1, 70, 2, 3},
@@ -175,8 +177,8 @@ TEST(CausalAttention, BothPathsAndAnyThreadCountAgree) {
   for (const AttnCase& k : attention_cases()) {
     Bound blas(make_core(k, false), k.batch, Shape{k.t, 3 * k.heads * k.hs}, 30);
     Bound port(make_core(k, true), k.batch, Shape{k.t, 3 * k.heads * k.hs}, 30);
-    ASSERT_TRUE(static_cast<CausalAttention<double>&>(*blas.layer).runs_blas(blas.ctx));
-    ASSERT_FALSE(static_cast<CausalAttention<double>&>(*port.layer).runs_blas(port.ctx));
+    ASSERT_TRUE(static_cast<CausalAttention<double>&>(*blas.layer).runs_tiles(blas.ctx));
+    ASSERT_FALSE(static_cast<CausalAttention<double>&>(*port.layer).runs_tiles(port.ctx));
     const Vec x = test::randn<double>(blas.batch * blas.in, 31);
     const Vec dy = test::randn<double>(blas.batch * blas.out, 32);
     const Vec y = blas.forward(x), dx = blas.backward(x, dy);
@@ -192,14 +194,14 @@ TEST(CausalAttention, BothPathsAndAnyThreadCountAgree) {
   }
 }
 
-// The BLAS path's tiles read P only up to each tile's end: with the saved
+// The tiles read P only up to each tile's end: with the saved
 // scratch (P) full of NaN before the forward, forward and backward give the
 // same bits as with it zeroed (a GEMM that read a NaN beyond the end would
 // spread it).
 TEST(CausalAttention, TilesReadNoSavedValueBeyondTheirEnd) {
   const AttnCase k{17, 70, 2, 3};
   Bound b(make_core(k, false), k.batch, Shape{k.t, 3 * k.heads * k.hs}, 40);
-  if (!static_cast<CausalAttention<double>&>(*b.layer).runs_blas(b.ctx))
+  if (!static_cast<CausalAttention<double>&>(*b.layer).runs_tiles(b.ctx))
     GTEST_SKIP() << "no sequential vendor BLAS in this build: no tiles";
   const Vec x = test::randn<double>(b.batch * b.in, 41), dy = test::randn<double>(b.batch * b.out, 42);
   const Vec y = b.forward(x), dx = b.backward(x, dy);
@@ -213,6 +215,36 @@ TEST(CausalAttention, TilesReadNoSavedValueBeyondTheirEnd) {
   Kokkos::fence();
   EXPECT_EQ(test::to_host(yn), y);
   EXPECT_EQ(test::to_host(dxn), dx);
+}
+
+// Under --reproducible the tiles run the reproducible GEMM on each thread,
+// and the portable kernels compute the same fused chains over the same
+// ranges: the two give the same bits (what a GPU run, on the portable
+// kernels, must reproduce of a host run), in float and double, and so on
+// any thread count. Oracle: the portable kernels.
+template <class T>
+void expect_tiles_equal_portable_when_reproducible() {
+  for (const AttnCase& k : attention_cases()) {
+    auto tiled = std::make_unique<CausalAttention<T>>(k.heads, k.hs);
+    auto portable = std::make_unique<CausalAttention<T>>(k.heads, k.hs);
+    portable->set_portable(true);
+    test::BoundT<T> a(std::move(tiled), k.batch, Shape{k.t, 3 * k.heads * k.hs}, 50);
+    test::BoundT<T> b(std::move(portable), k.batch, Shape{k.t, 3 * k.heads * k.hs}, 50);
+    for (auto* l : {&a, &b}) enable_reproducible(l->ctx);
+    ASSERT_EQ(static_cast<CausalAttention<T>&>(*a.layer).runs_tiles(a.ctx), host_kernels);
+    const auto x = test::randn<T>(a.batch * a.in, 51), dy = test::randn<T>(a.batch * a.out, 52);
+    const auto y = a.forward(x), dx = a.backward(x, dy);
+    EXPECT_EQ(y, b.forward(x)) << a.layer->name() << " batch " << k.batch << " forward";
+    EXPECT_EQ(dx, b.backward(x, dy)) << a.layer->name() << " batch " << k.batch << " dx";
+    a.ctx.threads = 1;
+    EXPECT_EQ(a.forward(x), y) << a.layer->name() << " 1 thread";
+    EXPECT_EQ(a.backward(x, dy), dx) << a.layer->name() << " 1 thread";
+  }
+}
+
+TEST(CausalAttention, ReproducibleTilesAreBitwiseThePortableKernels) {
+  expect_tiles_equal_portable_when_reproducible<float>();
+  expect_tiles_equal_portable_when_reproducible<double>();
 }
 
 // The "attention" block of a model file: qkv, core and proj, named as nanoGPT's.
