@@ -61,11 +61,45 @@ void add_channel_sums(Context& ctx, const char* partials, const char* sums, Cons
 template <class T>
 double* exact_twin(const Context& ctx, const T* grad, std::size_t size);
 
+// Neighbouring j per item of a reproducible add_row_sums on the host.
+inline constexpr std::size_t kExactColumns = 16;
+
 template <class T, class Term>
 void add_row_sums(Context& ctx, const char* name, std::size_t rows, Vector<T> grad,
                   const Term& term) {
   if (ctx.exact != nullptr) {
     double* e = exact_twin(ctx, grad.data(), grad.extent(0));
+    if constexpr (host_kernels) {
+      // Host: an item per block of kExactColumns neighbouring j, walking the
+      // rows in order (a row's terms of the block are neighbours in memory,
+      // where one item per j walked a column of a row-major matrix: a cache
+      // line per term), its splits vectorised across the block. Exact sums,
+      // so the same bits as any other order.
+      constexpr std::size_t kB = kExactColumns;
+      const std::size_t cols = grad.extent(0);
+      for_range(ctx, name, (cols + kB - 1) / kB, [=](const std::size_t blk) {
+            const std::size_t j0 = blk * kB, n = cols - j0 < kB ? cols - j0 : kB;
+            double hi[kB] = {}, lo[kB] = {};
+            auto add_row = [&](const std::size_t i, const std::size_t width) {
+              for (std::size_t c = 0; c < width; ++c) {
+                double h, l;
+                exact_split(static_cast<double>(term(i, j0 + c)), h, l);
+                hi[c] += h;
+                lo[c] += l;
+              }
+            };
+            if (n == kB)
+              for (std::size_t i = 0; i < rows; ++i) add_row(i, kB);
+            else
+              for (std::size_t i = 0; i < rows; ++i) add_row(i, n);
+            for (std::size_t c = 0; c < n; ++c) {
+              e[2 * (j0 + c)] += hi[c];
+              e[2 * (j0 + c) + 1] += lo[c];
+            }
+          },
+          rows * kB);
+      return;
+    }
     for_range(ctx, name, grad.extent(0), KOKKOS_LAMBDA(const std::size_t j) {
           double hi = 0, lo = 0;
           for (std::size_t i = 0; i < rows; ++i) {
