@@ -124,6 +124,40 @@ __attribute__((target("avx2,fma"))) void exact_row_avx2(double* e, const float* 
   for (; c < n; ++c) exact_add(e + 2 * c, static_cast<double>(x[c]));
 }
 
+// The same split into separate rows of his and los (no interleaving): hi[c]
+// += h, lo[c] += l for c < n.
+__attribute__((target("avx2,fma"))) void exact_row_split_avx2(double* hi, double* lo,
+                                                              const float* x, int n) {
+  const __m256d c_hi = _mm256_set1_pd(exact::c_hi), c_lo = _mm256_set1_pd(exact::c_lo);
+  const __m256d limit = _mm256_set1_pd(exact::term_limit);
+  const __m256d sign = _mm256_set1_pd(-0.0);
+  int c = 0;
+  for (; c + 4 <= n; c += 4) {
+    const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + c));
+    const __m256d inside = _mm256_cmp_pd(_mm256_andnot_pd(sign, v), limit, _CMP_LT_OQ);
+    if (_mm256_movemask_pd(inside) != 0xF) {
+      for (int k = c; k < c + 4; ++k) {
+        double h, l;
+        exact_split(static_cast<double>(x[k]), h, l);
+        hi[k] += h;
+        lo[k] += l;
+      }
+      continue;
+    }
+    const __m256d h = _mm256_sub_pd(_mm256_add_pd(v, c_hi), c_hi);
+    const __m256d r = _mm256_sub_pd(v, h);
+    const __m256d l = _mm256_sub_pd(_mm256_add_pd(r, c_lo), c_lo);
+    _mm256_storeu_pd(hi + c, _mm256_add_pd(_mm256_loadu_pd(hi + c), h));
+    _mm256_storeu_pd(lo + c, _mm256_add_pd(_mm256_loadu_pd(lo + c), l));
+  }
+  for (; c < n; ++c) {
+    double h, l;
+    exact_split(static_cast<double>(x[c]), h, l);
+    hi[c] += h;
+    lo[c] += l;
+  }
+}
+
 bool cpu_has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
@@ -133,9 +167,19 @@ bool cpu_has_avx2_fma() {
 template <class T>
 using TileFn = void (*)(int, const T*, const T*, T*);
 using ExactRowFn = void (*)(double*, const float*, int);
+using ExactRowSplitFn = void (*)(double*, double*, const float*, int);
 
 void exact_row_generic(double* e, const float* x, int n) {
   for (int c = 0; c < n; ++c) exact_add(e + 2 * c, static_cast<double>(x[c]));
+}
+
+void exact_row_split_generic(double* hi, double* lo, const float* x, int n) {
+  for (int c = 0; c < n; ++c) {
+    double h, l;
+    exact_split(static_cast<double>(x[c]), h, l);
+    hi[c] += h;
+    lo[c] += l;
+  }
 }
 
 [[maybe_unused]] ExactRowFn best_exact_row(bool generic) {
@@ -144,6 +188,14 @@ void exact_row_generic(double* e, const float* x, int n) {
 #endif
   (void)generic;
   return exact_row_generic;
+}
+
+[[maybe_unused]] ExactRowSplitFn best_exact_row_split(bool generic) {
+#ifdef STRATA_GEMM_AVX2
+  if (!generic && cpu_has_avx2_fma()) return exact_row_split_avx2;
+#endif
+  (void)generic;
+  return exact_row_split_generic;
 }
 
 template <class T>
@@ -173,6 +225,7 @@ struct Job {
   int lde;
   TileFn<T> tile;
   ExactRowFn exact_row;  // exact
+  ExactRowSplitFn exact_row_split;  // exact, whole p range
   int mb = 0, nb = 0;    // block sizes (set by run)
 };
 
@@ -187,6 +240,14 @@ void pack_a(const Job<T>& j, int i0, int mb, int p0, int kc, T* ap) {
     const int rows = std::min(kMr, mb - q * kMr);
     const T* a = j.A + (i0 + q * kMr) * si + static_cast<std::ptrdiff_t>(p0) * sp;
     if (si == 1) {  // a panel's rows lie side by side: read along them
+      if (rows == kMr) {  // a whole panel: fixed-length copies
+        for (int p = 0; p < kc; ++p) {
+          const T* ap_row = a + static_cast<std::ptrdiff_t>(p) * sp;
+          T* o = out + p * kMr;
+          for (int r = 0; r < kMr; ++r) o[r] = ap_row[r];
+        }
+        continue;
+      }
       for (int p = 0; p < kc; ++p) {
         const T* ap_row = a + static_cast<std::ptrdiff_t>(p) * sp;
         T* o = out + p * kMr;
@@ -217,6 +278,14 @@ void pack_b(const Job<T>& j, int j0, int nb, int p0, int kc, T* bp) {
     const int cols = std::min(kNr, nb - q * kNr);
     const T* b = j.B + static_cast<std::ptrdiff_t>(p0) * sp + (j0 + q * kNr) * sj;
     if (sj == 1) {  // a row of the panel is contiguous
+      if (cols == kNr) {  // a whole panel: fixed-length copies
+        for (int p = 0; p < kc; ++p) {
+          const T* row = b + static_cast<std::ptrdiff_t>(p) * sp;
+          T* o = out + p * kNr;
+          for (int c = 0; c < kNr; ++c) o[c] = row[c];
+        }
+        continue;
+      }
       for (int p = 0; p < kc; ++p) {
         const T* row = b + static_cast<std::ptrdiff_t>(p) * sp;
         T* o = out + p * kNr;
@@ -252,24 +321,26 @@ void run_item_exact_whole(const Job<T>& j, int i0, int mb, int j0, int nb) {
   pack_a(j, i0, mb, 0, j.k, ap.data());
   pack_b(j, j0, nb, 0, j.k, bp.data());
   T ct[kMr * kNr];
-  double acc[2 * kMr * kNr];
+  double hi[kMr * kNr], lo[kMr * kNr];  // the tile's exact sums, kept apart
   for (int qi = 0; qi < pm; ++qi)
     for (int qj = 0; qj < pn; ++qj) {
-      std::fill(acc, acc + 2 * kMr * kNr, 0.0);
+      std::fill(hi, hi + kMr * kNr, 0.0);
+      std::fill(lo, lo + kMr * kNr, 0.0);
       const T* a = ap.data() + static_cast<std::ptrdiff_t>(qi) * j.k * kMr;
       const T* b = bp.data() + static_cast<std::ptrdiff_t>(qj) * j.k * kNr;
       for (int c0 = 0; c0 < j.k; c0 += j.chunk) {
         std::fill(ct, ct + kMr * kNr, T(0));
         j.tile(std::min(j.chunk, j.k - c0), a + static_cast<std::ptrdiff_t>(c0) * kMr,
                b + static_cast<std::ptrdiff_t>(c0) * kNr, ct);
-        if constexpr (std::is_same_v<T, float>)
-          for (int r = 0; r < kMr; ++r) j.exact_row(acc + 2 * r * kNr, ct + r * kNr, kNr);
+        if constexpr (std::is_same_v<T, float>) j.exact_row_split(hi, lo, ct, kMr * kNr);
       }
       const int rows = std::min(kMr, mb - qi * kMr), cols = std::min(kNr, nb - qj * kNr);
       for (int r = 0; r < rows; ++r) {
         double* e = j.E + 2 * (static_cast<std::ptrdiff_t>(i0 + qi * kMr + r) * j.lde + j0 + qj * kNr);
-        const double* s = acc + 2 * r * kNr;
-        for (int c = 0; c < 2 * cols; ++c) e[c] += s[c];
+        for (int c = 0; c < cols; ++c) {
+          e[2 * c] += hi[r * kNr + c];
+          e[2 * c + 1] += lo[r * kNr + c];
+        }
       }
     }
 }
@@ -363,7 +434,7 @@ void gemm_reproducible_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
       return;
     }
     const Job<T> j{ta, tb, m, n, k, k, A, lda, B, ldb, alpha, beta, C, ldc, nullptr, 0,
-                   best_tile<T>(generic), nullptr};
+                   best_tile<T>(generic), nullptr, nullptr};
     run(exec, j, here);
   }
 }
@@ -390,7 +461,8 @@ void gemm_exact_chunks_kernel(const ExecSpace& exec, bool generic, Op ta, Op tb,
     exec.fence();
   } else {
     const Job<float> j{ta, tb, m, n, k, chunk, A, lda, B, ldb, 1.0f, 0.0f, nullptr, 0, E, lde,
-                       best_tile<float>(generic), best_exact_row(generic)};
+                       best_tile<float>(generic), best_exact_row(generic),
+                       best_exact_row_split(generic)};
     run(exec, j);
   }
 }
