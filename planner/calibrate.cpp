@@ -6,9 +6,13 @@
 #include "backends/launch.hpp"
 #include "backends/ranks.hpp"
 #include "layers/optimizer.hpp"
+#include "layers/registry.hpp"
 #include "layers/sequential.hpp"
 #include "planner/layer_probe.hpp"
 #include "planner/planning_comm.hpp"
+#include "strategies/engine.hpp"
+#include "training/synthetic_data.hpp"
+#include "training/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -374,6 +378,52 @@ void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
       g(seconds * 1e3) + " ms, " + g(bytes / seconds / 1e9) + " GB/s per rank");
 }
 
+void measure_step(MachineProfile& p, const PlanRequest& request,
+                  const std::function<void(const std::string&)>& log) {
+  const int ranks = request.ranks;
+  STRATA_REQUIRE(ranks == 1 || thread_ranks_unavailable().empty(), config,
+                 "calibration: no thread ranks here (", thread_ranks_unavailable(), ")");
+  STRATA_REQUIRE(request.precision == Precision::fp32, config,
+                 "calibration: whole steps are measured in fp32 only, not ", to_string(request.precision));
+  const CostModel model(request, p);
+  const Prediction predicted = model.predict(model.data_parallel_layout());
+  STRATA_REQUIRE(predicted.rejected.empty(), config, "calibration: the step of ",
+                 model.data_parallel_layout().str(), " cannot be measured: ", predicted.rejected);
+  const std::string key = model_key(request);
+  const int threads = model.threads_per_rank();
+  // strata-train's warm-up (5 steps), then enough for about two seconds
+  // (8 to 100 steps).
+  const std::size_t timed = static_cast<std::size_t>(
+      std::clamp(std::ceil(2.0 / std::max(predicted.step, 1e-6)), 8.0, 100.0));
+  TrainerOptions t;
+  t.batch = request.batch;
+  t.warmup_steps = TrainerOptions{}.warmup_steps;
+  t.steps = t.warmup_steps + timed;
+  t.shuffle = false;
+  t.evaluate = false;
+  EngineOptions o;
+  o.model = request.model;
+  o.loss = request.loss;
+  o.optimizer = request.optimizer;
+  double samples_per_s = 0;
+  run_ranks(ranks, threads, [&](Context& ctx, comm::Communicator& comm) {
+    auto engine = make_engine(ctx, comm, o, request.batch);
+    // A few distinct batches, drawn again each epoch.
+    data::Split data;
+    data.train = synthetic_data(build_model<float>(request.model, 0), request.loss,
+                                request.batch * 4, 7);
+    Trainer trainer(*engine, data, t, Position{}, comm.rank());
+    const TrainResult r = trainer.fit({});
+    if (comm.rank() == 0) samples_per_s = r.samples_per_sec;
+  });
+  STRATA_REQUIRE(samples_per_s > 0, runtime, "calibration: the measured steps of ", key, " took no time");
+  const double step = static_cast<double>(request.batch) / samples_per_s;
+  p.measured_steps.push_back({key, request.batch, request.optimizer.kind, threads, ranks, step});
+  log("training steps (" + model.data_parallel_layout().str() + ", batch " +
+      std::to_string(request.batch) + ", " + std::to_string(timed) + " timed): " + g(step * 1e3) +
+      " ms each, against " + g(predicted.step * 1e3) + " ms predicted from the parts");
+}
+
 void measure_model(MachineProfile& p, const PlanRequest& request,
                    const std::function<void(const std::string&)>& log) {
   const CostModel model(request, p);
@@ -381,6 +431,11 @@ void measure_model(MachineProfile& p, const PlanRequest& request,
   measure_layers(p, request, stage_sets(model, request.ranks, request.batch), ranks, log);
   if (p.update_bandwidth(request.optimizer.kind, model.threads_per_rank(), ranks) <= 0)
     measure_update(p, request, ranks, log);
+  // Whole steps where the ranks are thread ranks of this node, in fp32.
+  if (request.ranks == ranks && request.precision == Precision::fp32 &&
+      !p.measured_step(model_key(request), request.batch, request.optimizer.kind,
+                       model.threads_per_rank(), request.ranks))
+    measure_step(p, request, log);
 }
 
 }  // namespace strata::planner

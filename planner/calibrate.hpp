@@ -56,9 +56,20 @@ void measure_layers(MachineProfile& p, const PlanRequest& request, const std::ve
 void measure_update(MachineProfile& p, const PlanRequest& request, int ranks,
                     const std::function<void(const std::string&)>& log);
 
-// Both for a request: its layers as every layout of its ranks (on one node,
-// the cost model's ranks per node) runs them, and its optimizer's update
-// unless the profile has it for these ranks.
+// Times whole training steps of the request's model and batch as
+// strata-train runs them with plain data parallelism over request.ranks
+// thread ranks (one rank: local training), on synthetic samples: five
+// warm-up steps, then about two seconds of steps (8 to 100), and appends the
+// seconds per step to p.measured_steps (the cost model's other work).
+// Throws config for a precision other than fp32.
+void measure_step(MachineProfile& p, const PlanRequest& request,
+                  const std::function<void(const std::string&)>& log);
+
+// All for a request: its layers as every layout of its ranks (on one node,
+// the cost model's ranks per node) runs them, its optimizer's update unless
+// the profile has it for these ranks, and, when every rank is a thread rank
+// of this node and the precision fp32, its whole step unless the profile has
+// it.
 void measure_model(MachineProfile& p, const PlanRequest& request,
                    const std::function<void(const std::string&)>& log);
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace strata::planner {
@@ -192,7 +193,52 @@ double CostModel::exposed_bucket_time(const std::vector<double>& params,
   return std::max(0.0, busy_until - clock);
 }
 
+std::string model_key(const PlanRequest& request) {
+  PlanningComm alone(1);
+  const StageLayers all = stage_layers(request, alone, 1, false);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the layers' keys
+  std::size_t params = 0;
+  for (const auto& l : all.layers) {
+    for (const char c : layer_key(*l, 1, false) + ";") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    params += l->num_params();
+  }
+  char hash[24];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
+  return std::to_string(all.layers.size()) + " layers, " + std::to_string(params) + " parameters, " +
+         to_string(request.loss) + ", " + to_string(request.precision) + ", fnv " + hash;
+}
+
+Layout CostModel::data_parallel_layout() const {
+  Layout l;
+  l.mesh = {request_.ranks, 1, 1};
+  return l;
+}
+
+double CostModel::other_work() const {
+  if (other_found_) return other_;
+  other_found_ = true;
+  if (profile_.measured_steps.empty()) return other_;
+  const MeasuredStep* m = profile_.measured_step(model_key(request_), request_.batch,
+                                                 request_.optimizer.kind, threads_per_rank(),
+                                                 request_.ranks);
+  if (!m) return other_;
+  const Prediction dp = predict_parts(data_parallel_layout());
+  // Less than the prediction (layers measured in a slower phase of the
+  // machine): taken as it is, but never below half the predicted step.
+  if (dp.rejected.empty()) other_ = std::max(m->step - dp.step, -0.5 * dp.step);
+  return other_;
+}
+
 Prediction CostModel::predict(const Layout& l) const {
+  Prediction pr = predict_parts(l);
+  if (!pr.rejected.empty()) return pr;
+  pr.other = other_work();
+  pr.step += pr.other;
+  pr.samples_per_s = static_cast<double>(request_.batch) / pr.step;
+  return pr;
+}
+
+Prediction CostModel::predict_parts(const Layout& l) const {
   Prediction pr;
   pr.layout = l;
   const int dp = l.mesh.dp, pp = l.mesh.pp, tp = l.mesh.tp;

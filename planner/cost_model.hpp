@@ -42,6 +42,12 @@
 //   optimizer: the rank's updated values read and written at the update
 //     rate the profile measured for these ranks (measured_updates), else at
 //     memory bandwidth
+//   the step's other work: where the profile measured whole steps of this
+//     model and batch on these ranks (measured_steps: plain data
+//     parallelism, as strata-train runs it), what that step took beyond
+//     this model's prediction of the same layout (the loss, the batch's
+//     copy, the small allreduces, the ranks' waits for one another), added
+//     to every layout of that many ranks
 //
 // What it leaves out: kernel fusion and cache effects beyond f_half and the
 // measured layers (which run each layer alone, every rank the same), the
@@ -94,6 +100,7 @@ struct Prediction {
   // transfers, data-parallel sums not hidden behind backward, the optimizer.
   double compute = 0, bubble = 0, tensor_comm = 0, pipeline_comm = 0, data_comm = 0,
          optimizer = 0;
+  double other = 0;  // the step's other work (measured_steps), 0 without
   MemoryReport memory;  // the rank that needs the most
   int stage_with_most_memory = 0;
   // Collectives and messages a rank of the slowest stage takes part in per
@@ -129,6 +136,10 @@ StageLayers stage_layers(const PlanRequest& request, comm::Communicator& tp, int
 // A top-level layer's key in a profile's measured_layers: what it is, its
 // input shape, and its tensor group.
 std::string layer_key(const Layer<float>& layer, int tp, bool sequence);
+// A model's key in a profile's measured_steps: its top-level layers, their
+// parameters, the loss and the precision ("5 layers, 1863690 parameters,
+// cross-entropy, fp32, fnv 8c1d..."; the hash of the layers' keys).
+std::string model_key(const PlanRequest& request);
 
 class CostModel {
  public:
@@ -138,6 +149,9 @@ class CostModel {
   ~CostModel();
 
   Prediction predict(const Layout& layout) const;
+  // The data-parallel layout whose measured step gives the other work:
+  // every rank a data-parallel rank.
+  Layout data_parallel_layout() const;
 
   int ranks_per_node() const { return per_node_; }
   // Threads (cores) of one rank of a CPU profile; 1 on a GPU profile.
@@ -164,12 +178,18 @@ class CostModel {
   const Split& split(int tp, int pp, bool sequence = false) const;
   double layer_time(double flops, double gemms, double values, double rate) const;
   double rank_bandwidth() const;  // memory bandwidth one rank has
+  // predict() without the step's other work.
+  Prediction predict_parts(const Layout& layout) const;
+  // The other work per step (measured_steps), found on first use.
+  double other_work() const;
 
   PlanRequest request_;
   MachineProfile profile_;
   int per_node_ = 1;
   std::size_t budget_ = 0;
   mutable std::map<std::tuple<int, int, bool>, std::unique_ptr<Split>> splits_;
+  mutable double other_ = 0;
+  mutable bool other_found_ = false;
 };
 
 }  // namespace strata::planner

@@ -121,7 +121,41 @@ MachineProfile parse_profile(const std::string& text, const std::string& path) {
       p.measured_updates.push_back(u);
     }
   }
+  if (j.contains("measured_steps")) {
+    const json& list = j.at("measured_steps");
+    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_steps' must be a list");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string where = "measured_steps[" + std::to_string(i) + "].";
+      const json& e = list[i];
+      MeasuredStep m;
+      STRATA_REQUIRE(e.contains("model") && e.at("model").is_string(), config, path, ": ", where,
+                     "model must be a string");
+      m.model = e.at("model").get<std::string>();
+      STRATA_REQUIRE(e.contains("optimizer") && e.at("optimizer").is_string(), config, path, ": ",
+                     where, "optimizer must be a string (sgd, adam or adamw)");
+      try {
+        m.optimizer = parse_optimizer(e.at("optimizer").get<std::string>());
+      } catch (const Error& err) {
+        STRATA_THROW(config, path, ": ", where, "optimizer: ", err.message());
+      }
+      m.batch = static_cast<std::size_t>(positive(e, where, "batch", path));
+      m.threads = static_cast<int>(positive(e, where, "threads", path));
+      m.ranks = static_cast<int>(positive(e, where, "ranks", path));
+      m.step = positive(e, where, "step", path);
+      p.measured_steps.push_back(m);
+    }
+  }
   return p;
+}
+
+const MeasuredStep* MachineProfile::measured_step(const std::string& model, std::size_t batch,
+                                                  OptimizerKind optimizer, int threads,
+                                                  int ranks) const {
+  for (const MeasuredStep& m : measured_steps)
+    if (m.model == model && m.batch == batch && m.optimizer == optimizer && m.threads == threads &&
+        m.ranks == ranks)
+      return &m;
+  return nullptr;
 }
 
 double MachineProfile::update_bandwidth(OptimizerKind optimizer, int threads, int ranks) const {
@@ -172,6 +206,13 @@ std::string profile_json(const MachineProfile& p) {
       list.push_back({{"optimizer", to_string(u.optimizer)}, {"threads", u.threads}, {"ranks", u.ranks},
                       {"bandwidth", u.bandwidth}});
     j["measured_updates"] = list;
+  }
+  if (!p.measured_steps.empty()) {
+    json list = json::array();
+    for (const MeasuredStep& m : p.measured_steps)
+      list.push_back({{"model", m.model}, {"batch", m.batch}, {"optimizer", to_string(m.optimizer)},
+                      {"threads", m.threads}, {"ranks", m.ranks}, {"step", m.step}});
+    j["measured_steps"] = list;
   }
   return j.dump(2) + "\n";
 }

@@ -22,7 +22,11 @@
 //       {"layer": "Linear(784, 1024) in {784} tp 1", "samples": 128, "threads": 1,
 //        "ranks": 2, "forward": 1.1e-3, "backward": 2.3e-3}, ...],
 //     "measured_updates": [       // optional: the same, the optimizer's update
-//       {"optimizer": "sgd", "threads": 1, "ranks": 2, "bandwidth": 4.1e10}, ...]
+//       {"optimizer": "sgd", "threads": 1, "ranks": 2, "bandwidth": 4.1e10}, ...],
+//     "measured_steps": [         // optional: the same, whole training steps
+//       {"model": "5 layers, 1863690 parameters, cross-entropy, fp32, fnv 8c1d...",
+//        "batch": 256,
+//        "optimizer": "sgd", "threads": 1, "ranks": 2, "step": 1.6e-2}, ...]
 //   }
 //
 // reduce_scatter_allgather: a reduce-scatter followed by an allgather (the
@@ -41,6 +45,13 @@
 // optimizer takes its rate): the bytes it reads and writes (weight, gradient and
 // state) per second of one rank, which replaces memory bandwidth in the
 // optimizer's term (an update that fits in the caches runs faster).
+// measured_steps are whole training steps of a model (planner::model_key)
+// and global batch, as strata-train runs them with plain data parallelism
+// over `ranks` thread ranks of `threads` threads (one rank: local training):
+// the median seconds per step. What such a step spends beyond the cost
+// model's prediction of that layout (the loss, the batch's copy, the small
+// allreduces of the loss and the checks, the ranks' waits for one another)
+// is added to every layout of that many ranks.
 //
 // A rank of a GPU profile drives one device; ranks of a CPU profile share a
 // node's cores (threads = cores / ranks on the node) and its memory
@@ -76,6 +87,14 @@ struct MeasuredUpdate {
   double bandwidth = 0;  // bytes per second of one rank
 };
 
+struct MeasuredStep {
+  std::string model;  // planner::model_key
+  std::size_t batch = 0;
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  int threads = 1, ranks = 1;
+  double step = 0;  // seconds
+};
+
 struct MachineProfile {
   std::string name, source;
   bool gpu = false;
@@ -91,6 +110,7 @@ struct MachineProfile {
   Link reduce_scatter_allgather;  // inside a node; bandwidth 0: not measured
   std::vector<MeasuredLayer> measured_layers;
   std::vector<MeasuredUpdate> measured_updates;
+  std::vector<MeasuredStep> measured_steps;
 
   // The large-GEMM rate of one device at a precision.
   double gemm_flops(Precision p) const { return p == Precision::fp32 ? gemm_flops_fp32 : gemm_flops_16; }
@@ -102,6 +122,9 @@ struct MachineProfile {
   // The measured update bandwidth of an optimizer on ranks of `threads`
   // threads (the one with the most ranks at once, up to `ranks`), or 0.
   double update_bandwidth(OptimizerKind optimizer, int threads, int ranks) const;
+  // The measured step of a model on `ranks` ranks of `threads` threads, or null.
+  const MeasuredStep* measured_step(const std::string& model, std::size_t batch,
+                                    OptimizerKind optimizer, int threads, int ranks) const;
 };
 
 // Reads a profile; throws config naming the file and the field that is

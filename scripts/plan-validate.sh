@@ -120,7 +120,7 @@ for i in "${!layouts[@]}"; do
     name="$name: $(sed -E 's/^plan: ([^(]*) \(.*/\1/' <<<"$choice")"
   else
     predicted="$("$bin/strata-plan" "${plan[@]}" --ranks "$ranks" --profile "$out/machine-$model.json" --only \
-      "${layout[@]}" | tail -1 | awk '{ print $(NF - 8) }')"
+      "${layout[@]}" | tail -1 | awk '{ print $(NF - 9) }')"
   fi
   printf '%s\t%s\t%s\t%s\n' "$name" "$ranks" "$measured" "$predicted" >>"$table"
   printf '  %-24s measured %8s  predicted %10s samples/s\n' "$name" "$measured" "$predicted"

@@ -129,11 +129,19 @@ std::string mib(std::size_t bytes) {
   return buf;
 }
 
+// The table's header; the parts of a step in ms ("other": the work the
+// profile's measured steps add, 0 without them).
+void print_header(const char* first) {
+  std::printf("%4s  %-48s %12s %10s %10s   %8s %8s %8s %8s %8s %8s %8s\n", first, "layout",
+              "samples/s", "step ms", "MiB/rank", "compute", "bubble", "tp comm", "pp comm",
+              "dp comm", "optim", "other");
+}
+
 void print_row(std::size_t rank, const planner::Prediction& p) {
-  std::printf("%4zu  %-48s %12.1f %10.2f %10s   %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", rank,
+  std::printf("%4zu  %-48s %12.1f %10.2f %10s   %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", rank,
               p.layout.str().c_str(), p.samples_per_s, p.step * 1e3, mib(p.memory.total()).c_str(),
               p.compute * 1e3, p.bubble * 1e3, p.tensor_comm * 1e3, p.pipeline_comm * 1e3,
-              p.data_comm * 1e3, p.optimizer * 1e3);
+              p.data_comm * 1e3, p.optimizer * 1e3, p.other * 1e3);
 }
 
 planner::PlanRequest request(const PlanConfig& c) {
@@ -194,9 +202,7 @@ int run(const PlanConfig& c) {
                    "--tp 2 or more with it");
     const planner::Prediction p = model.predict(l);
     STRATA_REQUIRE(p.rejected.empty(), config, l.str(), ": ", p.rejected);
-    std::printf("%4s  %-48s %12s %10s %10s   %8s %8s %8s %8s %8s %8s\n", "", "layout",
-                "samples/s", "step ms", "MiB/rank", "compute", "bubble", "tp comm", "pp comm",
-                "dp comm", "optim");
+    print_header("");
     print_row(1, p);
     return exit_ok;
   }
@@ -209,9 +215,7 @@ int run(const PlanConfig& c) {
               r.model.source.c_str(), c.batch, c.ranks, model.ranks_per_node(),
               profile.name.c_str(), c.precision.c_str(), mib(model.memory_budget()).c_str(),
               plans.size(), fits, took);
-  std::printf("%4s  %-48s %12s %10s %10s   %8s %8s %8s %8s %8s %8s\n", "rank", "layout",
-              "samples/s", "step ms", "MiB/rank", "compute", "bubble", "tp comm", "pp comm",
-              "dp comm", "optim");
+  print_header("rank");
   for (std::size_t i = 0; i < plans.size() && (c.all || i < c.top); ++i) {
     if (!plans[i].rejected.empty()) break;
     print_row(i + 1, plans[i]);

@@ -66,18 +66,21 @@ void save_cached(const planner::MachineProfile& p, const std::string& path,
   }
 }
 
-// The request's layers and optimizer update measured into p (those the
-// cache lacks), and p written back when it gained any.
+// The request's layers, optimizer update and step measured into p (those
+// the cache lacks), and p written back when it gained any.
 std::string with_model(std::string text, const planner::PlanRequest& request,
                        const std::function<void(const std::string&)>& log) {
   const int threads = kokkos_host_threads();
   const std::string path = cached_profile_path(threads);
   planner::MachineProfile p = planner::parse_profile(text, path);
-  const std::size_t layers = p.measured_layers.size(), updates = p.measured_updates.size();
+  const std::size_t layers = p.measured_layers.size(), updates = p.measured_updates.size(),
+                    steps = p.measured_steps.size();
   log("plan: measuring this model's layers as its layouts on " + std::to_string(request.ranks) +
-      " rank(s) run them (those not in the cache)");
+      " rank(s) run them, and its step (those not in the cache)");
   planner::measure_model(p, request, [&](const std::string& line) { log("  " + line); });
-  if (p.measured_layers.size() == layers && p.measured_updates.size() == updates) return text;
+  if (p.measured_layers.size() == layers && p.measured_updates.size() == updates &&
+      p.measured_steps.size() == steps)
+    return text;
   save_cached(p, path, log);
   return planner::profile_json(p);
 }

@@ -12,6 +12,7 @@
 #include "planner/calibrate.hpp"
 #include "planner/search.hpp"
 #include "strategies/checkpoint.hpp"
+#include "training/synthetic_data.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -129,10 +130,7 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
   } else if (synthetic) {
     STRATA_REQUIRE(c.samples >= 2 || c.test_fraction == 0, config,
                    "--samples must be at least 2 to hold out a test set");
-    const std::size_t vocab = embedding_vocabulary(model.layer(0));
-    s = data::split_tail(vocab > 0 && task == data::CsvTask::classification && out % in == 0
-                             ? data::make_synthetic_tokens(c.samples, in, std::min(vocab, out / in), c.seed)
-                             : data::make_synthetic(c.samples, in, task, out, c.seed),
+    s = data::split_tail(synthetic_data(model, c.loss, c.samples, c.seed),
                          c.evaluate ? c.test_fraction : 0.0);
     if (norm == Normalize::automatic) norm = Normalize::none;
   } else if (source.kind == data::SourceKind::text) {
@@ -177,8 +175,6 @@ data::Split load_data(const TrainConfig& c, const Sequential<float>& model,
                    synthetic ? " (synthetic data takes the model's input shape)" : "");
     data::set_shape(s.train, c.input_shape, "--input-shape");
     s.test.shape = s.train.shape;
-  } else if (synthetic && model_in.rank() > 1) {
-    s.train.shape = s.test.shape = model_in.dims();
   }
   // The model must fit the data.
   STRATA_REQUIRE(s.train.features == in, config, first, " but ",

@@ -1,11 +1,10 @@
 #include "benchmarks/common/workloads.hpp"
 
 #include "backends/error.hpp"
-#include "data/text.hpp"
-#include "layers/embedding.hpp"
 #include "layers/mlp.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
+#include "training/synthetic_data.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -95,11 +94,7 @@ Sequential<float> make_model(const Workload& w) {
 }
 
 data::Dataset make_data(const Workload& w, const Sequential<float>& model, std::size_t samples) {
-  const std::size_t vocab = embedding_vocabulary(model.layer(0));
-  if (vocab > 0) return data::make_synthetic_tokens(samples, model.in_features(), vocab, 3);
-  const auto task = w.loss == LossKind::cross_entropy ? data::CsvTask::classification
-                                                      : data::CsvTask::regression;
-  return data::make_synthetic(samples, model.in_features(), task, model.out_features(), 3);
+  return synthetic_data(model, w.loss, samples, 3);
 }
 
 }  // namespace strata::bench

@@ -113,6 +113,7 @@ TEST_F(TrainApp, StrategyPlanCalibratesOnFirstUseAndCachesTheProfile) {
   };
   EXPECT_NE(read(profile).find("\"Linear(16, 64) in {16} tp 1\""), std::string::npos) << read(profile);
   EXPECT_NE(read(profile).find("\"measured_updates\""), std::string::npos) << read(profile);
+  EXPECT_NE(read(profile).find("\"measured_steps\""), std::string::npos) << read(profile);
   auto plan = test::run_command(bin("strata-plan") + " --layers 16,64,4 --batch 8 --ranks 2 "
                                 "--optimizer sgd --profile " + profile + " --top 1");
   ASSERT_EQ(plan.exit_code, 0) << plan.output;

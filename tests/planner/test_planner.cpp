@@ -360,6 +360,66 @@ TEST(PlannerTime, MeasuredLayersReplaceTheRateCurve) {
   EXPECT_NEAR(p.compute, sum, 1e-12 * sum);
 }
 
+// A measured step of the model adds what it took beyond the prediction of
+// its layout (plain data parallelism over the ranks) to every layout of that
+// many ranks, by hand: the data-parallel layout then predicts the measured
+// step itself. Steps of another batch, thread count, rank count or model add
+// nothing; JSON keeps them; a bad entry is named.
+TEST(PlannerTime, MeasuredStepsAddTheOtherWorkToEveryLayoutOfTheirRanks) {
+  test::DpConfig c;
+  c.widths = {100, 200, 10};
+  c.batch = 64;
+  c.optimizer = {OptimizerKind::sgd, 0.1};
+  const PlanRequest req = request(c, 2);
+  Layout dp, tp;
+  dp.mesh = {2, 1, 1};
+  tp.mesh = {1, 1, 2};
+  const CostModel plain(req, cpu_profile());
+  EXPECT_EQ(plain.data_parallel_layout().str(), dp.str());
+  const Prediction dp0 = plain.predict(dp), tp0 = plain.predict(tp);
+  ASSERT_TRUE(dp0.rejected.empty() && tp0.rejected.empty());
+  EXPECT_EQ(dp0.other, 0);
+  const std::string key = planner::model_key(req);
+  EXPECT_NE(key.find("3 layers, 22210 parameters, cross-entropy, fp32, fnv "), std::string::npos) << key;
+  test::DpConfig wider = c;
+  wider.widths = {100, 201, 10};
+  EXPECT_NE(key, planner::model_key(request(wider, 2)));
+  MachineProfile prof = cpu_profile();
+  const double extra = 5e-3;
+  // 4 cores, 2 ranks: 2 threads each.
+  prof.measured_steps.push_back({key, 64, OptimizerKind::sgd, 2, 2, dp0.step + extra});
+  prof.measured_steps.push_back({key, 32, OptimizerKind::sgd, 2, 2, 9.0});  // another batch
+  prof.measured_steps.push_back({key, 64, OptimizerKind::sgd, 4, 1, 9.0});  // one rank
+  prof.measured_steps.push_back({"another model", 64, OptimizerKind::sgd, 2, 2, 9.0});
+  const CostModel timed(req, prof);
+  const Prediction dp1 = timed.predict(dp), tp1 = timed.predict(tp);
+  EXPECT_NEAR(dp1.other, extra, 1e-12);
+  EXPECT_NEAR(dp1.step, dp0.step + extra, 1e-12);
+  EXPECT_NEAR(dp1.samples_per_s, 64 / (dp0.step + extra), 1e-9 * dp1.samples_per_s);
+  EXPECT_NEAR(tp1.other, extra, 1e-12);
+  EXPECT_NEAR(tp1.step, tp0.step + extra, 1e-12);
+  EXPECT_EQ(tp1.compute, tp0.compute);
+  // A measured step far below the prediction: at most half of it taken off.
+  MachineProfile fast = cpu_profile();
+  fast.measured_steps.push_back({key, 64, OptimizerKind::sgd, 2, 2, 0.1 * dp0.step});
+  EXPECT_NEAR(CostModel(req, fast).predict(dp).step, 0.5 * dp0.step, 1e-12);
+  // JSON keeps them, and reads them back; a bad optimizer is named.
+  const MachineProfile back = planner::parse_profile(planner::profile_json(prof), "profile.json");
+  ASSERT_EQ(back.measured_steps.size(), 4u);
+  EXPECT_EQ(back.measured_steps[0].model, key);
+  EXPECT_EQ(back.measured_steps[1].batch, 32u);
+  EXPECT_EQ(back.measured_steps[2].threads, 4);
+  EXPECT_EQ(back.measured_steps[0].step, dp0.step + extra);
+  std::string bad = planner::profile_json(prof);
+  bad.replace(bad.find("\"sgd\""), 5, "\"lamb\"");
+  try {
+    planner::parse_profile(bad, "bad.json");
+    ADD_FAILURE() << "a bad optimizer was read";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("bad.json: measured_steps[0].optimizer"), std::string::npos) << e.message();
+  }
+}
+
 // Calibration times every layer of every stage set the search tries, under
 // the keys the cost model looks up: after measure_layers each layout's
 // compute is the sum of measured times (their median of repetitions, so
@@ -402,6 +462,16 @@ TEST(PlannerCalibrate, MeasuredLayersCoverEveryLayoutOfTheSearch) {
     }
     if (l.mesh.pp == 1) EXPECT_NEAR(p.compute, all * static_cast<double>(l.micro_batches), 1e-9 * all) << l.str();
   }
+  // A whole step as strata-train runs it (dp 2 on thread ranks): the
+  // prediction of that layout is then the measured step.
+  planner::measure_step(prof, model.request(), [](const std::string&) {});
+  ASSERT_EQ(prof.measured_steps.size(), 1u);
+  const planner::MeasuredStep& step = prof.measured_steps[0];
+  EXPECT_GT(step.step, 0);
+  EXPECT_EQ(step.ranks, 2);
+  EXPECT_EQ(step.batch, c.batch);
+  const CostModel stepped(request(c, 2), prof);
+  EXPECT_NEAR(stepped.predict(stepped.data_parallel_layout()).step, std::max(step.step, 0.5 * timed.predict(timed.data_parallel_layout()).step), 1e-12);
   std::string old = planner::profile_json(cpu_profile());
   old.insert(old.rfind('}'), ", \"measured_gemms\": []");
   try {
