@@ -386,7 +386,7 @@ void measure_step(MachineProfile& p, const PlanRequest& request,
   STRATA_REQUIRE(request.precision == Precision::fp32, config,
                  "calibration: whole steps are measured in fp32 only, not ", to_string(request.precision));
   const CostModel model(request, p);
-  const Prediction predicted = model.predict(model.data_parallel_layout());
+  const Prediction predicted = model.predict_parts(model.data_parallel_layout());
   STRATA_REQUIRE(predicted.rejected.empty(), config, "calibration: the step of ",
                  model.data_parallel_layout().str(), " cannot be measured: ", predicted.rejected);
   const std::string key = model_key(request);
@@ -405,20 +405,31 @@ void measure_step(MachineProfile& p, const PlanRequest& request,
   o.model = request.model;
   o.loss = request.loss;
   o.optimizer = request.optimizer;
+  // The update's cost does not depend on the rate; a small one keeps random
+  // labels from diverging.
+  o.optimizer.lr = 1e-6;
+  // A few distinct batches, drawn again each epoch (the ranks read them).
+  data::Split data;
+  data.train = synthetic_data(build_model<float>(request.model, 0), request.loss, request.batch * 4, 7);
   double samples_per_s = 0;
   run_ranks(ranks, threads, [&](Context& ctx, comm::Communicator& comm) {
     auto engine = make_engine(ctx, comm, o, request.batch);
-    // A few distinct batches, drawn again each epoch.
-    data::Split data;
-    data.train = synthetic_data(build_model<float>(request.model, 0), request.loss,
-                                request.batch * 4, 7);
     Trainer trainer(*engine, data, t, Position{}, comm.rank());
     const TrainResult r = trainer.fit({});
     if (comm.rank() == 0) samples_per_s = r.samples_per_sec;
   });
-  STRATA_REQUIRE(samples_per_s > 0, runtime, "calibration: the measured steps of ", key, " took no time");
+  STRATA_REQUIRE(samples_per_s > 0, runtime, "calibration: no step of ", key, " was timed");
   const double step = static_cast<double>(request.batch) / samples_per_s;
-  p.measured_steps.push_back({key, request.batch, request.optimizer.kind, threads, ranks, step});
+  // One entry per model, batch, optimizer and ranks: a new measurement replaces the old.
+  auto& steps = p.measured_steps;
+  steps.erase(std::remove_if(steps.begin(), steps.end(),
+                             [&](const MeasuredStep& m) {
+                               return m.model == key && m.batch == request.batch &&
+                                      m.optimizer == request.optimizer.kind &&
+                                      m.threads == threads && m.ranks == ranks;
+                             }),
+              steps.end());
+  steps.push_back({key, request.batch, request.optimizer.kind, threads, ranks, step});
   log("training steps (" + model.data_parallel_layout().str() + ", batch " +
       std::to_string(request.batch) + ", " + std::to_string(timed) + " timed): " + g(step * 1e3) +
       " ms each, against " + g(predicted.step * 1e3) + " ms predicted from the parts");
@@ -431,11 +442,19 @@ void measure_model(MachineProfile& p, const PlanRequest& request,
   measure_layers(p, request, stage_sets(model, request.ranks, request.batch), ranks, log);
   if (p.update_bandwidth(request.optimizer.kind, model.threads_per_rank(), ranks) <= 0)
     measure_update(p, request, ranks, log);
-  // Whole steps where the ranks are thread ranks of this node, in fp32.
-  if (request.ranks == ranks && request.precision == Precision::fp32 &&
-      !p.measured_step(model_key(request), request.batch, request.optimizer.kind,
-                       model.threads_per_rank(), request.ranks))
-    measure_step(p, request, log);
+  // Whole steps where the ranks are thread ranks of this node, in fp32, and
+  // plain data parallelism runs (not where only ZeRO, a pipeline or tensor
+  // parallelism fits, or the batch is smaller than the ranks).
+  if (request.ranks != ranks || request.precision != Precision::fp32 ||
+      p.measured_step(model_key(request), request.batch, request.optimizer.kind,
+                      model.threads_per_rank(), request.ranks))
+    return;
+  const Prediction dp = CostModel(request, p).predict_parts(model.data_parallel_layout());
+  if (!dp.rejected.empty()) {
+    log("training steps: not measured (" + model.data_parallel_layout().str() + ": " + dp.rejected + ")");
+    return;
+  }
+  measure_step(p, request, log);
 }
 
 }  // namespace strata::planner

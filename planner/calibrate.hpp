@@ -11,9 +11,11 @@
 //     of the profile get it (ranks of one node); a multi-node CPU cluster's
 //     inter-node link is written by hand;
 //   - cores (Kokkos host threads) and the node's memory (/proc/meminfo);
-//   - with a model (measure_layers, measure_update): its layers, as its
-//     layouts run them, and its optimizer's update.
-// Each figure is the median of repetitions; progress goes to `log`.
+//   - with a model (measure_model: measure_layers, measure_update,
+//     measure_step): its layers, as its layouts run them, its optimizer's
+//     update, and whole training steps of plain data parallelism.
+// Each figure is the median of repetitions (a step's: the mean over its
+// timed steps, as strata-train reports it); progress goes to `log`.
 #pragma once
 
 #include "planner/cost_model.hpp"

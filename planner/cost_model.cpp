@@ -217,22 +217,25 @@ Layout CostModel::data_parallel_layout() const {
 double CostModel::other_work() const {
   if (other_found_) return other_;
   other_found_ = true;
-  if (profile_.measured_steps.empty()) return other_;
+  // Measured on thread ranks of one node: not for ranks across nodes.
+  if (profile_.measured_steps.empty() || per_node_ != request_.ranks) return other_;
   const MeasuredStep* m = profile_.measured_step(model_key(request_), request_.batch,
                                                  request_.optimizer.kind, threads_per_rank(),
                                                  request_.ranks);
   if (!m) return other_;
+  // The layout's time, also where a memory budget rejects it (the step was
+  // measured without the budget).
   const Prediction dp = predict_parts(data_parallel_layout());
-  // Less than the prediction (layers measured in a slower phase of the
-  // machine): taken as it is, but never below half the predicted step.
-  if (dp.rejected.empty()) other_ = std::max(m->step - dp.step, -0.5 * dp.step);
+  if (dp.step > 0) other_ = m->step - dp.step;
   return other_;
 }
 
 Prediction CostModel::predict(const Layout& l) const {
   Prediction pr = predict_parts(l);
-  if (!pr.rejected.empty()) return pr;
-  pr.other = other_work();
+  if (pr.step <= 0) return pr;
+  // A measured step below the parts' prediction (layers timed in a slower
+  // phase of the machine) takes at most half of a layout's time off.
+  pr.other = std::max(other_work(), -0.5 * pr.step);
   pr.step += pr.other;
   pr.samples_per_s = static_cast<double>(request_.batch) / pr.step;
   return pr;

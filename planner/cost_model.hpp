@@ -43,11 +43,12 @@
 //     rate the profile measured for these ranks (measured_updates), else at
 //     memory bandwidth
 //   the step's other work: where the profile measured whole steps of this
-//     model and batch on these ranks (measured_steps: plain data
-//     parallelism, as strata-train runs it), what that step took beyond
-//     this model's prediction of the same layout (the loss, the batch's
-//     copy, the small allreduces, the ranks' waits for one another), added
-//     to every layout of that many ranks
+//     model and batch on these ranks, all on one node (measured_steps:
+//     plain data parallelism, as strata-train runs it), what that step took
+//     beyond this model's prediction of the same layout (the loss, the
+//     small allreduces of the loss and the checks, the ranks' waits for one
+//     another), added to every layout of that many ranks; a negative one
+//     takes at most half of a layout's time off
 //
 // What it leaves out: kernel fusion and cache effects beyond f_half and the
 // measured layers (which run each layer alone, every rank the same), the
@@ -149,6 +150,9 @@ class CostModel {
   ~CostModel();
 
   Prediction predict(const Layout& layout) const;
+  // The same without the step's other work (what the measured steps are
+  // compared with).
+  Prediction predict_parts(const Layout& layout) const;
   // The data-parallel layout whose measured step gives the other work:
   // every rank a data-parallel rank.
   Layout data_parallel_layout() const;
@@ -178,8 +182,6 @@ class CostModel {
   const Split& split(int tp, int pp, bool sequence = false) const;
   double layer_time(double flops, double gemms, double values, double rate) const;
   double rank_bandwidth() const;  // memory bandwidth one rank has
-  // predict() without the step's other work.
-  Prediction predict_parts(const Layout& layout) const;
   // The other work per step (measured_steps), found on first use.
   double other_work() const;
 

@@ -48,10 +48,11 @@
 // measured_steps are whole training steps of a model (planner::model_key)
 // and global batch, as strata-train runs them with plain data parallelism
 // over `ranks` thread ranks of `threads` threads (one rank: local training):
-// the median seconds per step. What such a step spends beyond the cost
-// model's prediction of that layout (the loss, the batch's copy, the small
-// allreduces of the loss and the checks, the ranks' waits for one another)
-// is added to every layout of that many ranks.
+// the mean seconds per step after the warm-up (strata-train's samples/s;
+// the batches' loading is not in it). What such a step spends beyond the
+// cost model's prediction of that layout (the loss, the small allreduces of
+// the loss and the checks, the ranks' waits for one another) is added to
+// every layout of that many ranks.
 //
 // A rank of a GPU profile drives one device; ranks of a CPU profile share a
 // node's cores (threads = cores / ranks on the node) and its memory

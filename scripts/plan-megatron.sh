@@ -100,7 +100,7 @@ TOML
   ratio="$(awk -v a="$predicted" -v b="$tflops" 'BEGIN { printf "%.2f", a / b }')"
   # The best plan with the published tensor and pipeline sizes (its first row in the ranking).
   mesh="dp $((n / (t * p))) x pp $p x tp $t"
-  theirs="$( (grep -E "^ *[0-9]+  $mesh[, ]" <<<"$log" || true) | head -1 | awk '{ print $(NF - 8) }')"
+  theirs="$( (grep -E "^ *[0-9]+  $mesh[, ]" <<<"$log" || true) | head -1 | awk '{ print $(NF - 9) }')"
   if [ -n "$theirs" ]; then
     theirs="$(awk -v B="$B" -v s="$s" -v l="$l" -v h="$h" -v V="$V" -v n="$n" -v r="$theirs" 'BEGIN {
       F = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));

@@ -40,7 +40,8 @@ plan_mlp=(--layers 784,1024,1024,10 --batch 256 --optimizer sgd)
 plan_cnn=(--model "$top/models/cnn-fashion.toml" --batch 64 --optimizer sgd)
 plan_gpt=(--model "$top/models/gpt-mini.toml" --batch 8 --optimizer adamw)
 # One profile per model: the machine, and its layers as its 2-rank
-# layouts and one rank with every core run them, and its optimizer's update.
+# layouts and one rank with every core run them, its optimizer's update,
+# and its whole steps on 2 data-parallel ranks and on one.
 for model in mlp cnn gpt; do
   declare -n plan="plan_$model"
   echo "plan-validate: calibrating this machine for the $model"

@@ -102,8 +102,9 @@ bool parse(const std::vector<std::string>& args, PlanConfig& c) {
   auto* cal = app.add_subcommand(
       "calibrate", "measure this machine (a few seconds) and write its profile; with a model "
                    "(--model or --layers, --batch, --ranks, given after `calibrate` too) also "
-                   "time the GEMMs of its Linear layers as its layouts on that many ranks run "
-                   "them, which the plans then use");
+                   "time its layers as its layouts on that many ranks (and one rank) run them, "
+                   "its optimizer's update and its whole data-parallel steps, which the plans "
+                   "then use");
   cal->add_option("--output", c.output, "the profile file to write")->capture_default_str();
   cal->fallthrough();  // the model's options after `calibrate`
   if (!parse_cli(app, args)) return false;

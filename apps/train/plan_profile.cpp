@@ -135,7 +135,7 @@ planner::MachineProfile plan_profile(const std::string& given, comm::Communicato
       try {
         text = with_model(text, request, log);
       } catch (const Error& e) {
-        STRATA_THROW(config, "--strategy plan: measuring the model's layers failed (", e.what(),
+        STRATA_THROW(config, "--strategy plan: measuring the model (its layers, update and step) failed (", e.what(),
                      "); give --plan-profile FILE (strata-plan calibrate --model ... writes one)");
       }
     } else {

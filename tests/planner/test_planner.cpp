@@ -482,6 +482,28 @@ TEST(PlannerCalibrate, MeasuredLayersCoverEveryLayoutOfTheSearch) {
   }
 }
 
+// Where plain data parallelism cannot run (a batch of one on two ranks), the
+// model's calibration measures its layers and update but no step, and says
+// why; the plans then go without the other work.
+TEST(PlannerCalibrate, NoStepWherePlainDataParallelismCannotRun) {
+  if (!thread_ranks_unavailable().empty()) GTEST_SKIP() << thread_ranks_unavailable();
+  test::DpConfig c;
+  c.widths = {16, 32, 4};
+  c.batch = 1;
+  c.optimizer = {OptimizerKind::sgd, 0.1};
+  MachineProfile prof = cpu_profile();
+  prof.devices_per_node = std::max(1, Context().threads);
+  std::string said;
+  planner::measure_model(prof, request(c, 2), [&](const std::string& line) { said += line + "\n"; });
+  EXPECT_FALSE(prof.measured_layers.empty());
+  EXPECT_TRUE(prof.measured_steps.empty());
+  EXPECT_NE(said.find("training steps: not measured (dp 2 x pp 1 x tp 1: a batch of 1 gives some of the 2"),
+            std::string::npos) << said;
+  Layout tp;
+  tp.mesh = {1, 1, 2};
+  EXPECT_EQ(CostModel(request(c, 2), prof).predict(tp).other, 0);
+}
+
 // Every layout of the rank count is there, ranked; the rejected ones say why.
 TEST(PlannerSearch, RanksEveryLayoutAndNamesWhyOthersFail) {
   test::DpConfig gpt = test::gpt_config(true, 2, 12);
