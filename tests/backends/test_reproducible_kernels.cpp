@@ -244,7 +244,10 @@ TEST(ReproducibleGemm, ARowDoesNotDependOnTheOtherRows) {
 // the kernel packs them all and sums a tile's chunks locally; beyond, chunk
 // by chunk in p blocks of 256, a chunk longer than a block continuing its
 // chain through the block buffer (the fourth shape). A chunk that does not
-// divide k leaves a shorter last chunk (the last two shapes).
+// divide k leaves a shorter last chunk (the last two shapes). Several row
+// and column blocks with partial last panels (the second and the last
+// shape) take the path that packs op(A) and op(B) once for all blocks, on
+// more than one thread.
 TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
   for (auto [m, n, k, chunk] :
        std::vector<std::tuple<int, int, int, int>>{{37, 70, 48, 8},
@@ -252,7 +255,8 @@ TEST(ReproducibleGemm, ExactChunksAreTheExactSumOfEachChunksChain) {
                                                    {5, 3, 4, 1},
                                                    {20, 30, 2400, 800},
                                                    {9, 11, 50, 8},
-                                                   {6, 10, 2100, 400}})
+                                                   {6, 10, 2100, 400},
+                                                   {200, 300, 64, 16}})
     for (bool generic : {false, true}) {
       const Operands o = operands(Op::T, Op::N, m, n, k, 51);  // dW = dy^T x
       std::vector<double> want(2 * m * n, 0.0);
