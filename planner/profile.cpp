@@ -29,6 +29,32 @@ double positive(const json& j, const std::string& where, const char* key, const 
   return number(j, where, key, file, false);
 }
 
+// Calls f(entry, "key[i].") for every entry of the optional list j[key].
+template <class F>
+void each_entry(const json& j, const char* key, const std::string& file, const F& f) {
+  if (!j.contains(key)) return;
+  const json& list = j.at(key);
+  STRATA_REQUIRE(list.is_array(), config, file, ": '", key, "' must be a list");
+  for (std::size_t i = 0; i < list.size(); ++i)
+    f(list[i], std::string(key) + "[" + std::to_string(i) + "].");
+}
+
+std::string string_field(const json& e, const std::string& where, const char* key, const std::string& file) {
+  STRATA_REQUIRE(e.contains(key) && e.at(key).is_string(), config, file, ": ", where, key,
+                 " must be a string");
+  return e.at(key).get<std::string>();
+}
+
+OptimizerKind optimizer(const json& e, const std::string& where, const std::string& file) {
+  STRATA_REQUIRE(e.contains("optimizer") && e.at("optimizer").is_string(), config, file, ": ",
+                 where, "optimizer must be a string (sgd, adam or adamw)");
+  try {
+    return parse_optimizer(e.at("optimizer").get<std::string>());
+  } catch (const Error& err) {
+    STRATA_THROW(config, file, ": ", where, "optimizer: ", err.message());
+  }
+}
+
 const json& object(const json& j, const char* key, const std::string& file) {
   STRATA_REQUIRE(j.contains(key) && j.at(key).is_object(), config, file,
                  ": the profile has no object '", key, "' (see planner/profile.hpp)");
@@ -84,67 +110,34 @@ MachineProfile parse_profile(const std::string& text, const std::string& path) {
   STRATA_REQUIRE(!j.contains("measured_gemms"), config, path,
                  ": 'measured_gemms' is from an older strata-plan calibrate (GEMMs, not "
                  "layers): calibrate again");
-  if (j.contains("measured_layers")) {
-    const json& list = j.at("measured_layers");
-    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_layers' must be a list");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string where = "measured_layers[" + std::to_string(i) + "].";
-      const json& e = list[i];
-      MeasuredLayer m;
-      STRATA_REQUIRE(e.contains("layer") && e.at("layer").is_string(), config, path, ": ",
-                     where, "layer must be a string");
-      m.layer = e.at("layer").get<std::string>();
-      m.samples = static_cast<std::size_t>(positive(e, where, "samples", path));
-      m.threads = static_cast<int>(positive(e, where, "threads", path));
-      m.ranks = static_cast<int>(positive(e, where, "ranks", path));
-      m.forward = positive(e, where, "forward", path);
-      m.backward = positive(e, where, "backward", path);
-      p.measured_layers.push_back(m);
-    }
-  }
-  if (j.contains("measured_updates")) {
-    const json& list = j.at("measured_updates");
-    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_updates' must be a list");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string where = "measured_updates[" + std::to_string(i) + "].";
-      MeasuredUpdate u;
-      STRATA_REQUIRE(list[i].contains("optimizer") && list[i].at("optimizer").is_string(), config,
-                     path, ": ", where, "optimizer must be a string (sgd, adam or adamw)");
-      try {
-        u.optimizer = parse_optimizer(list[i].at("optimizer").get<std::string>());
-      } catch (const Error& e) {
-        STRATA_THROW(config, path, ": ", where, "optimizer: ", e.message());
-      }
-      u.threads = static_cast<int>(positive(list[i], where, "threads", path));
-      u.ranks = static_cast<int>(positive(list[i], where, "ranks", path));
-      u.bandwidth = positive(list[i], where, "bandwidth", path);
-      p.measured_updates.push_back(u);
-    }
-  }
-  if (j.contains("measured_steps")) {
-    const json& list = j.at("measured_steps");
-    STRATA_REQUIRE(list.is_array(), config, path, ": 'measured_steps' must be a list");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string where = "measured_steps[" + std::to_string(i) + "].";
-      const json& e = list[i];
-      MeasuredStep m;
-      STRATA_REQUIRE(e.contains("model") && e.at("model").is_string(), config, path, ": ", where,
-                     "model must be a string");
-      m.model = e.at("model").get<std::string>();
-      STRATA_REQUIRE(e.contains("optimizer") && e.at("optimizer").is_string(), config, path, ": ",
-                     where, "optimizer must be a string (sgd, adam or adamw)");
-      try {
-        m.optimizer = parse_optimizer(e.at("optimizer").get<std::string>());
-      } catch (const Error& err) {
-        STRATA_THROW(config, path, ": ", where, "optimizer: ", err.message());
-      }
-      m.batch = static_cast<std::size_t>(positive(e, where, "batch", path));
-      m.threads = static_cast<int>(positive(e, where, "threads", path));
-      m.ranks = static_cast<int>(positive(e, where, "ranks", path));
-      m.step = positive(e, where, "step", path);
-      p.measured_steps.push_back(m);
-    }
-  }
+  each_entry(j, "measured_layers", path, [&](const json& e, const std::string& where) {
+    MeasuredLayer m;
+    m.layer = string_field(e, where, "layer", path);
+    m.samples = static_cast<std::size_t>(positive(e, where, "samples", path));
+    m.threads = static_cast<int>(positive(e, where, "threads", path));
+    m.ranks = static_cast<int>(positive(e, where, "ranks", path));
+    m.forward = positive(e, where, "forward", path);
+    m.backward = positive(e, where, "backward", path);
+    p.measured_layers.push_back(m);
+  });
+  each_entry(j, "measured_updates", path, [&](const json& e, const std::string& where) {
+    MeasuredUpdate u;
+    u.optimizer = optimizer(e, where, path);
+    u.threads = static_cast<int>(positive(e, where, "threads", path));
+    u.ranks = static_cast<int>(positive(e, where, "ranks", path));
+    u.bandwidth = positive(e, where, "bandwidth", path);
+    p.measured_updates.push_back(u);
+  });
+  each_entry(j, "measured_steps", path, [&](const json& e, const std::string& where) {
+    MeasuredStep m;
+    m.model = string_field(e, where, "model", path);
+    m.optimizer = optimizer(e, where, path);
+    m.batch = static_cast<std::size_t>(positive(e, where, "batch", path));
+    m.threads = static_cast<int>(positive(e, where, "threads", path));
+    m.ranks = static_cast<int>(positive(e, where, "ranks", path));
+    m.step = positive(e, where, "step", path);
+    p.measured_steps.push_back(m);
+  });
   return p;
 }
 
