@@ -1,6 +1,7 @@
 #include "layers/attention.hpp"
 
 #include "backends/error.hpp"
+#include "backends/host_clones.hpp"
 #include "backends/launch.hpp"
 #include "backends/vmath.hpp"
 #include "layers/block.hpp"
@@ -175,6 +176,21 @@ void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix
 // ---------------------------------------------------------------- tiles
 // One (sample, head) at a time per block, on the calling host thread.
 
+// The rows r0..r1 of a tile of P (rows of t values): the forward's softmax,
+// the backward's dS in place of dP in ds. Host functions in clones for
+// several x86-64 levels (backends/host_clones.hpp): the same bits from each,
+// the exponentials and products in the widest lanes the CPU has.
+#define STRATA_ATTENTION_TILE_ROWS(T)                                                           \
+  STRATA_HOST_CLONES void softmax_tile(T* p, int t, int r0, int r1) {                           \
+    for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * t, i, r1);            \
+  }                                                                                             \
+  STRATA_HOST_CLONES void softmax_grad_tile(const T* p, T* ds, int t, int r0, int r1) {         \
+    for (int i = r0; i < r1; ++i) softmax_grad_row(p + std::size_t(i) * t, ds + std::size_t(i) * t, i, r1); \
+  }
+STRATA_ATTENTION_TILE_ROWS(float)
+STRATA_ATTENTION_TILE_ROWS(double)
+#undef STRATA_ATTENTION_TILE_ROWS
+
 template <class T>
 void forward_tiles(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T> x, Matrix<T> y,
                    T* probs, T scale) {
@@ -196,7 +212,7 @@ void forward_tiles(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<T
             // forward and backward read no further.
             blas.gemm_in_kernel(Op::N, Op::T, m, r1, d.hs, scale, q + std::size_t(r0) * ld, ld,
                                 q + d.w, ld, T(0), pr, d.t);
-            for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * d.t, i, r1);
+            softmax_tile(p, d.t, r0, r1);
             // Y(r0:r1) = P(r0:r1, 0:r1) V(0:r1).
             blas.gemm_in_kernel(Op::N, Op::N, m, d.hs, r1, T(1), pr, d.t, q + 2 * d.w, ld, T(0),
                                 out + std::size_t(r0) * d.w, d.w);
@@ -233,8 +249,7 @@ void backward_tiles(Context& ctx, const Dims d, std::size_t blocks, ConstMatrix<
             const std::size_t r = std::size_t(r0);
             blas.gemm_in_kernel(Op::N, Op::T, r1 - r0, r1, d.hs, T(1), g + r * d.w, d.w,
                                 q + 2 * d.w, ld, T(0), ds + r * d.t, d.t);
-            for (int i = r0; i < r1; ++i)
-              softmax_grad_row(p + std::size_t(i) * d.t, ds + std::size_t(i) * d.t, i, r1);
+            softmax_grad_tile(p, ds, d.t, r0, r1);
             blas.gemm_in_kernel(Op::N, Op::N, r1 - r0, d.hs, r1, scale, ds + r * d.t, d.t, q + d.w,
                                 ld, T(0), dq + r * ld, ld);
           });

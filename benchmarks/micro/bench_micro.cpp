@@ -14,6 +14,8 @@
 //   gemm/inline/...  GEMMs small enough that Strata runs them as plain loops
 //       (backends/blas.hpp inline_gemm_limit); gemm/vendor and gemm/portable
 //       time the backend itself at every shape
+//   attention/<fwd|bwd>/W5/<batch>x<T>x<heads>x<head size>  CausalAttention at
+//       gpt-mini's shape (FLOP/s: the GEMM products of its causal tiles)
 //   launch/<kernel|inline>/<n>   y += a x on n floats as a Kokkos kernel on all
 //       threads or inline on the calling thread (backends/launch.hpp)
 // Every benchmark measures wall-clock time (UseRealTime) and fences the
@@ -27,6 +29,7 @@
 #include "benchmarks/common/bench_utils.hpp"
 #include "benchmarks/common/workloads.hpp"
 #include "layers/activation.hpp"
+#include "layers/attention.hpp"
 #include "layers/dropout.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
@@ -296,6 +299,39 @@ void register_optimizers(const Workload& w) {
     });
 }
 
+// ------------------------------------------------------------------ attention
+// CausalAttention at W5's (gpt-mini's) shape: batch 32, 128 positions, 8 heads
+// of 32. FLOP/s count the products of the causal tiles' GEMMs (the
+// breakdown's reference in strata-bench-train): 2 GEMMs forward, 4 backward.
+void register_attention() {
+  const int b = 32, t = 128, heads = 8, hs = 32, w = heads * hs;
+  double tile_products = 0;  // per (sample, head), one GEMM of each kind
+  attn::for_causal_tiles(t, [&](const int r0, const int r1) { tile_products += double(r1 - r0) * r1 * hs; });
+  for (bool backward : {false, true})
+    reg(std::string("attention/") + (backward ? "bwd" : "fwd") + "/W5/" + dims({b, t, heads, hs}),
+        [=](benchmark::State& state) {
+          Context ctx;
+          CausalAttention<T> layer(heads, hs);
+          (void)layer.output_shape(Shape{std::size_t(t), std::size_t(3 * w)});
+          layer.set_input_shape(Shape{std::size_t(t), std::size_t(3 * w)});
+          layer.reserve(b, std::size_t(t) * 3 * w);
+          auto x = matrix(ctx, "x", b, t * 3 * w, 1), y = matrix(ctx, "y", b, t * w, 2);
+          auto dy = matrix(ctx, "dy", b, t * w, 3), dx = matrix(ctx, "dx", b, t * 3 * w, 4);
+          VectorBuffer<T> scratch("saved", layer.saved_size(b));
+          Saved<T> saved;
+          saved.x = x;
+          saved.y = y;
+          saved.scratch = scratch;
+          layer.forward(ctx, x, y, saved);
+          if (backward)
+            timed(state, ctx, [&] { layer.backward(ctx, dy, dx, saved); });
+          else
+            timed(state, ctx, [&] { layer.forward(ctx, x, y, saved); });
+          state.counters["tiles"] = layer.runs_tiles(ctx) ? 1 : 0;
+          set_flops(state, (backward ? 8.0 : 4.0) * tile_products * b * heads);
+        });
+}
+
 // ------------------------------------------------------------------ launches
 // One elementwise update y += a x over n floats, launched as a Kokkos kernel
 // on all of the context's threads ("kernel") or run inline on the calling
@@ -326,6 +362,7 @@ void register_launches() {
 
 void register_all() {
   register_launches();
+  register_attention();
   for (const Workload& w : workloads()) {
     if (w.widths.empty()) continue;  // the MLPs of docs/benchmarks.md (W1-W3) only
     if (Blas::vendor_available()) register_gemm(w, GemmBackend::vendor);
