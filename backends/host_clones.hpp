@@ -1,26 +1,40 @@
-// STRATA_HOST_CLONES: a host function compiled for several x86-64 levels,
-// the best one the running CPU supports chosen when the program loads (GCC's
-// target_clones, an ifunc), with every call inside it inlined (flatten). A
-// build for the baseline x86-64 (Debian's packages, spack's generic targets)
-// then still runs its hottest host loops in AVX2 or AVX-512 lanes; a build
-// for a newer -march gets the same code anyway.
+// STRATA_HOST_CLONES: a host function compiled twice, for the build's target
+// and for x86-64-v3 (AVX2, FMA), the second chosen when the program loads on
+// a CPU that has it (GCC's target_clones, an ifunc); the inline functions it
+// calls are compiled into each clone (STRATA_HOST_CLONES_FLAT: every call
+// inside it inlined). A build for the baseline x86-64 (Debian's packages,
+// spack's generic targets) then still runs its host loops 8 floats wide. A
+// build whose target has AVX2 already (-march=x86-64-v3, v4, native) makes
+// no clones: its own code is as wide or wider.
 //
-// Only for loops whose values do not depend on the lane width: elementwise
-// arithmetic and sums in fixed lanes (vmath's functions, the kLanes sums of
-// layers/attention.cpp). The floating-point contract (no contraction, IEEE
-// arithmetic: cmake/StrataFloatingPoint.cmake) holds in every clone, so
-// every clone computes the same bits.
+// No x86-64-v4 (AVX-512) clone: GCC 12.2 compiles some constant copies
+// wrongly for AVX-512 targets (docs/design-notes.md, "The floating-point
+// contract": a v4 clone of its reproducer gets the broadcast), which the
+// configure-time work-around guards only for builds whose own flags target
+// AVX-512; and GCC's vectoriser prefers 256-bit vectors on those targets
+// anyway.
 //
-// Empty where the compiler or target has no such clones (Clang's differ in
-// syntax, nvcc and hipcc compile device code, ThreadSanitizer's runtime
-// does not intercept ifunc resolvers): there the function is compiled once,
-// for the build's target.
+// The floating-point contract (no contraction, IEEE arithmetic, no
+// -ffast-math: cmake/StrataFloatingPoint.cmake) holds in every clone, and
+// GCC vectorises no floating-point sum it would have to reorder, so both
+// clones compute the same values (sums that vectorise are written in fixed
+// lanes: vmath's callers, the kLanes sums of layers/attention.cpp); only a
+// NaN's sign may differ, which IEEE leaves open
+// (tests/layers/test_layers.cpp, FloatLayerGivesTheBitsOfThisBuildsTarget).
+//
+// Empty (the function compiled once, for the build's target) for other
+// compilers and targets: Clang's clones take other syntax, nvcc and hipcc
+// compile device code, and ThreadSanitizer builds are left as they were
+// (an ifunc resolver runs before the sanitizer's runtime starts; not tried).
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
-    !defined(__CUDACC__) && !defined(__HIPCC__) && !defined(__SANITIZE_THREAD__)
-#define STRATA_HOST_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
+    !defined(__AVX2__) && !defined(__CUDACC__) && !defined(__HIPCC__) &&                   \
+    !defined(__SANITIZE_THREAD__)
+#define STRATA_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define STRATA_HOST_CLONES_FLAT \
+  __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
 #else
 #define STRATA_HOST_CLONES
+#define STRATA_HOST_CLONES_FLAT
 #endif

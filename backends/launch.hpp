@@ -25,6 +25,7 @@
 #pragma once
 
 #include "backends/context.hpp"
+#include "backends/host_clones.hpp"
 #include "backends/kernel_shapes.hpp"
 
 #include <chrono>
@@ -93,8 +94,10 @@ class ShapeTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Host items, in clones for several x86-64 levels (backends/host_clones.hpp):
+// a baseline build's loops run in AVX2 or AVX-512 lanes where the CPU has them.
 template <class F>
-inline void run_items(const F& f, std::size_t begin, std::size_t end) {
+STRATA_HOST_CLONES inline void run_items(const F& f, std::size_t begin, std::size_t end) {
   STRATA_IVDEP
   for (std::size_t i = begin; i < end; ++i) f(i);
 }

@@ -181,10 +181,10 @@ void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix
 // several x86-64 levels (backends/host_clones.hpp): the same bits from each,
 // the exponentials and products in the widest lanes the CPU has.
 #define STRATA_ATTENTION_TILE_ROWS(T)                                                           \
-  STRATA_HOST_CLONES void softmax_tile(T* p, int t, int r0, int r1) {                           \
+  STRATA_HOST_CLONES_FLAT void softmax_tile(T* p, int t, int r0, int r1) {                           \
     for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * t, i, r1);            \
   }                                                                                             \
-  STRATA_HOST_CLONES void softmax_grad_tile(const T* p, T* ds, int t, int r0, int r1) {         \
+  STRATA_HOST_CLONES_FLAT void softmax_grad_tile(const T* p, T* ds, int t, int r0, int r1) {         \
     for (int i = r0; i < r1; ++i) softmax_grad_row(p + std::size_t(i) * t, ds + std::size_t(i) * t, i, r1); \
   }
 STRATA_ATTENTION_TILE_ROWS(float)

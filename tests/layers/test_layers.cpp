@@ -20,7 +20,9 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <tuple>
@@ -243,6 +245,71 @@ TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
     if (GetParam() == ActivationKind::relu && std::fabs(xi) < h) continue;
     const double d = (act_reference(GetParam(), xi + h) - act_reference(GetParam(), xi - h)) / (2 * h);
     ASSERT_NEAR(dxh[i], d, tol + 1e-8) << layer->name() << " derivative at x=" << xi;
+  }
+}
+
+// The library's host kernels run in clones for x86-64-v3 and v4 where the
+// CPU has them (backends/host_clones.hpp); the floating-point contract makes
+// every clone compute the same bits as the build's own target. Oracle: the
+// same formulas (vmath's) in plain loops of this file, compiled for the
+// build's target alone, on 2^16 arguments from -12 to 12 and the rest of
+// random bits. Equal bits are asserted, except that any NaN equals any NaN
+// (IEEE 754 leaves a NaN result's sign and payload open, and x86 code
+// propagates an operand's: which one depends on the compiler's operand order).
+TEST_P(Activations, FloatLayerGivesTheBitsOfThisBuildsTarget) {
+  const std::size_t rows = 256, cols = 272;
+  std::vector<float> x(rows * cols), dy(rows * cols);
+  std::uint64_t state = 7;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const auto bits = static_cast<std::uint32_t>(state >> 32);
+    std::memcpy(&x[i], &bits, sizeof bits);  // random bits: every exponent, NaNs and infinities
+    if (i < 65536) x[i] = -12.0f + 24.0f * float(i) / 65536.0f;
+    dy[i] = 0.5f + float(i % 97) / 97.0f;
+  }
+  auto layer = make_activation<float>(GetParam());
+  layer->reserve(rows, cols);
+  Context ctx;
+  MatrixBuffer<float> y("y", rows, cols), dx("dx", rows, cols);
+  auto xd = test::to_device(x, rows, cols);
+  test::OneMicroBatch<float> m(*layer, xd, y);
+  begin_pass(*layer);
+  layer->forward(ctx, xd, y, m.saved);
+  layer->backward(ctx, test::to_device(dy, rows, cols), dx, m.saved);
+  ctx.exec.fence();
+  const auto yh = test::to_host(y), dxh = test::to_host(dx);
+  std::vector<float> ry(x.size()), rdx(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    switch (GetParam()) {
+      case ActivationKind::relu:
+        ry[i] = v > 0.0f ? v : 0.0f;
+        rdx[i] = dy[i] * (ry[i] > 0.0f ? 1.0f : 0.0f);
+        break;
+      case ActivationKind::gelu: {
+        ry[i] = 0.5f * v * (1.0f + vmath::erf(v * 0.70710678118654752440f));
+        const float cdf = 0.5f * (1.0f + vmath::erf(v * 0.70710678118654752440f));
+        const float pdf = 0.39894228040143267794f * vmath::exp(-0.5f * v * v);
+        rdx[i] = dy[i] * (cdf + v * pdf);
+        break;
+      }
+      case ActivationKind::tanh:
+        ry[i] = vmath::tanh(v);
+        rdx[i] = dy[i] * (1.0f - ry[i] * ry[i]);
+        break;
+      case ActivationKind::sigmoid:
+        ry[i] = 1.0f / (1.0f + vmath::exp(-v));
+        rdx[i] = dy[i] * (ry[i] * (1.0f - ry[i]));
+        break;
+    }
+  }
+  auto same = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof(float)) == 0;
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_TRUE(same(yh[i], ry[i])) << layer->name() << " x=" << x[i] << ": " << yh[i] << " against " << ry[i];
+    ASSERT_TRUE(same(dxh[i], rdx[i]))
+        << layer->name() << " backward at x=" << x[i] << ": " << dxh[i] << " against " << rdx[i];
   }
 }
 
