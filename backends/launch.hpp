@@ -94,8 +94,8 @@ class ShapeTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Host items, in clones for several x86-64 levels (backends/host_clones.hpp):
-// a baseline build's loops run in AVX2 or AVX-512 lanes where the CPU has them.
+// Host items, also compiled as an x86-64-v3 clone (backends/host_clones.hpp):
+// a baseline build's loops run in AVX2 lanes where the CPU has them.
 template <class F>
 STRATA_HOST_CLONES inline void run_items(const F& f, std::size_t begin, std::size_t end) {
   STRATA_IVDEP

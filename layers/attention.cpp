@@ -177,15 +177,16 @@ void backward_portable(Context& ctx, const Dims d, ConstMatrix<T> x, ConstMatrix
 // One (sample, head) at a time per block, on the calling host thread.
 
 // The rows r0..r1 of a tile of P (rows of t values): the forward's softmax,
-// the backward's dS in place of dP in ds. Host functions in clones for
-// several x86-64 levels (backends/host_clones.hpp): the same bits from each,
-// the exponentials and products in the widest lanes the CPU has.
-#define STRATA_ATTENTION_TILE_ROWS(T)                                                           \
-  STRATA_HOST_CLONES_FLAT void softmax_tile(T* p, int t, int r0, int r1) {                           \
-    for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * t, i, r1);            \
-  }                                                                                             \
-  STRATA_HOST_CLONES_FLAT void softmax_grad_tile(const T* p, T* ds, int t, int r0, int r1) {         \
-    for (int i = r0; i < r1; ++i) softmax_grad_row(p + std::size_t(i) * t, ds + std::size_t(i) * t, i, r1); \
+// the backward's dS in place of dP in ds. Host functions, also compiled as
+// an x86-64-v3 clone (backends/host_clones.hpp): the same bits from each,
+// the exponentials and products in AVX2 lanes where the CPU has them.
+#define STRATA_ATTENTION_TILE_ROWS(T)                                                       \
+  STRATA_HOST_CLONES_FLAT void softmax_tile(T* p, int t, int r0, int r1) {                  \
+    for (int i = r0; i < r1; ++i) causal_softmax_row(p + std::size_t(i) * t, i, r1);        \
+  }                                                                                         \
+  STRATA_HOST_CLONES_FLAT void softmax_grad_tile(const T* p, T* ds, int t, int r0, int r1) { \
+    for (int i = r0; i < r1; ++i)                                                           \
+      softmax_grad_row(p + std::size_t(i) * t, ds + std::size_t(i) * t, i, r1);             \
   }
 STRATA_ATTENTION_TILE_ROWS(float)
 STRATA_ATTENTION_TILE_ROWS(double)
