@@ -109,6 +109,23 @@ benchmark::internal::Benchmark* reg(const std::string& name, std::function<void(
       ->Unit(benchmark::kMicrosecond);
 }
 
+// Times one layer's forward (or, after one forward, its backward) on the
+// given buffers, with the saved scratch the layer asks for; dx may be empty
+// (a first layer computes no input gradient).
+void time_layer(benchmark::State& state, Context& ctx, Layer<T>& layer, std::size_t batch,
+                Matrix<T> x, Matrix<T> y, Matrix<T> dy, Matrix<T> dx, bool backward) {
+  VectorBuffer<T> scratch("saved", layer.saved_size(batch));
+  Saved<T> saved;
+  saved.x = x;
+  saved.y = y;
+  saved.scratch = scratch;
+  layer.forward(ctx, x, y, saved);
+  if (backward)
+    timed(state, ctx, [&] { layer.backward(ctx, dy, dx, saved); });
+  else
+    timed(state, ctx, [&] { layer.forward(ctx, x, y, saved); });
+}
+
 // ------------------------------------------------------------------ GEMM
 struct GemmShape {
   Op ta, tb;
@@ -189,15 +206,7 @@ void register_linear(const Workload& w) {
             p.bind(layer);
             auto x = matrix(ctx, "x", b, in, 1), y = matrix(ctx, "y", b, out, 2);
             auto dy = matrix(ctx, "dy", b, out, 3), dx = matrix(ctx, "dx", b, in, 4);
-            Matrix<T> dx_or_none = first ? Matrix<T>() : Matrix<T>(dx);
-            Saved<T> saved;
-            saved.x = x;
-            saved.y = y;
-            layer.forward(ctx, x, y, saved);
-            if (backward)
-              timed(state, ctx, [&] { layer.backward(ctx, dy, dx_or_none, saved); });
-            else
-              timed(state, ctx, [&] { layer.forward(ctx, x, y, saved); });
+            time_layer(state, ctx, layer, b, x, y, dy, first ? Matrix<T>() : Matrix<T>(dx), backward);
             set_flops(state, (backward ? (first ? 2.0 : 4.0) : 2.0) * b * in * out);
           });
     }
@@ -230,16 +239,7 @@ void register_elementwise(const Workload& w) {
             p.bind(*layer);
             auto x = matrix(ctx, "x", b, h, 1), y = matrix(ctx, "y", b, h, 2);
             auto dy = matrix(ctx, "dy", b, h, 3), dx = matrix(ctx, "dx", b, h, 4);
-            VectorBuffer<T> scratch("saved", layer->saved_size(b));
-            Saved<T> saved;
-            saved.x = x;
-            saved.y = y;
-            saved.scratch = scratch;
-            layer->forward(ctx, x, y, saved);
-            if (backward)
-              timed(state, ctx, [&] { layer->backward(ctx, dy, dx, saved); });
-            else
-              timed(state, ctx, [&] { layer->forward(ctx, x, y, saved); });
+            time_layer(state, ctx, *layer, b, x, y, dy, dx, backward);
             set_bytes(state, (backward ? k.bwd_bytes : k.fwd_bytes) * b * h * sizeof(T));
           });
 }
@@ -312,21 +312,11 @@ void register_attention() {
         [=](benchmark::State& state) {
           Context ctx;
           CausalAttention<T> layer(heads, hs);
-          (void)layer.output_shape(Shape{std::size_t(t), std::size_t(3 * w)});
           layer.set_input_shape(Shape{std::size_t(t), std::size_t(3 * w)});
           layer.reserve(b, std::size_t(t) * 3 * w);
           auto x = matrix(ctx, "x", b, t * 3 * w, 1), y = matrix(ctx, "y", b, t * w, 2);
           auto dy = matrix(ctx, "dy", b, t * w, 3), dx = matrix(ctx, "dx", b, t * 3 * w, 4);
-          VectorBuffer<T> scratch("saved", layer.saved_size(b));
-          Saved<T> saved;
-          saved.x = x;
-          saved.y = y;
-          saved.scratch = scratch;
-          layer.forward(ctx, x, y, saved);
-          if (backward)
-            timed(state, ctx, [&] { layer.backward(ctx, dy, dx, saved); });
-          else
-            timed(state, ctx, [&] { layer.forward(ctx, x, y, saved); });
+          time_layer(state, ctx, layer, b, x, y, dy, dx, backward);
           state.counters["tiles"] = layer.runs_tiles(ctx) ? 1 : 0;
           set_flops(state, (backward ? 8.0 : 4.0) * tile_products * b * heads);
         });

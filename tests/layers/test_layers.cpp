@@ -222,13 +222,17 @@ TEST(VMath, SpecialValues) {
 // against the double reference: forward within a few float roundings of
 // each intermediate, backward (GELU's Phi + x phi, Tanh's 1 - y^2,
 // Sigmoid's y (1 - y)) likewise.
-TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
-  const std::size_t rows = 64, cols = 129;
-  auto layer = make_activation<float>(GetParam());
+// A float activation layer's forward y and backward dx on the backend's
+// device, for inputs x and gradients dy of (rows, cols).
+struct ActivationRun {
+  std::string name;
+  std::vector<float> y, dx;
+};
+ActivationRun run_activation(ActivationKind kind, const std::vector<float>& x,
+                             const std::vector<float>& dy, std::size_t rows, std::size_t cols) {
+  auto layer = make_activation<float>(kind);
   layer->reserve(rows, cols);
   Context ctx;
-  std::vector<float> x(rows * cols), dy(rows * cols, 1.0f);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -12.0f + 24.0f * float(i) / float(x.size());
   MatrixBuffer<float> y("y", rows, cols), dx("dx", rows, cols);
   auto xd = test::to_device(x, rows, cols);
   test::OneMicroBatch<float> m(*layer, xd, y);
@@ -236,21 +240,30 @@ TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
   layer->forward(ctx, xd, y, m.saved);
   layer->backward(ctx, test::to_device(dy, rows, cols), dx, m.saved);
   ctx.exec.fence();
-  const auto yh = test::to_host(y), dxh = test::to_host(dx);
+  return {layer->name(), test::to_host(y), test::to_host(dx)};
+}
+
+TEST_P(Activations, FloatLayerMatchesTheDoubleReference) {
+  const std::size_t rows = 64, cols = 129;
+  std::vector<float> x(rows * cols), dy(rows * cols, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -12.0f + 24.0f * float(i) / float(x.size());
+  const ActivationRun run = run_activation(GetParam(), x, dy, rows, cols);
+  const auto& yh = run.y;
+  const auto& dxh = run.dx;
   const double h = 1e-5;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double xi = x[i];
     const double tol = 8 * FLT_EPSILON * (1 + std::fabs(xi));
-    ASSERT_NEAR(yh[i], act_reference(GetParam(), xi), tol) << layer->name() << " x=" << xi;
+    ASSERT_NEAR(yh[i], act_reference(GetParam(), xi), tol) << run.name << " x=" << xi;
     if (GetParam() == ActivationKind::relu && std::fabs(xi) < h) continue;
     const double d = (act_reference(GetParam(), xi + h) - act_reference(GetParam(), xi - h)) / (2 * h);
-    ASSERT_NEAR(dxh[i], d, tol + 1e-8) << layer->name() << " derivative at x=" << xi;
+    ASSERT_NEAR(dxh[i], d, tol + 1e-8) << run.name << " derivative at x=" << xi;
   }
 }
 
-// The library's host kernels run in clones for x86-64-v3 and v4 where the
-// CPU has them (backends/host_clones.hpp); the floating-point contract makes
-// every clone compute the same bits as the build's own target. Oracle: the
+// A baseline build's host kernels also run as an x86-64-v3 clone where the
+// CPU has AVX2 (backends/host_clones.hpp); the floating-point contract makes
+// the clone compute the same bits as the build's own target. Oracle: the
 // same formulas (vmath's) in plain loops of this file, compiled for the
 // build's target alone, on 2^16 arguments from -12 to 12 and the rest of
 // random bits. Equal bits are asserted, except that any NaN equals any NaN
@@ -267,17 +280,9 @@ TEST_P(Activations, FloatLayerGivesTheBitsOfThisBuildsTarget) {
     if (i < 65536) x[i] = -12.0f + 24.0f * float(i) / 65536.0f;
     dy[i] = 0.5f + float(i % 97) / 97.0f;
   }
-  auto layer = make_activation<float>(GetParam());
-  layer->reserve(rows, cols);
-  Context ctx;
-  MatrixBuffer<float> y("y", rows, cols), dx("dx", rows, cols);
-  auto xd = test::to_device(x, rows, cols);
-  test::OneMicroBatch<float> m(*layer, xd, y);
-  begin_pass(*layer);
-  layer->forward(ctx, xd, y, m.saved);
-  layer->backward(ctx, test::to_device(dy, rows, cols), dx, m.saved);
-  ctx.exec.fence();
-  const auto yh = test::to_host(y), dxh = test::to_host(dx);
+  const ActivationRun run = run_activation(GetParam(), x, dy, rows, cols);
+  const auto& yh = run.y;
+  const auto& dxh = run.dx;
   std::vector<float> ry(x.size()), rdx(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     const float v = x[i];
@@ -307,9 +312,9 @@ TEST_P(Activations, FloatLayerGivesTheBitsOfThisBuildsTarget) {
     return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof(float)) == 0;
   };
   for (std::size_t i = 0; i < x.size(); ++i) {
-    ASSERT_TRUE(same(yh[i], ry[i])) << layer->name() << " x=" << x[i] << ": " << yh[i] << " against " << ry[i];
+    ASSERT_TRUE(same(yh[i], ry[i])) << run.name << " x=" << x[i] << ": " << yh[i] << " against " << ry[i];
     ASSERT_TRUE(same(dxh[i], rdx[i]))
-        << layer->name() << " backward at x=" << x[i] << ": " << dxh[i] << " against " << rdx[i];
+        << run.name << " backward at x=" << x[i] << ": " << dxh[i] << " against " << rdx[i];
   }
 }
 
