@@ -61,14 +61,27 @@ inline ConvGeometry geometry(const Window2d& w, std::size_t c, std::size_t h, st
           static_cast<I>(w.dw)};
 }
 
+// Zeros n values from p. A run of one (a padding column) is stored
+// directly: GCC turns the loop into a call of memset, which for 4 bytes cost
+// more than the rest of W4's second convolution's unfolding and folding
+// together (5% of its backward on an AMD EPYC).
+template <class T>
+KOKKOS_INLINE_FUNCTION void zero_run(T* p, I n) {
+  if (n == 1) {
+    p[0] = T(0);
+    return;
+  }
+  for (I i = 0; i < n; ++i) p[i] = T(0);
+}
+
 // Zeros the columns of rows [r0, r1) of a patch row outside [lo, hi).
 template <class T>
 KOKKOS_INLINE_FUNCTION void zero_outside(const ConvGeometry& g, T* out, I r0, I r1, I lo, I hi) {
   if (lo == 0 && hi == g.OW) return;
   for (I oh = r0; oh < r1; ++oh) {
     T* row = out + oh * g.OW;
-    for (I i = 0; i < lo; ++i) row[i] = T(0);
-    for (I i = hi; i < g.OW; ++i) row[i] = T(0);
+    zero_run(row, lo);
+    zero_run(row + hi, g.OW - hi);
   }
 }
 
@@ -99,12 +112,12 @@ KOKKOS_INLINE_FUNCTION void unfold_row(const ConvGeometry& g, const T* plane, I 
       continue;
     }
     const I base = ih * g.W + iw0;  // may be negative; base + ow SW is not, from lo on
-    for (I ow = 0; ow < lo; ++ow) out[ow] = T(0);
+    zero_run(out, lo);
     if (g.SW == 1)
       for (I ow = lo; ow < hi; ++ow) out[ow] = plane[base + ow];
     else
       for (I ow = lo; ow < hi; ++ow) out[ow] = plane[base + ow * g.SW];
-    for (I ow = hi; ow < g.OW; ++ow) out[ow] = T(0);
+    zero_run(out + hi, g.OW - hi);
   }
 }
 

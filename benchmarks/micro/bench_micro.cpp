@@ -14,6 +14,11 @@
 //   gemm/inline/...  GEMMs small enough that Strata runs them as plain loops
 //       (backends/blas.hpp inline_gemm_limit); gemm/vendor and gemm/portable
 //       time the backend itself at every shape
+//   batchnorm/<fwd|bwd>/W4/<batch>x<C>x<H>x<W>     BatchNorm2d in training at the
+//       CNN's two shapes (bytes/s: minimum traffic)
+//   conv2d/<samples|chunks>/<fwd|bwd|wts>/W4/<batch>x<C>x<H>x<W>x<O>  W4's two
+//       3x3 convolutions by each host algorithm; bwd with the input gradient,
+//       wts without (FLOP/s = the GEMMs' 2 P O C K per sample and product)
 //   attention/<fwd|bwd>/W5/<batch>x<T>x<heads>x<head size>  CausalAttention at
 //       gpt-mini's shape (FLOP/s: the GEMM products of its causal tiles)
 //   launch/<kernel|inline>/<n>   y += a x on n floats as a Kokkos kernel on all
@@ -30,6 +35,8 @@
 #include "benchmarks/common/workloads.hpp"
 #include "layers/activation.hpp"
 #include "layers/attention.hpp"
+#include "layers/batchnorm.hpp"
+#include "layers/conv2d.hpp"
 #include "layers/dropout.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
@@ -299,6 +306,66 @@ void register_optimizers(const Workload& w) {
     });
 }
 
+// ------------------------------------------------------------------ batchnorm
+// BatchNorm2d in training (batch statistics) at the shapes of W4's two
+// (the CNN of docs/benchmarks.md: 32 channels of 28 x 28, 64 of 14 x 14).
+// Bytes: forward reads x and writes y; backward reads dy and x and writes dx.
+void register_batchnorm() {
+  const int b = 128;
+  for (const auto& [c, hw] : {std::pair{32, 28}, std::pair{64, 14}})
+    for (bool backward : {false, true})
+      reg(std::string("batchnorm/") + (backward ? "bwd" : "fwd") + "/W4/" + dims({b, c, hw, hw}),
+          [=](benchmark::State& state) {
+            Context ctx;
+            BatchNorm<T> layer(c);
+            const int n = c * hw * hw;
+            layer.set_input_shape(Shape{std::size_t(c), std::size_t(hw), std::size_t(hw)});
+            layer.reserve(b, n);
+            Bound p;
+            p.bind(layer);
+            auto x = matrix(ctx, "x", b, n, 1), y = matrix(ctx, "y", b, n, 2);
+            auto dy = matrix(ctx, "dy", b, n, 3), dx = matrix(ctx, "dx", b, n, 4);
+            time_layer(state, ctx, layer, b, x, y, dy, dx, backward);
+            set_bytes(state, (backward ? 3.0 : 2.0) * b * n * sizeof(T));
+          });
+}
+
+// ------------------------------------------------------------------ conv2d
+// W4's two convolutions (3x3, padding 1, no bias; conv1 1 -> 32 channels on
+// 28 x 28, conv2 32 -> 64 on 14 x 14), by each host algorithm of Conv2d.
+void register_conv2d() {
+  const int b = 128;
+  struct Case {
+    int c, hw, o;
+  };
+  Window2d win;
+  win.kh = win.kw = 3;
+  win.ph = win.pw = 1;
+  for (const Case k : {Case{1, 28, 32}, Case{32, 14, 64}})
+    for (const auto algo : {ConvAlgorithm::samples, ConvAlgorithm::chunks})
+      for (const char* part : {"fwd", "bwd", "wts"}) {
+        const std::string a = algo == ConvAlgorithm::samples ? "samples" : "chunks";
+        reg("conv2d/" + a + "/" + part + "/W4/" + dims({b, k.c, k.hw, k.hw, k.o}),
+            [=](benchmark::State& state) {
+              Context ctx;
+              Conv2d<T> layer(k.c, k.o, win, 1, false);
+              layer.set_algorithm(algo);
+              const int in = k.c * k.hw * k.hw, out = k.o * k.hw * k.hw;
+              layer.set_input_shape(Shape{std::size_t(k.c), std::size_t(k.hw), std::size_t(k.hw)});
+              layer.reserve(b, in);
+              Bound p;
+              p.bind(layer);
+              auto x = matrix(ctx, "x", b, in, 1), y = matrix(ctx, "y", b, out, 2);
+              auto dy = matrix(ctx, "dy", b, out, 3), dx = matrix(ctx, "dx", b, in, 4);
+              const bool wts = part[0] == 'w';
+              time_layer(state, ctx, layer, b, x, y, dy, wts ? Matrix<T>() : Matrix<T>(dx), part[0] != 'f');
+              state.counters["samples"] = layer.runs_samples(ctx, b) ? 1 : 0;
+              const double gemm = 2.0 * b * k.hw * k.hw * k.o * k.c * 9;
+              set_flops(state, part[0] == 'b' ? 2 * gemm : gemm);
+            });
+      }
+}
+
 // ------------------------------------------------------------------ attention
 // CausalAttention at W5's (gpt-mini's) shape: batch 32, 128 positions, 8 heads
 // of 32. FLOP/s count the products of the causal tiles' GEMMs (the
@@ -353,6 +420,8 @@ void register_launches() {
 void register_all() {
   register_launches();
   register_attention();
+  register_batchnorm();
+  register_conv2d();
   for (const Workload& w : workloads()) {
     if (w.widths.empty()) continue;  // the MLPs of docs/benchmarks.md (W1-W3) only
     if (Blas::vendor_available()) register_gemm(w, GemmBackend::vendor);
