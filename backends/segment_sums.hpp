@@ -33,6 +33,7 @@
 // segment, in a kernel, after stage 1.
 #pragma once
 
+#include "backends/host_clones.hpp"
 #include "backends/launch.hpp"
 
 #include <cstddef>
@@ -72,6 +73,119 @@ inline double* sums_workspace(Context& ctx, std::size_t doubles) {
   return ctx.sums_workspace.data();
 }
 
+namespace detail {
+
+// Partial p of segment s (Terms::contiguous), on every backend: the block of
+// L terms [p L, (p + 1) L) of the segment, each run of it inside one row
+// (o, i) .. (o, i + run - 1) added into four accumulators in turn from the
+// first (one chain of dependent double additions runs at an add's latency,
+// a quarter of what a core can add), the run's last terms (run mod 4) into
+// the first; out[k] = (a0 + a1) + (a2 + a3).
+template <std::size_t K, class Term>
+KOKKOS_INLINE_FUNCTION void contiguous_partial(const Term& term, std::size_t s, std::size_t p,
+                                               std::size_t L, std::size_t terms,
+                                               std::size_t inner, double* out) {
+  double a0[K] = {}, a1[K] = {}, a2[K] = {}, a3[K] = {};
+  const std::size_t begin = p * L, end = begin + L < terms ? begin + L : terms;
+  std::size_t o = begin / inner, i = begin % inner;
+  for (std::size_t j = begin; j < end;) {
+    // The run of terms in row o: (o, i) .. (o, i + run - 1).
+    const std::size_t run = end - j < inner - i ? end - j : inner - i;
+    std::size_t r = 0;
+    for (; r + 4 <= run; r += 4) {
+      term(s, o, i + r, a0);
+      term(s, o, i + r + 1, a1);
+      term(s, o, i + r + 2, a2);
+      term(s, o, i + r + 3, a3);
+    }
+    for (; r < run; ++r) term(s, o, i + r, a0);
+    j += run;
+    i += run;
+    if (i == inner) {
+      i = 0;
+      ++o;
+    }
+  }
+  for (std::size_t k = 0; k < K; ++k) out[k] = (a0[k] + a1[k]) + (a2[k] + a3[k]);
+}
+
+// Segments per block of contiguous_partials_by_rows (its accumulators are
+// on the stack: 4 K doubles per segment).
+inline constexpr std::size_t rows_block_segments = 64;
+
+// The partials [p0, p1) of segments [s0, s1) (at most rows_block_segments),
+// each with the arithmetic of contiguous_partial, into work[(s P + p) K + k],
+// visited row by row on a host thread: every segment's part of row o, then
+// row o + 1. Where the rows of a segment lie apart (a channel of NCHW
+// images: one 3 KiB row per sample, the samples 100 KiB apart), the
+// segments' parts of one row lie side by side, so the host reads memory in
+// order (W4's first BatchNorm: one pass over its input in 2.7 ms by
+// partials, a plain read 1 ms, on an AMD EPYC). Each partial still adds
+// its runs in row order, each run from the first accumulator: the same
+// bits.
+template <std::size_t K, class Term>
+STRATA_HOST_CLONES_FLAT void contiguous_partials_by_rows(
+    const Term& term, std::size_t s0, std::size_t s1, std::size_t p0, std::size_t p1,
+    std::size_t P, std::size_t L, std::size_t terms, std::size_t inner, double* work) {
+  double acc[rows_block_segments][4][K] = {};
+  const std::size_t first = p0 * L;
+  const std::size_t last = p1 * L < terms ? p1 * L : terms;  // one past
+  for (std::size_t o = first / inner; o * inner < last; ++o) {
+    const std::size_t row_begin = o * inner > first ? o * inner : first;
+    const std::size_t row_end = (o + 1) * inner < last ? (o + 1) * inner : last;
+    for (std::size_t s = s0; s < s1; ++s) {
+      auto& a = acc[s - s0];
+      for (std::size_t j = row_begin; j < row_end;) {
+        // The run of partial p in this row: terms [j, stop).
+        const std::size_t p = j / L, p_end = (p + 1) * L < terms ? (p + 1) * L : terms;
+        const std::size_t stop = p_end < row_end ? p_end : row_end, i = j - o * inner;
+        const std::size_t run = stop - j;
+        std::size_t r = 0;
+        for (; r + 4 <= run; r += 4) {
+          term(s, o, i + r, a[0]);
+          term(s, o, i + r + 1, a[1]);
+          term(s, o, i + r + 2, a[2]);
+          term(s, o, i + r + 3, a[3]);
+        }
+        for (; r < run; ++r) term(s, o, i + r, a[0]);
+        if (stop == p_end) {  // the partial is complete
+          for (std::size_t k = 0; k < K; ++k) {
+            work[(s * P + p) * K + k] = (a[0][k] + a[1][k]) + (a[2][k] + a[3][k]);
+            a[0][k] = a[1][k] = a[2][k] = a[3][k] = 0;
+          }
+        }
+        j = stop;
+      }
+    }
+  }
+  // Partials that begin at or after the last term hold no terms.
+  for (std::size_t p = p0; p < p1; ++p)
+    if (p * L >= terms)
+      for (std::size_t s = s0; s < s1; ++s)
+        for (std::size_t k = 0; k < K; ++k) work[(s * P + p) * K + k] = 0;
+}
+
+}  // namespace detail
+
+// The K totals of segment s (Terms::contiguous) on the calling thread, with
+// segment_sums' bits: its partials in its order, added in partial order. For
+// host kernels that take one segment per item and use its totals right away
+// (BatchNorm's channels: statistics, then the channel normalised while its
+// values are still in the core's cache).
+template <std::size_t K, class Term>
+KOKKOS_INLINE_FUNCTION void segment_total(const Term& term, std::size_t s, std::size_t segments,
+                                          std::size_t outer, std::size_t inner, double* total) {
+  if (inner == 0) outer = 0, inner = 1;
+  const std::size_t terms = outer * inner, P = segment_partials(segments, terms);
+  const std::size_t L = (terms + P - 1) / P;
+  for (std::size_t k = 0; k < K; ++k) total[k] = 0;
+  for (std::size_t p = 0; p < P; ++p) {
+    double part[K];
+    detail::contiguous_partial<K>(term, s, p, L, terms, inner, part);
+    for (std::size_t k = 0; k < K; ++k) total[k] += part[k];
+  }
+}
+
 template <std::size_t K, class Term, class Finish>
 void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Terms layout,
                   std::size_t segments, std::size_t outer, std::size_t inner, double* work,
@@ -80,39 +194,35 @@ void segment_sums(const Context& ctx, const char* stage1, const char* stage2, Te
   const std::size_t terms = outer * inner, P = segment_partials(segments, terms);
   if (segments == 0) return;
   if (layout == Terms::contiguous) {
-    // Each item streams through its block of L terms in order, into four
-    // accumulators in turn (one chain of dependent double additions runs at
-    // an add's latency, a quarter of what a core can add). The same order on
-    // every backend: --reproducible's per-row statistics are the same bits
-    // on the host and on a GPU (there, neighbouring threads read 256 bytes
-    // apart, each its own cache lines in turn).
+    // Each item streams through its block of L terms in order
+    // (detail::contiguous_partial). The same order on every backend:
+    // --reproducible's per-row statistics are the same bits on the host and
+    // on a GPU (there, neighbouring threads read 256 bytes apart, each its
+    // own cache lines in turn).
     const std::size_t L = (terms + P - 1) / P;
-    for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
-          const std::size_t s = item / P, p = item % P;
-          double a0[K] = {}, a1[K] = {}, a2[K] = {}, a3[K] = {};
-          const std::size_t begin = p * L, end = begin + L < terms ? begin + L : terms;
-          std::size_t o = begin / inner, i = begin % inner;
-          for (std::size_t j = begin; j < end;) {
-            // The run of terms in row o: (o, i) .. (o, i + run - 1).
-            const std::size_t run = end - j < inner - i ? end - j : inner - i;
-            std::size_t r = 0;
-            for (; r + 4 <= run; r += 4) {
-              term(s, o, i + r, a0);
-              term(s, o, i + r + 1, a1);
-              term(s, o, i + r + 2, a2);
-              term(s, o, i + r + 3, a3);
-            }
-            for (; r < run; ++r) term(s, o, i + r, a0);
-            j += run;
-            i += run;
-            if (i == inner) {
-              i = 0;
-              ++o;
-            }
-          }
-          for (std::size_t k = 0; k < K; ++k) work[item * K + k] = (a0[k] + a1[k]) + (a2[k] + a3[k]);
-        },
-        L);
+    if constexpr (host_kernels) {
+      if (outer > 1) {
+        // A segment's rows lie apart: the host visits the partials row by
+        // row instead (the same bits), each item a block of segments and a
+        // group of about 2^15 of their terms' partials.
+        constexpr std::size_t B = detail::rows_block_segments;
+        const std::size_t blocks = (segments + B - 1) / B, per_block = segments < B ? segments : B;
+        const std::size_t group = (std::size_t(1) << 15) / (L * per_block) + 1;
+        const std::size_t groups = (P + group - 1) / group;
+        for_range(ctx, stage1, blocks * groups, [=](const std::size_t item) {
+              const std::size_t b = item / groups, g = item % groups;
+              const std::size_t s0 = b * B, s1 = s0 + B < segments ? s0 + B : segments;
+              const std::size_t p0 = g * group, p1 = p0 + group < P ? p0 + group : P;
+              detail::contiguous_partials_by_rows<K>(term, s0, s1, p0, p1, P, L, terms, inner, work);
+            },
+            group * L * per_block);
+      }
+    }
+    if (!host_kernels || outer <= 1)
+      for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {
+            detail::contiguous_partial<K>(term, item / P, item % P, L, terms, inner, work + item * K);
+          },
+          L);
   } else {
     const std::size_t L = (terms + P - 1) / P;
     for_range(ctx, stage1, segments * P, KOKKOS_LAMBDA(const std::size_t item) {

@@ -24,6 +24,81 @@ struct InputGradRow {
   std::size_t b, at;
   T k, r, mu, s1, s2;  // gamma rstd, rstd, mean, mean(dy), mean(dy xhat)
 };
+
+// The terms of the per-channel sums, for channel c (a segment of
+// backends/segment_sums.hpp), sample b and position s: segment_sums over all
+// channels and the host's channel items (segment_total) add the same terms.
+template <class T>
+struct ValueTerm {  // the values
+  ConstMatrix<T> x;
+  std::size_t S;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
+    acc[0] += static_cast<double>(x(b, c * S + s));
+  }
+};
+template <class T>
+struct SquareTerm {  // their squared deviations from the channel's mean
+  ConstMatrix<T> x;
+  std::size_t S;
+  const double* mean;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
+    const double dev = static_cast<double>(x(b, c * S + s)) - mean[c];
+    acc[0] += dev * dev;
+  }
+};
+template <class T>
+struct GradTerm {  // dy (beta's gradient) and dy xhat (gamma's)
+  ConstMatrix<T> dy, x;
+  ConstVector<T> mean, rstd;
+  std::size_t S;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
+    const double g = static_cast<double>(dy(b, c * S + s));
+    const T xhat = (x(b, c * S + s) - mean(c)) * rstd(c);  // as input_grad's
+    acc[0] += g;
+    acc[1] += g * static_cast<double>(xhat);
+  }
+};
+
+// A channel's statistics from its mean (in double) and the sum of its
+// squared deviations: the saved mean and 1 / sqrt(var + eps), and the
+// running statistics (unless a recomputing forward).
+template <class T>
+struct SetStatistics {
+  Vector<T> mean, rstd, rm, rv;
+  double n, eps;
+  T m;
+  bool update;
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, double mu, double squares) const {
+    const double var = squares / n;
+    mean(c) = static_cast<T>(mu);
+    rstd(c) = static_cast<T>(1.0 / kmath::sqrt(var + eps));
+    if (update) {
+      rm(c) = (T(1) - m) * rm(c) + m * static_cast<T>(mu);
+      rv(c) = (T(1) - m) * rv(c) + m * static_cast<T>(var * (n / (n - 1)));
+    }
+  }
+};
+
+template <class T>
+SetStatistics<T> statistics_setter(const Saved<T>& saved, std::size_t C, Vector<T> rm,
+                                   Vector<T> rv, double n, double eps, double momentum) {
+  return SetStatistics<T>{Vector<T>(saved.scratch.data(), C), Vector<T>(saved.scratch.data() + C, C),
+                          rm, rv, n, eps, static_cast<T>(momentum), !saved.recomputing};
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION NormaliseRow<T> normalise_row(std::size_t b, std::size_t c, std::size_t S,
+                                                     ConstVector<T> mean, ConstVector<T> rstd,
+                                                     ConstVector<T> gamma, ConstVector<T> beta) {
+  const T scale = rstd(c) * gamma(c);
+  return NormaliseRow<T>{b, c * S, scale, beta(c) - mean(c) * scale};
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T input_grad(const InputGradRow<T>& w, T d, T x) {
+  const T xhat = (x - w.mu) * w.r;
+  return w.k * (d - w.s1 - xhat * w.s2);
+}
 }  // namespace
 
 template <class T>
@@ -128,6 +203,10 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   auto rm = running_mean_, rv = running_var_;
   if (saved.training && ctx.reproducible) {
     exact_statistics(ctx, x, saved);
+  } else if (saved.training && host_kernels && !synced() &&
+             positions() * sizeof(T) >= forward_by_channel_row_bytes) {
+    forward_by_channel(ctx, x, y, saved);
+    return;
   } else if (saved.training) {
     batch_statistics(ctx, x, saved);
   } else {
@@ -139,9 +218,7 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
   auto gamma = gamma_, beta = beta_;
   for_elements(ctx, "strata::BatchNorm::normalise", batch * C, S,
       KOKKOS_LAMBDA(const std::size_t row) {
-        const std::size_t c = row % C;
-        const T scale = rstd(c) * gamma(c);
-        return NormaliseRow<T>{row / C, c * S, scale, beta(c) - mean(c) * scale};
+        return normalise_row<T>(row / C, row % C, S, mean, rstd, gamma, beta);
       },
       KOKKOS_LAMBDA(const NormaliseRow<T>& r, std::size_t, const std::size_t s) {
         y(r.b, r.at + s) = x(r.b, r.at + s) * r.scale + r.shift;
@@ -168,10 +245,7 @@ void BatchNorm<T>::batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
   double* w = workspace(batch * S);
   double* d = dsums_.data();  // sums (C), count (1), squared deviations (C)
   segment_sums<1>(ctx, "strata::BatchNorm::sum_partials", "strata::BatchNorm::sums",
-      Terms::contiguous, C, batch, S, w,
-      KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
-        acc[0] += static_cast<double>(x(b, c * S + s));
-      },
+      Terms::contiguous, C, batch, S, w, ValueTerm<T>{x, S},
       KOKKOS_LAMBDA(std::size_t c, const double* t) { d[c] = t[0]; });
   std::size_t n = batch * S;
   if (synced) {
@@ -193,28 +267,50 @@ void BatchNorm<T>::batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
     d[c] = d[c] / nd;
   });
   segment_sums<1>(ctx, "strata::BatchNorm::square_partials", "strata::BatchNorm::squares",
-      Terms::contiguous, C, batch, S, w,
-      KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
-        const double dev = static_cast<double>(x(b, c * S + s)) - d[c];
-        acc[0] += dev * dev;
-      },
+      Terms::contiguous, C, batch, S, w, SquareTerm<T>{x, S, d},
       KOKKOS_LAMBDA(std::size_t c, const double* t) { d[C + 1 + c] = t[0]; });
   if (synced) group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data() + C + 1, C));
-  const bool update = !saved.recomputing;
-  const T m = static_cast<T>(momentum_);
-  const double eps = eps_, unbias = nd / (nd - 1);
-  Vector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
-  auto rm = running_mean_, rv = running_var_;
+  const SetStatistics<T> set = statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
   for_range(ctx, "strata::BatchNorm::statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
-    const double var = d[C + 1 + c] / nd;
-    mean(c) = static_cast<T>(d[c]);
-    rstd(c) = static_cast<T>(1.0 / kmath::sqrt(var + eps));
-    if (update) {
-      rm(c) = (T(1) - m) * rm(c) + m * static_cast<T>(d[c]);
-      rv(c) = (T(1) - m) * rv(c) + m * static_cast<T>(var * unbias);
-    }
+    set(c, d[c], d[C + 1 + c]);
   });
-  if (update) ++tracked_;
+  if (set.update) ++tracked_;
+}
+
+// Training on host threads without a group to sum over, for rows of
+// forward_by_channel_row_bytes or more: one item per channel computes its
+// statistics (segment_total: the bits of segment_sums) and normalises the
+// channel's rows right after, while its values are still in the core's cache
+// (a channel of W4's first BatchNorm, 128 samples of 28 x 28, is 392 KiB):
+// one pass over the input from memory where the kernels one after another
+// made three. Shorter rows (W4's second BatchNorm: 784 bytes per sample and
+// channel) keep the kernels over all channels, whose partial sums the host
+// visits in memory order, row by row (backends/segment_sums.hpp): a
+// channel's rows, one per sample, are too short to stream from memory at
+// speed (strata-bench-micro batchnorm/fwd, AMD EPYC: docs/benchmarks.md).
+template <class T>
+void BatchNorm<T>::forward_by_channel(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
+  const std::size_t batch = x.extent(0), C = channels_, S = positions();
+  STRATA_REQUIRE(batch * S > 1, runtime, name(), ": training needs more than one value per channel, ",
+                 "got a micro-batch of ", batch, " samples of ", S,
+                 " positions (as PyTorch: use a larger micro-batch)");
+  const double nd = static_cast<double>(batch * S);
+  const SetStatistics<T> set = statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
+  double* d = dsums_.data();  // the channels' means
+  const ConstVector<T> mean = set.mean, rstd = set.rstd, gamma = gamma_, beta = beta_;
+  for_range(ctx, "strata::BatchNorm::channel_forward", C, [=](const std::size_t c) {
+        double sum, squares;
+        segment_total<1>(ValueTerm<T>{x, S}, c, C, batch, S, &sum);
+        d[c] = sum / nd;
+        segment_total<1>(SquareTerm<T>{x, S, d}, c, C, batch, S, &squares);
+        set(c, d[c], squares);
+        for (std::size_t b = 0; b < batch; ++b) {
+          const NormaliseRow<T> r = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
+          for (std::size_t s = 0; s < S; ++s) y(b, r.at + s) = x(b, r.at + s) * r.scale + r.shift;
+        }
+      },
+      3 * batch * S);
+  if (set.update) ++tracked_;
 }
 
 // Per channel c: exact sums of f(value) over every sample and position of a
@@ -329,19 +425,16 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   Vector<T> sums = sums_;
   if (saved.training && ctx.exact != nullptr) {
     exact_backward_sums(ctx, dy, saved);
+  } else if (saved.training && host_kernels && !synced) {
+    backward_by_channel(ctx, dy, dx, saved);
+    return;
   } else {
     // Per channel, in double: the sums of dy and dy xhat (beta's and gamma's
     // gradients), then, over the group when synced, their means.
     double* w = workspace(batch * S);
     double* d = dsums_.data();
     segment_sums<2>(ctx, "strata::BatchNorm::grad_partials", "strata::BatchNorm::param_grad",
-        Terms::contiguous, C, batch, S, w,
-        KOKKOS_LAMBDA(std::size_t c, std::size_t b, std::size_t s, double* acc) {
-          const double g = static_cast<double>(dy(b, c * S + s));
-          const T xhat = (x(b, c * S + s) - mean(c)) * rstd(c);  // as input_grad's
-          acc[0] += g;
-          acc[1] += g * static_cast<double>(xhat);
-        },
+        Terms::contiguous, C, batch, S, w, GradTerm<T>{dy, x, mean, rstd, S},
         KOKKOS_LAMBDA(std::size_t c, const double* t) {
           dbeta(c) += static_cast<T>(t[0]);
           dgamma(c) += static_cast<T>(t[1]);
@@ -364,13 +457,35 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
       },
       KOKKOS_LAMBDA(const InputGradRow<T>& w, std::size_t, const std::size_t s) {
         const T d = dy(w.b, w.at + s);
-        if (batch_stats) {
-          const T xhat = (x(w.b, w.at + s) - w.mu) * w.r;
-          dx(w.b, w.at + s) = w.k * (d - w.s1 - xhat * w.s2);
-        } else {
-          dx(w.b, w.at + s) = w.k * d;
-        }
+        dx(w.b, w.at + s) = batch_stats ? input_grad(w, d, x(w.b, w.at + s)) : w.k * d;
       });
+}
+
+// Training on host threads without a group: one item per channel adds its
+// parameter gradients (segment_total: the bits of segment_sums) and computes
+// the channel's input gradient right after, from the values just read.
+template <class T>
+void BatchNorm<T>::backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx,
+                                       Saved<T>& saved) {
+  const ConstMatrix<T> x = saved.x;
+  const std::size_t batch = dy.extent(0), C = channels_, S = positions();
+  const ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  const auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
+  const double nd = static_cast<double>(batch * S);
+  const bool want_dx = dx.data() != nullptr;
+  for_range(ctx, "strata::BatchNorm::channel_backward", C, [=](const std::size_t c) {
+        double t[2];
+        segment_total<2>(GradTerm<T>{dy, x, mean, rstd, S}, c, C, batch, S, t);
+        dbeta(c) += static_cast<T>(t[0]);
+        dgamma(c) += static_cast<T>(t[1]);
+        if (!want_dx) return;
+        const T s1 = static_cast<T>(t[0] / nd), s2 = static_cast<T>(t[1] / nd);
+        for (std::size_t b = 0; b < batch; ++b) {
+          const InputGradRow<T> w{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2};
+          for (std::size_t s = 0; s < S; ++s) dx(b, w.at + s) = input_grad(w, dy(b, w.at + s), x(b, w.at + s));
+        }
+      },
+      4 * batch * S);
 }
 
 template class BatchNorm<float>;

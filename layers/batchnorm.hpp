@@ -94,6 +94,12 @@ class BatchNorm final : public Layer<T>,
   // The training statistics otherwise: per channel in double, two-stage
   // (backends/segment_sums.hpp), over the group when synced.
   void batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& saved);
+  // Training on host threads without a group to sum over: one item per
+  // channel, its statistics or gradient sums (the bits of the kernels above)
+  // and then its output or input gradient, from values still in cache.
+  void forward_by_channel(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved);
+  static constexpr std::size_t forward_by_channel_row_bytes = 2048;  // the rows of one sample and channel
+  void backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved);
 
  private:
   std::size_t channels_;
@@ -108,6 +114,7 @@ class BatchNorm final : public Layer<T>,
   VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel
   BatchGroup<T>* group_ = nullptr;
   std::uint64_t tracked_ = 0;
+  bool synced() const { return group_ != nullptr && group_->size() > 1; }  // SyncBatchNorm over ranks
   void allocate();  // the running statistics and sums_, once
   double* workspace(std::size_t terms);  // work_, grown to segment_sums' need
   std::size_t positions() const {

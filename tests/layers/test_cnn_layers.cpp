@@ -4,6 +4,7 @@
 // gradients), over stride, padding, dilation and groups edge cases and odd
 // sizes; bad shapes and options as clear errors.
 #include "backends/error.hpp"
+#include "backends/launch.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/conv_unfold.hpp"
@@ -463,6 +464,37 @@ TEST(BatchNorm, RecomputationDoesNotUpdateTheRunningStatistics) {
   b.bn.forward(ctx, x, y, b.saved);
   EXPECT_EQ(b.bn.read_buffer(0), after_one);
   EXPECT_EQ(b.bn.batches_tracked(), 1u);
+}
+
+// Training forward on host threads runs one item per channel where rows are
+// long (forward_by_channel); a device, SyncBatchNorm over ranks and short
+// rows run the all-channel kernels (batch_statistics). The saved statistics and the
+// running statistics must be the same bits either way (float, shapes whose
+// partial sums end mid-row and span rows).
+TEST(BatchNorm, HostChannelItemsGiveTheBitsOfTheAllChannelKernels) {
+  if (!host_kernels) GTEST_SKIP() << "kernels run on a device: no channel items";
+  for (const Shape in : {Shape{5, 7, 9}, Shape{3, 28, 28}, Shape{2, 23, 29}, Shape{6}}) {
+    const std::size_t batch = 37, C = in[0], n = in.numel();
+    auto x = test::to_device(test::randn<float>(batch * n, 41), batch, n);
+    auto run = [&](bool by_channel) {
+      BoundBatchNorm<float> b(C, in, batch);
+      Kokkos::deep_copy(b.params, test::to_device(test::randn<float>(2 * C, 42)));
+      MatrixBuffer<float> y("y", batch, n);
+      b.saved.x = x;
+      b.saved.y = y;
+      Context ctx;
+      if (by_channel)
+        b.bn.forward_by_channel(ctx, x, y, b.saved);
+      else
+        b.bn.batch_statistics(ctx, x, b.saved);
+      Kokkos::fence();
+      std::vector<float> out = test::to_host(b.scratch);
+      for (std::size_t k : {0, 1})
+        for (double v : b.bn.read_buffer(k)) out.push_back(static_cast<float>(v));
+      return out;
+    };
+    EXPECT_EQ(run(true), run(false)) << in.str();
+  }
 }
 
 // A float layer on the first BatchNorm of the CNN at batch 128 (32 channels

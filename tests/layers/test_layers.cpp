@@ -812,6 +812,44 @@ TEST(SegmentSums, MatchANaiveDoubleSumInBothLayoutsAndAnyThreadCount) {
   }
 }
 
+// The host visits a contiguous segment's partials row by row where its rows
+// lie apart (backends/segment_sums.hpp); a device runs one item per partial.
+// Both must give the same bits: segment_sums (any build, launched and
+// inline) against the per-partial order computed here on the host, then the
+// partials added in order as stage 2 does. Shapes: partials that end
+// mid-row and span rows, one row, more segments than one block of the row
+// visit, and partials left without terms.
+TEST(SegmentSums, HostRowOrderGivesTheBitsOfThePerPartialOrder) {
+  struct Case {
+    std::size_t segments, outer, inner;
+  };
+  for (const Case c : {Case{4, 128, 784}, Case{3, 7, 5}, Case{2, 1000, 3}, Case{70, 9, 13},
+                       Case{5, 1, 4099}, Case{33, 2, 1}, Case{2, 3, 1}, Case{1, 4000, 1}}) {
+    const std::size_t S = c.segments, terms = c.outer * c.inner;
+    const std::vector<float> v = test::randn<float>(S * terms, 9 + S);
+    const std::size_t P = segment_partials(S, terms), L = (terms + P - 1) / P;
+    std::vector<double> want(2 * S, 0.0);
+    for (std::size_t s = 0; s < S; ++s)
+      for (std::size_t p = 0; p < P; ++p) {
+        double part[2];
+        detail::contiguous_partial<2>(
+            [&](std::size_t seg, std::size_t o, std::size_t i, double* acc) {
+              const double t = v[seg * terms + o * c.inner + i];
+              acc[0] += t;
+              acc[1] += t * t;
+            },
+            s, p, L, terms, c.inner, part);
+        want[2 * s] += part[0];
+        want[2 * s + 1] += part[1];
+      }
+    auto a = test::to_device(v);
+    const std::string shape = std::to_string(S) + " x " + std::to_string(c.outer) + " x " +
+                              std::to_string(c.inner);
+    EXPECT_EQ(segment_sums_of(Terms::contiguous, a, S, c.outer, c.inner, false), want) << shape;
+    EXPECT_EQ(segment_sums_of(Terms::contiguous, a, S, c.outer, c.inner, true), want) << shape;
+  }
+}
+
 TEST(InlineKernels, TrainingIsBitwiseTheSameAsKernelLaunches) {
   if (!host_kernels) GTEST_SKIP() << "kernels run on a device: nothing runs inline";
   for (std::size_t width : {std::size_t(8), std::size_t(600)}) {
