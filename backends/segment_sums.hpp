@@ -133,11 +133,12 @@ STRATA_HOST_CLONES_FLAT void contiguous_partials_by_rows(
   for (std::size_t o = first / inner; o * inner < last; ++o) {
     const std::size_t row_begin = o * inner > first ? o * inner : first;
     const std::size_t row_end = (o + 1) * inner < last ? (o + 1) * inner : last;
+    const std::size_t row_p = row_begin / L;  // the partial the row begins in
     for (std::size_t s = s0; s < s1; ++s) {
       auto& a = acc[s - s0];
-      for (std::size_t j = row_begin; j < row_end;) {
+      for (std::size_t j = row_begin, p = row_p; j < row_end; ++p) {
         // The run of partial p in this row: terms [j, stop).
-        const std::size_t p = j / L, p_end = (p + 1) * L < terms ? (p + 1) * L : terms;
+        const std::size_t p_end = (p + 1) * L < terms ? (p + 1) * L : terms;
         const std::size_t stop = p_end < row_end ? p_end : row_end, i = j - o * inner;
         const std::size_t run = stop - j;
         std::size_t r = 0;

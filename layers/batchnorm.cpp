@@ -270,7 +270,8 @@ void BatchNorm<T>::batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
       Terms::contiguous, C, batch, S, w, SquareTerm<T>{x, S, d},
       KOKKOS_LAMBDA(std::size_t c, const double* t) { d[C + 1 + c] = t[0]; });
   if (synced) group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data() + C + 1, C));
-  const SetStatistics<T> set = statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
+  const SetStatistics<T> set =
+      statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
   for_range(ctx, "strata::BatchNorm::statistics", C, KOKKOS_LAMBDA(const std::size_t c) {
     set(c, d[c], d[C + 1 + c]);
   });
@@ -290,27 +291,33 @@ void BatchNorm<T>::batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
 // speed (strata-bench-micro batchnorm/fwd, AMD EPYC: docs/benchmarks.md).
 template <class T>
 void BatchNorm<T>::forward_by_channel(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
-  const std::size_t batch = x.extent(0), C = channels_, S = positions();
-  STRATA_REQUIRE(batch * S > 1, runtime, name(), ": training needs more than one value per channel, ",
-                 "got a micro-batch of ", batch, " samples of ", S,
-                 " positions (as PyTorch: use a larger micro-batch)");
-  const double nd = static_cast<double>(batch * S);
-  const SetStatistics<T> set = statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
-  double* d = dsums_.data();  // the channels' means
-  const ConstVector<T> mean = set.mean, rstd = set.rstd, gamma = gamma_, beta = beta_;
-  for_range(ctx, "strata::BatchNorm::channel_forward", C, [=](const std::size_t c) {
-        double sum, squares;
-        segment_total<1>(ValueTerm<T>{x, S}, c, C, batch, S, &sum);
-        d[c] = sum / nd;
-        segment_total<1>(SquareTerm<T>{x, S, d}, c, C, batch, S, &squares);
-        set(c, d[c], squares);
-        for (std::size_t b = 0; b < batch; ++b) {
-          const NormaliseRow<T> r = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
-          for (std::size_t s = 0; s < S; ++s) y(b, r.at + s) = x(b, r.at + s) * r.scale + r.shift;
-        }
-      },
-      3 * batch * S);
-  if (set.update) ++tracked_;
+  if constexpr (!host_kernels) {
+    (void)ctx, (void)x, (void)y, (void)saved;
+    Kokkos::abort("strata::BatchNorm::forward_by_channel: host kernels only");
+  } else {
+    const std::size_t batch = x.extent(0), C = channels_, S = positions();
+    STRATA_REQUIRE(batch * S > 1, runtime, name(), ": training needs more than one value per channel, ",
+                   "got a micro-batch of ", batch, " samples of ", S,
+                   " positions (as PyTorch: use a larger micro-batch)");
+    const double nd = static_cast<double>(batch * S);
+    const SetStatistics<T> set =
+        statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
+    double* d = dsums_.data();  // the channels' means
+    const ConstVector<T> mean = set.mean, rstd = set.rstd, gamma = gamma_, beta = beta_;
+    for_range(ctx, "strata::BatchNorm::channel_forward", C, [=](const std::size_t c) {
+          double sum, squares;
+          segment_total<1>(ValueTerm<T>{x, S}, c, C, batch, S, &sum);
+          d[c] = sum / nd;
+          segment_total<1>(SquareTerm<T>{x, S, d}, c, C, batch, S, &squares);
+          set(c, d[c], squares);
+          for (std::size_t b = 0; b < batch; ++b) {
+            const NormaliseRow<T> r = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
+            for (std::size_t s = 0; s < S; ++s) y(b, r.at + s) = x(b, r.at + s) * r.scale + r.shift;
+          }
+        },
+        3 * batch * S);
+    if (set.update) ++tracked_;
+  }
 }
 
 // Per channel c: exact sums of f(value) over every sample and position of a
@@ -467,25 +474,31 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
 template <class T>
 void BatchNorm<T>::backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx,
                                        Saved<T>& saved) {
-  const ConstMatrix<T> x = saved.x;
-  const std::size_t batch = dy.extent(0), C = channels_, S = positions();
-  const ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
-  const auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
-  const double nd = static_cast<double>(batch * S);
-  const bool want_dx = dx.data() != nullptr;
-  for_range(ctx, "strata::BatchNorm::channel_backward", C, [=](const std::size_t c) {
-        double t[2];
-        segment_total<2>(GradTerm<T>{dy, x, mean, rstd, S}, c, C, batch, S, t);
-        dbeta(c) += static_cast<T>(t[0]);
-        dgamma(c) += static_cast<T>(t[1]);
-        if (!want_dx) return;
-        const T s1 = static_cast<T>(t[0] / nd), s2 = static_cast<T>(t[1] / nd);
-        for (std::size_t b = 0; b < batch; ++b) {
-          const InputGradRow<T> w{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2};
-          for (std::size_t s = 0; s < S; ++s) dx(b, w.at + s) = input_grad(w, dy(b, w.at + s), x(b, w.at + s));
-        }
-      },
-      4 * batch * S);
+  if constexpr (!host_kernels) {
+    (void)ctx, (void)dy, (void)dx, (void)saved;
+    Kokkos::abort("strata::BatchNorm::backward_by_channel: host kernels only");
+  } else {
+    const ConstMatrix<T> x = saved.x;
+    const std::size_t batch = dy.extent(0), C = channels_, S = positions();
+    const ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+    const auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
+    const double nd = static_cast<double>(batch * S);
+    const bool want_dx = dx.data() != nullptr;
+    for_range(ctx, "strata::BatchNorm::channel_backward", C, [=](const std::size_t c) {
+          double t[2];
+          segment_total<2>(GradTerm<T>{dy, x, mean, rstd, S}, c, C, batch, S, t);
+          dbeta(c) += static_cast<T>(t[0]);
+          dgamma(c) += static_cast<T>(t[1]);
+          if (!want_dx) return;
+          const T s1 = static_cast<T>(t[0] / nd), s2 = static_cast<T>(t[1] / nd);
+          for (std::size_t b = 0; b < batch; ++b) {
+            const InputGradRow<T> w{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2};
+            for (std::size_t s = 0; s < S; ++s)
+              dx(b, w.at + s) = input_grad(w, dy(b, w.at + s), x(b, w.at + s));
+          }
+        },
+        4 * batch * S);
+  }
 }
 
 template class BatchNorm<float>;
