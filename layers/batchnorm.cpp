@@ -95,6 +95,13 @@ KOKKOS_INLINE_FUNCTION NormaliseRow<T> normalise_row(std::size_t b, std::size_t 
 }
 
 template <class T>
+KOKKOS_INLINE_FUNCTION InputGradRow<T> input_grad_row(std::size_t b, std::size_t c, std::size_t S,
+                                                      ConstVector<T> mean, ConstVector<T> rstd,
+                                                      ConstVector<T> gamma, T s1, T s2) {
+  return InputGradRow<T>{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2};
+}
+
+template <class T>
 KOKKOS_INLINE_FUNCTION T input_grad(const InputGradRow<T>& w, T d, T x) {
   const T xhat = (x - w.mu) * w.r;
   return w.k * (d - w.s1 - xhat * w.s2);
@@ -193,6 +200,13 @@ void BatchNorm<T>::write_buffer(std::size_t k, const std::vector<double>& values
 }
 
 template <class T>
+void BatchNorm<T>::require_values(std::size_t batch, std::size_t positions) const {
+  STRATA_REQUIRE(batch * positions > 1, runtime, name(), ": training needs more than one value per ",
+                 "channel, got a micro-batch of ", batch, " samples of ", positions,
+                 " positions (as PyTorch: use a larger micro-batch)");
+}
+
+template <class T>
 void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved) {
   const std::size_t batch = x.extent(0), C = channels_, S = positions();
   STRATA_REQUIRE(saved.scratch.extent(0) >= 2 * C, runtime, name(), ": ", saved.scratch.extent(0),
@@ -258,9 +272,7 @@ void BatchNorm<T>::batch_statistics(Context& ctx, ConstMatrix<T> x, Saved<T>& sa
                    "channel over the ranks, got ", n, " (use a larger batch)");
     saved.counter = n;
   } else {
-    STRATA_REQUIRE(n > 1, runtime, name(), ": training needs more than one value per channel, ",
-                   "got a micro-batch of ", batch, " samples of ", S,
-                   " positions (as PyTorch: use a larger micro-batch)");
+    require_values(batch, S);
   }
   const double nd = static_cast<double>(n);
   for_range(ctx, "strata::BatchNorm::means", C, KOKKOS_LAMBDA(const std::size_t c) {
@@ -296,9 +308,7 @@ void BatchNorm<T>::forward_by_channel(Context& ctx, ConstMatrix<T> x, Matrix<T> 
     Kokkos::abort("strata::BatchNorm::forward_by_channel: host kernels only");
   } else {
     const std::size_t batch = x.extent(0), C = channels_, S = positions();
-    STRATA_REQUIRE(batch * S > 1, runtime, name(), ": training needs more than one value per channel, ",
-                   "got a micro-batch of ", batch, " samples of ", S,
-                   " positions (as PyTorch: use a larger micro-batch)");
+    require_values(batch, S);
     const double nd = static_cast<double>(batch * S);
     const SetStatistics<T> set =
         statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
@@ -432,7 +442,8 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   Vector<T> sums = sums_;
   if (saved.training && ctx.exact != nullptr) {
     exact_backward_sums(ctx, dy, saved);
-  } else if (saved.training && host_kernels && !synced) {
+  } else if (saved.training && host_kernels && !synced &&
+             S * sizeof(T) >= backward_by_channel_row_bytes) {
     backward_by_channel(ctx, dy, dx, saved);
     return;
   } else {
@@ -460,7 +471,7 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   for_elements(ctx, "strata::BatchNorm::input_grad", batch * C, S,
       KOKKOS_LAMBDA(const std::size_t row) {
         const std::size_t c = row % C;
-        return InputGradRow<T>{row / C, c * S, gamma(c) * rstd(c), rstd(c), mean(c), sums(c), sums(C + c)};
+        return input_grad_row<T>(row / C, c, S, mean, rstd, gamma, sums(c), sums(C + c));
       },
       KOKKOS_LAMBDA(const InputGradRow<T>& w, std::size_t, const std::size_t s) {
         const T d = dy(w.b, w.at + s);
@@ -468,9 +479,13 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
       });
 }
 
-// Training on host threads without a group: one item per channel adds its
-// parameter gradients (segment_total: the bits of segment_sums) and computes
-// the channel's input gradient right after, from the values just read.
+// Training on host threads without a group, for rows of a cache line or
+// more: one item per channel adds its parameter gradients (segment_total:
+// the bits of segment_sums) and computes the channel's input gradient right
+// after, from the values just read (faster for both of W4's BatchNorms,
+// whose rows are 3136 and 784 bytes; shorter rows, BatchNorm1d's single
+// values above all, would have every channel item read each cache line of
+// the input again: not measured, so they keep the all-channel kernels).
 template <class T>
 void BatchNorm<T>::backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx,
                                        Saved<T>& saved) {
@@ -492,7 +507,7 @@ void BatchNorm<T>::backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T
           if (!want_dx) return;
           const T s1 = static_cast<T>(t[0] / nd), s2 = static_cast<T>(t[1] / nd);
           for (std::size_t b = 0; b < batch; ++b) {
-            const InputGradRow<T> w{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2};
+            const InputGradRow<T> w = input_grad_row<T>(b, c, S, mean, rstd, gamma, s1, s2);
             for (std::size_t s = 0; s < S; ++s)
               dx(b, w.at + s) = input_grad(w, dy(b, w.at + s), x(b, w.at + s));
           }

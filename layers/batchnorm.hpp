@@ -99,6 +99,7 @@ class BatchNorm final : public Layer<T>,
   // and then its output or input gradient, from values still in cache.
   void forward_by_channel(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>& saved);
   static constexpr std::size_t forward_by_channel_row_bytes = 2048;  // the rows of one sample and channel
+  static constexpr std::size_t backward_by_channel_row_bytes = 64;
   void backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved<T>& saved);
 
  private:
@@ -114,6 +115,7 @@ class BatchNorm final : public Layer<T>,
   VectorBuffer<T> sums_;  // backward: mean(dy) and mean(dy xhat) per channel
   BatchGroup<T>* group_ = nullptr;
   std::uint64_t tracked_ = 0;
+  void require_values(std::size_t batch, std::size_t positions) const;  // more than one per channel
   bool synced() const { return group_ != nullptr && group_->size() > 1; }  // SyncBatchNorm over ranks
   void allocate();  // the running statistics and sums_, once
   double* workspace(std::size_t terms);  // work_, grown to segment_sums' need
