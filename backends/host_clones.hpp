@@ -38,3 +38,24 @@
 #define STRATA_HOST_CLONES
 #define STRATA_HOST_CLONES_FLAT
 #endif
+
+#include <type_traits>
+
+namespace strata {
+// The integer v itself, hidden from the optimiser (an empty asm statement
+// that may have changed it, in a register), in host code: a 0 or 1 built
+// from a comparison, such as a ReLU's derivative, then stays a value that
+// is converted and multiplied. Without it GCC 12 turns `dy * (v > 0)` in a
+// scalar loop into a jump over the multiplication, taken at random
+// (layers/batchnorm.cpp: a fused ReLU's channel sums ran 3 times as long),
+// even through a float barrier (its path splitting copies the loop's last
+// term). Elsewhere (other compilers, device code) v as is.
+template <class I>
+inline I opaque(I v) {
+  static_assert(std::is_integral_v<I>, "opaque: integers (a register of any target)");
+#if defined(__GNUC__) && !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  asm("" : "+r"(v));
+#endif
+  return v;
+}
+}  // namespace strata

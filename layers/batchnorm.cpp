@@ -1,8 +1,11 @@
 #include "layers/batchnorm.hpp"
 
 #include "backends/error.hpp"
+#include "backends/host_clones.hpp"
 #include "backends/launch.hpp"
 #include "backends/segment_sums.hpp"
+#include "layers/activation.hpp"
+#include "layers/activation_functions.hpp"
 #include "layers/batch_sums.hpp"
 #include "layers/model_spec.hpp"
 #include "layers/registry.hpp"
@@ -23,7 +26,22 @@ template <class T>
 struct InputGradRow {
   std::size_t b, at;
   T k, r, mu, s1, s2;  // gamma rstd, rstd, mean, mean(dy), mean(dy xhat)
+  T scale, shift;      // NormaliseRow's (a fused ReLU's derivative)
 };
+
+// The normalised value, through the fused ReLU when there is one.
+template <class T>
+KOKKOS_INLINE_FUNCTION T normalised(T x, T scale, T shift, bool relu) {
+  const T v = x * scale + shift;
+  return relu ? detail::Relu::f(v) : v;
+}
+// The gradient reaching the normalised value: dy, or with a fused ReLU dy
+// times relu' at the output forward wrote (computed again from x), 1 or 0:
+// the bits of ReLU's backward (detail::Relu::df), which read that output.
+template <class T>
+KOKKOS_INLINE_FUNCTION T grad_in(T dy, T x, T scale, T shift, bool relu) {
+  return relu ? dy * detail::Relu::df(T(0), normalised(x, scale, shift, true)) : dy;
+}
 
 // The terms of the per-channel sums, for channel c (a segment of
 // backends/segment_sums.hpp), sample b and position s: segment_sums over all
@@ -47,15 +65,51 @@ struct SquareTerm {  // their squared deviations from the channel's mean
   }
 };
 template <class T>
-struct GradTerm {  // dy (beta's gradient) and dy xhat (gamma's)
+KOKKOS_INLINE_FUNCTION NormaliseRow<T> normalise_row(std::size_t b, std::size_t c, std::size_t S,
+                                                     ConstVector<T> mean, ConstVector<T> rstd,
+                                                     ConstVector<T> gamma, ConstVector<T> beta) {
+  const T scale = rstd(c) * gamma(c);
+  return NormaliseRow<T>{b, c * S, scale, beta(c) - mean(c) * scale};
+}
+
+// The two gradient terms of one value: dy (beta's gradient) and dy xhat
+// (gamma's), dy through a fused ReLU; n: the channel's NormaliseRow.
+template <class T>
+KOKKOS_INLINE_FUNCTION void add_grad_terms(T d, T x, T mean, T rstd, double* acc) {
+  const double g = static_cast<double>(d);
+  const T xhat = (x - mean) * rstd;  // as input_grad's
+  acc[0] += g;
+  acc[1] += g * static_cast<double>(xhat);
+}
+template <class T, bool Relu>
+struct GradTerm {  // any channel's
   ConstMatrix<T> dy, x;
-  ConstVector<T> mean, rstd;
+  ConstVector<T> mean, rstd, gamma, beta;
   std::size_t S;
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
-    const double g = static_cast<double>(dy(b, c * S + s));
-    const T xhat = (x(b, c * S + s) - mean(c)) * rstd(c);  // as input_grad's
-    acc[0] += g;
-    acc[1] += g * static_cast<double>(xhat);
+    const T xv = x(b, c * S + s);
+    T d = dy(b, c * S + s);
+    if constexpr (Relu) {
+      const NormaliseRow<T> r = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
+      d = grad_in(d, xv, r.scale, r.shift, true);
+    }
+    add_grad_terms(d, xv, mean(c), rstd(c), acc);
+  }
+};
+template <class T, bool Relu>
+struct ChannelGradTerm {  // channel c's on a host thread (segment_total), its constants read once
+  ConstMatrix<T> dy, x;
+  T mean, rstd;
+  NormaliseRow<T> n;
+  std::size_t S;
+  void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
+    const T xv = x(b, c * S + s);
+    T d = dy(b, c * S + s);
+    // grad_in's product (relu' is 1 or 0, as Relu::df gives it), the
+    // factor kept a value (opaque: no jump).
+    if constexpr (Relu)
+      d = d * static_cast<T>(opaque(static_cast<unsigned>(normalised(xv, n.scale, n.shift, true) > T(0))));
+    add_grad_terms(d, xv, mean, rstd, acc);
   }
 };
 
@@ -87,24 +141,94 @@ SetStatistics<T> statistics_setter(const Saved<T>& saved, std::size_t C, Vector<
 }
 
 template <class T>
-KOKKOS_INLINE_FUNCTION NormaliseRow<T> normalise_row(std::size_t b, std::size_t c, std::size_t S,
-                                                     ConstVector<T> mean, ConstVector<T> rstd,
-                                                     ConstVector<T> gamma, ConstVector<T> beta) {
-  const T scale = rstd(c) * gamma(c);
-  return NormaliseRow<T>{b, c * S, scale, beta(c) - mean(c) * scale};
-}
-
-template <class T>
 KOKKOS_INLINE_FUNCTION InputGradRow<T> input_grad_row(std::size_t b, std::size_t c, std::size_t S,
                                                       ConstVector<T> mean, ConstVector<T> rstd,
-                                                      ConstVector<T> gamma, T s1, T s2) {
-  return InputGradRow<T>{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2};
+                                                      ConstVector<T> gamma, ConstVector<T> beta,
+                                                      T s1, T s2) {
+  const NormaliseRow<T> n = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
+  return InputGradRow<T>{b, c * S, gamma(c) * rstd(c), rstd(c), mean(c), s1, s2, n.scale, n.shift};
+}
+
+// The input gradient from dy and x: training (batch statistics) or
+// evaluation (running statistics: constants of the channel).
+template <class T>
+KOKKOS_INLINE_FUNCTION T input_grad(const InputGradRow<T>& w, T dy, T x, bool relu, bool batch_stats) {
+  const T d = grad_in(dy, x, w.scale, w.shift, relu);
+  if (!batch_stats) return w.k * d;
+  const T xhat = (x - w.mu) * w.r;
+  return w.k * (d - w.s1 - xhat * w.s2);
+}
+
+// One channel of training on host threads (BatchNorm's forward_by_channel
+// and backward_by_channel): its statistics or gradient sums (segment_total:
+// the bits of segment_sums over all channels), then its output or input
+// gradient from the values still in the core's cache. Compiled as
+// x86-64-v3 clones with every call inlined (backends/host_clones.hpp): a
+// lambda this long is not inlined into run_items' clones, and ran the
+// baseline target's code. Relu: a fused ReLU (FusedActivation).
+template <class T>
+struct ChannelForward {
+  ConstMatrix<T> x;
+  Matrix<T> y;
+  SetStatistics<T> set;
+  double* d;  // the channels' means (dsums_)
+  ConstVector<T> gamma, beta;
+  std::size_t C, batch, S;
+  double n;  // values per channel
+};
+template <class T, bool Relu>
+STRATA_HOST_CLONES_FLAT void channel_forward(const ChannelForward<T>& a, std::size_t c) {
+  double sum, squares;
+  segment_total<1>(ValueTerm<T>{a.x, a.S}, c, a.C, a.batch, a.S, &sum);
+  a.d[c] = sum / a.n;
+  segment_total<1>(SquareTerm<T>{a.x, a.S, a.d}, c, a.C, a.batch, a.S, &squares);
+  a.set(c, a.d[c], squares);
+  for (std::size_t b = 0; b < a.batch; ++b) {
+    const NormaliseRow<T> r = normalise_row<T>(b, c, a.S, a.set.mean, a.set.rstd, a.gamma, a.beta);
+    for (std::size_t s = 0; s < a.S; ++s)
+      a.y(b, r.at + s) = normalised(a.x(b, r.at + s), r.scale, r.shift, Relu);
+  }
 }
 
 template <class T>
-KOKKOS_INLINE_FUNCTION T input_grad(const InputGradRow<T>& w, T d, T x) {
-  const T xhat = (x - w.mu) * w.r;
-  return w.k * (d - w.s1 - xhat * w.s2);
+struct ChannelBackward {
+  ConstMatrix<T> dy, x;
+  Matrix<T> dx;  // empty: the parameter gradients alone
+  ConstVector<T> mean, rstd, gamma, beta;
+  Vector<T> dgamma, dbeta;
+  std::size_t C, batch, S;
+  double n;  // values per channel
+};
+template <class T, bool Relu>
+STRATA_HOST_CLONES_FLAT void channel_backward(const ChannelBackward<T>& a, std::size_t c) {
+  const NormaliseRow<T> n = normalise_row<T>(0, c, a.S, a.mean, a.rstd, a.gamma, a.beta);
+  // With a fused ReLU and an input gradient to write: dy through the ReLU
+  // into dx first, in one vectorised pass over the channel, and the sums
+  // and the input gradient read it there as they read dy (the same values;
+  // in the sums' scalar loop each ReLU factor costs a conversion).
+  ConstMatrix<T> g = a.dy;
+  bool through_relu = Relu;
+  if (Relu && a.dx.data() != nullptr) {
+    for (std::size_t b = 0; b < a.batch; ++b)
+      for (std::size_t s = 0; s < a.S; ++s)
+        a.dx(b, n.at + s) = grad_in(a.dy(b, n.at + s), a.x(b, n.at + s), n.scale, n.shift, true);
+    g = a.dx;
+    through_relu = false;
+  }
+  double t[2];
+  if (through_relu)
+    segment_total<2>(ChannelGradTerm<T, true>{g, a.x, a.mean(c), a.rstd(c), n, a.S}, c, a.C, a.batch, a.S, t);
+  else
+    segment_total<2>(ChannelGradTerm<T, false>{g, a.x, a.mean(c), a.rstd(c), n, a.S}, c, a.C, a.batch, a.S, t);
+  a.dbeta(c) += static_cast<T>(t[0]);
+  a.dgamma(c) += static_cast<T>(t[1]);
+  if (a.dx.data() == nullptr) return;
+  const T s1 = static_cast<T>(t[0] / a.n), s2 = static_cast<T>(t[1] / a.n);
+  for (std::size_t b = 0; b < a.batch; ++b) {
+    const InputGradRow<T> w = input_grad_row<T>(b, c, a.S, a.mean, a.rstd, a.gamma, a.beta, s1, s2);
+    for (std::size_t s = 0; s < a.S; ++s)
+      a.dx(b, w.at + s) = input_grad(w, g(b, w.at + s), a.x(b, w.at + s), false, true);
+  }
 }
 }  // namespace
 
@@ -200,6 +324,17 @@ void BatchNorm<T>::write_buffer(std::size_t k, const std::vector<double>& values
 }
 
 template <class T>
+bool BatchNorm<T>::takes(ActivationKind kind) const {
+  return kind == ActivationKind::relu;
+}
+
+template <class T>
+void BatchNorm<T>::fuse(ActivationKind kind) {
+  STRATA_REQUIRE(takes(kind), config, name(), " cannot apply ", to_string(kind), " in its kernels");
+  relu_ = true;
+}
+
+template <class T>
 void BatchNorm<T>::require_values(std::size_t batch, std::size_t positions) const {
   STRATA_REQUIRE(batch * positions > 1, runtime, name(), ": training needs more than one value per ",
                  "channel, got a micro-batch of ", batch, " samples of ", positions,
@@ -230,12 +365,13 @@ void BatchNorm<T>::forward(Context& ctx, ConstMatrix<T> x, Matrix<T> y, Saved<T>
     });
   }
   auto gamma = gamma_, beta = beta_;
+  const bool relu = relu_;
   for_elements(ctx, "strata::BatchNorm::normalise", batch * C, S,
       KOKKOS_LAMBDA(const std::size_t row) {
         return normalise_row<T>(row / C, row % C, S, mean, rstd, gamma, beta);
       },
       KOKKOS_LAMBDA(const NormaliseRow<T>& r, std::size_t, const std::size_t s) {
-        y(r.b, r.at + s) = x(r.b, r.at + s) * r.scale + r.shift;
+        y(r.b, r.at + s) = normalised(x(r.b, r.at + s), r.scale, r.shift, relu);
       });
 }
 
@@ -312,20 +448,14 @@ void BatchNorm<T>::forward_by_channel(Context& ctx, ConstMatrix<T> x, Matrix<T> 
     const double nd = static_cast<double>(batch * S);
     const SetStatistics<T> set =
         statistics_setter<T>(saved, C, running_mean_, running_var_, nd, eps_, momentum_);
-    double* d = dsums_.data();  // the channels' means
-    const ConstVector<T> mean = set.mean, rstd = set.rstd, gamma = gamma_, beta = beta_;
-    for_range(ctx, "strata::BatchNorm::channel_forward", C, [=](const std::size_t c) {
-          double sum, squares;
-          segment_total<1>(ValueTerm<T>{x, S}, c, C, batch, S, &sum);
-          d[c] = sum / nd;
-          segment_total<1>(SquareTerm<T>{x, S, d}, c, C, batch, S, &squares);
-          set(c, d[c], squares);
-          for (std::size_t b = 0; b < batch; ++b) {
-            const NormaliseRow<T> r = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
-            for (std::size_t s = 0; s < S; ++s) y(b, r.at + s) = x(b, r.at + s) * r.scale + r.shift;
-          }
-        },
-        3 * batch * S);
+    // d: the channels' means.
+    const ChannelForward<T> a{x, y, set, dsums_.data(), gamma_, beta_, C, batch, S, nd};
+    if (relu_)
+      for_range(ctx, "strata::BatchNorm::channel_forward", C,
+                [=](const std::size_t c) { channel_forward<T, true>(a, c); }, 3 * batch * S);
+    else
+      for_range(ctx, "strata::BatchNorm::channel_forward", C,
+                [=](const std::size_t c) { channel_forward<T, false>(a, c); }, 3 * batch * S);
     if (set.update) ++tracked_;
   }
 }
@@ -404,15 +534,21 @@ void BatchNorm<T>::exact_backward_sums(Context& ctx, ConstMatrix<T> dy, const Sa
   const ConstMatrix<T> x = saved.x;
   const std::size_t batch = dy.extent(0), C = channels_, S = positions();
   ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
+  const ConstVector<T> gamma = gamma_, beta = beta_;
+  const bool relu = relu_;
   // This rank's sums of dy and of dy xhat: the gradients of beta and gamma
   // (exactly into their twins), then over the group for the input gradient.
   double* e = dsums_.data();
   double* e2 = dsums_.data() + 2 * C;
+  const auto d = KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t c) {
+    const NormaliseRow<T> r = normalise_row<T>(b, c, S, mean, rstd, gamma, beta);
+    return grad_in(dy(b, k), x(b, k), r.scale, r.shift, relu);
+  };
   exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_dbeta", batch, C, S, e,
-      KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t) { return static_cast<double>(dy(b, k)); });
+      KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t c) { return static_cast<double>(d(b, k, c)); });
   exact_channel_sums<T>(ctx, "strata::BatchNorm::exact_dgamma", batch, C, S, e2,
       KOKKOS_LAMBDA(std::size_t b, std::size_t k, std::size_t c) {
-        return static_cast<double>(dy(b, k) * ((x(b, k) - mean(c)) * rstd(c)));
+        return static_cast<double>(d(b, k, c) * ((x(b, k) - mean(c)) * rstd(c)));
       });
   double* tb = exact_twin(ctx, dbeta_.data(), C);
   double* tg = exact_twin(ctx, dgamma_.data(), C);
@@ -438,7 +574,8 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   // (forward kept their count in saved.counter).
   const bool synced = saved.training && group_ != nullptr && group_->size() > 1;
   ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
-  auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
+  auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_, beta = beta_;
+  const bool relu = relu_;
   Vector<T> sums = sums_;
   if (saved.training && ctx.exact != nullptr) {
     exact_backward_sums(ctx, dy, saved);
@@ -451,14 +588,20 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
     // gradients), then, over the group when synced, their means.
     double* w = workspace(batch * S);
     double* d = dsums_.data();
-    segment_sums<2>(ctx, "strata::BatchNorm::grad_partials", "strata::BatchNorm::param_grad",
-        Terms::contiguous, C, batch, S, w, GradTerm<T>{dy, x, mean, rstd, S},
-        KOKKOS_LAMBDA(std::size_t c, const double* t) {
-          dbeta(c) += static_cast<T>(t[0]);
-          dgamma(c) += static_cast<T>(t[1]);
-          d[c] = t[0];
-          d[C + c] = t[1];
-        });
+    const auto param_grad = KOKKOS_LAMBDA(std::size_t c, const double* t) {
+      dbeta(c) += static_cast<T>(t[0]);
+      dgamma(c) += static_cast<T>(t[1]);
+      d[c] = t[0];
+      d[C + c] = t[1];
+    };
+    if (relu)
+      segment_sums<2>(ctx, "strata::BatchNorm::grad_partials", "strata::BatchNorm::param_grad",
+                      Terms::contiguous, C, batch, S, w,
+                      GradTerm<T, true>{dy, x, mean, rstd, gamma, beta, S}, param_grad);
+    else
+      segment_sums<2>(ctx, "strata::BatchNorm::grad_partials", "strata::BatchNorm::param_grad",
+                      Terms::contiguous, C, batch, S, w,
+                      GradTerm<T, false>{dy, x, mean, rstd, gamma, beta, S}, param_grad);
     // Every rank takes part, with or without an input gradient to compute.
     if (synced) group_->sum_doubles(ctx, Kokkos::View<double*, MemSpace>(dsums_.data(), 2 * C));
     const double nd = static_cast<double>(synced ? saved.counter : batch * S);
@@ -471,11 +614,10 @@ void BatchNorm<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx, Saved
   for_elements(ctx, "strata::BatchNorm::input_grad", batch * C, S,
       KOKKOS_LAMBDA(const std::size_t row) {
         const std::size_t c = row % C;
-        return input_grad_row<T>(row / C, c, S, mean, rstd, gamma, sums(c), sums(C + c));
+        return input_grad_row<T>(row / C, c, S, mean, rstd, gamma, beta, sums(c), sums(C + c));
       },
       KOKKOS_LAMBDA(const InputGradRow<T>& w, std::size_t, const std::size_t s) {
-        const T d = dy(w.b, w.at + s);
-        dx(w.b, w.at + s) = batch_stats ? input_grad(w, d, x(w.b, w.at + s)) : w.k * d;
+        dx(w.b, w.at + s) = input_grad(w, dy(w.b, w.at + s), x(w.b, w.at + s), relu, batch_stats);
       });
 }
 
@@ -493,26 +635,16 @@ void BatchNorm<T>::backward_by_channel(Context& ctx, ConstMatrix<T> dy, Matrix<T
     (void)ctx, (void)dy, (void)dx, (void)saved;
     Kokkos::abort("strata::BatchNorm::backward_by_channel: host kernels only");
   } else {
-    const ConstMatrix<T> x = saved.x;
     const std::size_t batch = dy.extent(0), C = channels_, S = positions();
-    const ConstVector<T> mean(saved.scratch.data(), C), rstd(saved.scratch.data() + C, C);
-    const auto dgamma = dgamma_, dbeta = dbeta_, gamma = gamma_;
-    const double nd = static_cast<double>(batch * S);
-    const bool want_dx = dx.data() != nullptr;
-    for_range(ctx, "strata::BatchNorm::channel_backward", C, [=](const std::size_t c) {
-          double t[2];
-          segment_total<2>(GradTerm<T>{dy, x, mean, rstd, S}, c, C, batch, S, t);
-          dbeta(c) += static_cast<T>(t[0]);
-          dgamma(c) += static_cast<T>(t[1]);
-          if (!want_dx) return;
-          const T s1 = static_cast<T>(t[0] / nd), s2 = static_cast<T>(t[1] / nd);
-          for (std::size_t b = 0; b < batch; ++b) {
-            const InputGradRow<T> w = input_grad_row<T>(b, c, S, mean, rstd, gamma, s1, s2);
-            for (std::size_t s = 0; s < S; ++s)
-              dx(b, w.at + s) = input_grad(w, dy(b, w.at + s), x(b, w.at + s));
-          }
-        },
-        4 * batch * S);
+    const ChannelBackward<T> a{dy, saved.x, dx, ConstVector<T>(saved.scratch.data(), C),
+                               ConstVector<T>(saved.scratch.data() + C, C), gamma_, beta_, dgamma_,
+                               dbeta_, C, batch, S, static_cast<double>(batch * S)};
+    if (relu_)
+      for_range(ctx, "strata::BatchNorm::channel_backward", C,
+                [=](const std::size_t c) { channel_backward<T, true>(a, c); }, 4 * batch * S);
+    else
+      for_range(ctx, "strata::BatchNorm::channel_backward", C,
+                [=](const std::size_t c) { channel_backward<T, false>(a, c); }, 4 * batch * S);
   }
 }
 

@@ -27,6 +27,11 @@
 // statistics are buffers (checkpointed by name: running_mean, running_var,
 // num_batches_tracked). A recomputing block's second forward does not update
 // them (Saved::recomputing).
+//
+// A ReLU right after it runs inside its kernels (FusedActivation, which
+// Sequential asks for): y = relu(normalised), and backward takes dy times
+// relu' at y, which x gives again, in place of dy: the bits of the two
+// layers apart, with one pass over the activation where they made five.
 #pragma once
 
 #include "layers/batch_group.hpp"
@@ -41,7 +46,8 @@ template <class T>
 class BatchNorm final : public Layer<T>,
                         public Buffers<T>,
                         public ExactSums,
-                        public BatchStatistics<T> {
+                        public BatchStatistics<T>,
+                        public FusedActivation {
  public:
   // sync: SyncBatchNorm, with the BatchGroup data parallelism gives it.
   BatchNorm(std::size_t channels, double eps = 1e-5, double momentum = 0.1, bool sync = false);
@@ -83,6 +89,9 @@ class BatchNorm final : public Layer<T>,
     return true;
   }
 
+  bool takes(ActivationKind kind) const override;
+  void fuse(ActivationKind kind) override;
+
   std::uint64_t batches_tracked() const { return tracked_; }
 
   // --reproducible's statistics and their gradients (forward and backward
@@ -106,6 +115,7 @@ class BatchNorm final : public Layer<T>,
   std::size_t channels_;
   double eps_, momentum_;
   bool sync_;
+  bool relu_ = false;  // a fused ReLU (fuse)
   Vector<T> gamma_, beta_, dgamma_, dbeta_;
   VectorBuffer<T> running_mean_, running_var_;
   // Sums in double: the statistics (sums, count, squared deviations: 2 C +

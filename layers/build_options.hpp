@@ -65,6 +65,12 @@ struct BuildOptions {
   std::size_t slots = 1;         // micro-batches in flight (pipeline schedules)
   std::size_t pad_multiple = 1;  // buffers padded to a multiple (sharded optimizers)
   Numerics numerics;
+  // An activation right after a layer that can apply it (FusedActivation,
+  // layers/capabilities.hpp: BatchNorm and ReLU) runs inside that layer's
+  // kernels, with the same bits; fp32 storage only (16-bit storage rounds
+  // the output the activation's derivative reads). false: every layer apart
+  // (the reference the tests compare with).
+  bool fuse_activations = true;
   // Empty: one flat gradient buffer. Else units covering every piece in
   // order, and the gradients in their buffers (not with exact sums, whose
   // twin follows the flat buffer).

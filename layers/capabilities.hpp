@@ -8,6 +8,7 @@
 //   BatchStatistics   statistics over the whole data-parallel batch
 //   PerPass           draws new random values each training pass
 //   ExactSums         its sums over the batch are exact under --reproducible
+//   FusedActivation   applies the activation after it in its own kernels
 //   Composite         holds other layers (Block): the model is a tree
 //
 // capability<Cap>(layer) finds one (nullptr: the layer has none), and the
@@ -24,7 +25,8 @@
 
 namespace strata {
 
-struct PieceHooks;  // layers/param_pieces.hpp
+struct PieceHooks;         // layers/param_pieces.hpp
+enum class ActivationKind;  // layers/activation.hpp
 
 template <class T>
 class Buffers {
@@ -122,6 +124,23 @@ class ExactSums {
  public:
   virtual ~ExactSums() = default;
   virtual std::string reproducibility_issue() const = 0;
+};
+
+// An elementwise activation fused into the layer before it: takes(kind)
+// says whether the layer can apply `kind` inside its own kernels, fuse(kind)
+// makes it do so from then on: forward writes f(output) where it wrote the
+// output, and backward multiplies the gradient it receives by f' (at that
+// output, which the layer computes again from what it kept) before using
+// it, so the two layers give the bits they gave apart, with one pass over
+// the activation where they made two (forward) and three (backward).
+// Sequential::build fuses (BuildOptions::fuse_activations, fp32 storage):
+// the activation layer then runs nothing, its output is the fused layer's
+// and its input gradient the gradient it receives.
+class FusedActivation {
+ public:
+  virtual ~FusedActivation() = default;
+  virtual bool takes(ActivationKind kind) const = 0;
+  virtual void fuse(ActivationKind kind) = 0;
 };
 
 // A layer made of layers (layers/block.hpp). The model's 16-bit storage and

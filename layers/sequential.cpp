@@ -5,6 +5,7 @@
 #include "backends/units.hpp"
 #include "backends/launch.hpp"
 #include "backends/trace.hpp"
+#include "layers/activation.hpp"
 #include "layers/named_tables.hpp"
 
 #include <algorithm>
@@ -174,10 +175,29 @@ std::vector<bool> Sequential<T>::kept_outputs() const {
 }
 
 template <class T>
+std::vector<bool> Sequential<T>::fusions(const BuildOptions& o) const {
+  std::vector<bool> f(layers_.size(), false);
+  if (!o.fuse_activations || o.numerics.storage != Precision::fp32) return f;
+  for (std::size_t i = 1; i < layers_.size(); ++i) {
+    const auto* a = dynamic_cast<const Activation<T>*>(layers_[i].get());
+    const auto* into = capability<FusedActivation>(*layers_[i - 1]);
+    f[i] = a != nullptr && into != nullptr && !f[i - 1] && into->takes(a->kind());
+  }
+  return f;
+}
+
+template <class T>
+Vector<T> Sequential<T>::output_buffer(std::size_t s, std::size_t i) const {
+  while (fused(i)) --i;  // layer 0 is never fused
+  return acts_[s * layers_.size() + i];
+}
+
+template <class T>
 std::size_t Sequential<T>::activation_bytes(const BuildOptions& o) const {
   const std::size_t max_batch = o.max_batch, slots = o.slots;
+  const std::vector<bool> fused = fusions(o);
   std::size_t outputs = 0, widest = 0;
-  for (std::size_t i = 0; i < layers_.size(); ++i) outputs += widths_[i + 1];
+  for (std::size_t i = 0; i < layers_.size(); ++i) outputs += fused[i] ? 0 : widths_[i + 1];
   for (std::size_t i = 1; i < layers_.size(); ++i) widest = std::max(widest, widths_[i]);
   std::size_t workspace = slots * saved_per_slot(max_batch) * sizeof(T), arena = 0;
   for (const auto& l : layers_) {
@@ -231,6 +251,11 @@ void Sequential<T>::build(const BuildOptions& o) {
                      layers_[i]->name(), ") ", issue);
     }
   numerics_ = nm;
+  fused_ = fusions(o);
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (fused_[i])
+      capability<FusedActivation>(*layers_[i - 1])
+          ->fuse(dynamic_cast<const Activation<T>&>(*layers_[i]).kind());
   for (auto& l : layers_) {
     strata::set_storage(*l, nm.storage);
     strata::set_inner_chunk(*l, nm.inner_chunk);
@@ -291,7 +316,7 @@ void Sequential<T>::allocate_activations() {
   }
   for (std::size_t s = 0; s < slots_; ++s)
     for (std::size_t i = 0; i < layers_.size(); ++i)
-      acts_.emplace_back("strata::activation", max_batch_ * widths_[i + 1]);
+      acts_.emplace_back("strata::activation", fused_[i] ? 0 : max_batch_ * widths_[i + 1]);
 }
 
 template <class T>
@@ -410,10 +435,11 @@ ConstMatrix<T> Sequential<T>::forward(Context& ctx, ConstMatrix<T> x, std::size_
   ConstMatrix<T> in = x;
   const bool real16 = storage16();
   for (std::size_t i = 0; i < L; ++i) {
+    if (fused_[i]) continue;  // the layer before applied it: `in` is its output
     if (new_pass) strata::begin_pass(*layers_[i]);
     if (hooks_->before && piece_of_[i] != SIZE_MAX) hooks_->before(piece_of_[i], Pass::forward);
     Matrix<T> out = real16 ? store_.output(i, batch)
-                           : reshape(Vector<T>(acts_[slot * L + i]), 0, batch, widths_[i + 1]);
+                           : reshape(output_buffer(slot, i), 0, batch, widths_[i + 1]);
     {
       STRATA_SPAN("compute", "forward " + layers_[i]->name());
       ScopedFloatInputs inputs(ctx.blas, gemm_inputs(i));
@@ -470,10 +496,16 @@ void Sequential<T>::backward(Context& ctx, ConstMatrix<T> dy, Matrix<T> dx_in, s
   } restore{ctx, ctx.exact};
   if (numerics_.exact()) ctx.exact = &exact;
   Vector<T> bufs[2] = {grad_a_, grad_b_};
+  std::size_t next = 0;  // the buffer not holding dy
   const bool real16 = storage16();
   for (std::size_t k = layers_.size(); k-- > 0;) {
+    if (fused_[k]) {  // the layer before applies its derivative: dy passes through
+      if (after_layer) after_layer(k);
+      continue;
+    }
     Matrix<T> dx = dx_in;  // the model input's gradient: empty unless asked for
-    if (k > 0) dx = reshape(bufs[k % 2], 0, batch, widths_[k]);
+    if (k > 0) dx = reshape(bufs[next], 0, batch, widths_[k]);
+    next ^= 1;
     const bool piece = !piece_of_.empty() && piece_of_[k] != SIZE_MAX;
     if (piece && hooks_->before) hooks_->before(piece_of_[k], Pass::backward);
     {
@@ -595,13 +627,15 @@ std::string Sequential<T>::describe() const {
   std::vector<std::array<std::string, 6>> rows{
       {"name", "layer", "output", "params", "FLOPs/sample", "act/sample"}};
   double flops = 0, acts = 0;
+  // Before build(): what a plain (fp32) build fuses.
+  const std::vector<bool> fused = built_ ? fused_ : fusions(BuildOptions());
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const double f = layers_[i]->flops();
-    const double a = static_cast<double>((widths_[i + 1] + layers_[i]->saved_size(1)) * sizeof(T) +
-                                         layers_[i]->workspace_bytes(1));
+    const double a = static_cast<double>(((fused[i] ? 0 : widths_[i + 1]) + layers_[i]->saved_size(1)) *
+                                             sizeof(T) + layers_[i]->workspace_bytes(1));
     flops += f;
     acts += a;
-    rows.push_back({names_[i], layers_[i]->name(), shapes_[i + 1].str(),
+    rows.push_back({names_[i], layers_[i]->name() + (fused[i] ? " (fused)" : ""), shapes_[i + 1].str(),
                     std::to_string(offsets_[i + 1] - offsets_[i]), format_count(f), format_bytes(a)});
   }
   std::size_t arena = 0;  // recomputed blocks' shared inner activations
@@ -638,7 +672,7 @@ std::string Sequential<T>::first_nonfinite(Context& ctx) const {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const long long bad = storage16() ? store_.count_nonfinite(ctx, 0, i)
                                       : static_cast<long long>(detail::count_nonfinite(
-                                            ctx, acts_[i].data(), batch_[0] * widths_[i + 1]));
+                                            ctx, output_buffer(0, i).data(), batch_[0] * widths_[i + 1]));
     if (bad > 0)
       return "the output of " + where(i) +
              (unchecked.empty() ? "" : " (or of " + unchecked + ", not kept by 16-bit storage)");

@@ -92,6 +92,10 @@ class Sequential {
   // A plain build: fp32, exact sums off.
   void build(std::size_t max_batch, std::size_t slots = 1, std::size_t pad_multiple = 1);
   bool built() const { return built_; }
+  // Whether layer i is an activation that the layer before it applies in
+  // its own kernels (BuildOptions::fuse_activations; after build()): it
+  // runs nothing, and its output is that layer's.
+  bool fused(std::size_t i) const { return i < fused_.size() && fused_[i]; }
   const Numerics& numerics() const { return numerics_; }
 
   // Writes initial parameters (host-side counter-based generator, so the
@@ -243,7 +247,8 @@ class Sequential {
   std::size_t allocated_activation_bytes() const;
 
   // The layer table of --describe: name, layer, output shape, parameters,
-  // forward FLOPs and activation bytes per sample; then the totals.
+  // forward FLOPs and activation bytes per sample; then the totals. Fused
+  // activations (fused()) say so; before build(), those an fp32 build fuses.
   std::string describe() const;
 
   // After a forward and backward with a non-finite loss: names the first
@@ -260,6 +265,10 @@ class Sequential {
   Vector<T> flat_params() const;
   void allocate_activations();
   std::vector<bool> kept_outputs() const;
+  // The layers build(o) fuses into the layer before them (fused()).
+  std::vector<bool> fusions(const BuildOptions& o) const;
+  // Slot s's output buffer of layer i (a fused layer's is the one before).
+  Vector<T> output_buffer(std::size_t s, std::size_t i) const;
   std::size_t saved_per_slot(std::size_t max_batch) const;  // Layer::saved_size of all
 
   std::vector<LayerPtr<T>> layers_;
@@ -278,6 +287,7 @@ class Sequential {
   std::vector<std::size_t> batch_;  // rows of the last forward, per slot
   void round_storage(Context& ctx, Matrix<T> m) const;
   bool built_ = false, training_ = true;
+  std::vector<bool> fused_;       // build(): fusions(o)
   Numerics numerics_;             // build()
   bool weights_rounded_ = false;  // set_weights_rounded
   VectorBuffer<T> params_, grads_owner_;

@@ -14,8 +14,9 @@
 //   gemm/inline/...  GEMMs small enough that Strata runs them as plain loops
 //       (backends/blas.hpp inline_gemm_limit); gemm/vendor and gemm/portable
 //       time the backend itself at every shape
-//   batchnorm/<fwd|bwd>/W4/<batch>x<C>x<H>x<W>     BatchNorm2d in training at the
-//       CNN's two shapes (bytes/s: minimum traffic)
+//   batchnorm[+relu]/<fwd|bwd>/W4/<batch>x<C>x<H>x<W>  BatchNorm2d in training
+//       at the CNN's two shapes, alone or with the ReLU after it fused into
+//       its kernels (bytes/s: minimum traffic)
 //   conv2d/<samples|chunks>/<fwd|bwd|wts>/W4/<batch>x<C>x<H>x<W>x<O>  W4's two
 //       3x3 convolutions by each host algorithm; bwd with the input gradient,
 //       wts without (FLOP/s = the GEMMs' 2 P O C K per sample and product)
@@ -308,16 +309,27 @@ void register_optimizers(const Workload& w) {
 
 // ------------------------------------------------------------------ batchnorm
 // BatchNorm2d in training (batch statistics) at the shapes of W4's two
-// (the CNN of docs/benchmarks.md: 32 channels of 28 x 28, 64 of 14 x 14).
-// Bytes: forward reads x and writes y; backward reads dy and x and writes dx.
+// (the CNN of docs/benchmarks.md: 32 channels of 28 x 28, 64 of 14 x 14),
+// alone and with the ReLU after it fused into its kernels ("batchnorm+relu",
+// as models run it: layers/capabilities.hpp FusedActivation). Bytes: forward
+// reads x and writes y; backward reads dy and x and writes dx.
 void register_batchnorm() {
   const int b = 128;
-  for (const auto& [c, hw] : {std::pair{32, 28}, std::pair{64, 14}})
-    for (bool backward : {false, true})
-      reg(std::string("batchnorm/") + (backward ? "bwd" : "fwd") + "/W4/" + dims({b, c, hw, hw}),
+  struct Case {
+    int c, hw;
+  };
+  // A struct, not a structured binding: lambdas capture bindings only from
+  // C++20 on (clang/hipcc and nvcc refuse them in C++17).
+  for (const Case k : {Case{32, 28}, Case{64, 14}})
+    for (bool relu : {false, true})
+    for (bool backward : {false, true}) {
+      const int c = k.c, hw = k.hw;
+      reg(std::string(relu ? "batchnorm+relu/" : "batchnorm/") + (backward ? "bwd" : "fwd") + "/W4/" +
+              dims({b, c, hw, hw}),
           [=](benchmark::State& state) {
             Context ctx;
             BatchNorm<T> layer(c);
+            if (relu) layer.fuse(ActivationKind::relu);
             const int n = c * hw * hw;
             layer.set_input_shape(Shape{std::size_t(c), std::size_t(hw), std::size_t(hw)});
             layer.reserve(b, n);
@@ -328,6 +340,7 @@ void register_batchnorm() {
             time_layer(state, ctx, layer, b, x, y, dy, dx, backward);
             set_bytes(state, (backward ? 3.0 : 2.0) * b * n * sizeof(T));
           });
+    }
 }
 
 // ------------------------------------------------------------------ conv2d

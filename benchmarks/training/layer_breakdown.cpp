@@ -217,6 +217,11 @@ void layer_breakdown(Sequential<float>& model, std::size_t batch, Context& ctx, 
   for (std::size_t i = 0; i < model.num_layers(); ++i) {
     Layer<float>& l = model.layer(i);
     const unsigned salt = static_cast<unsigned>(i);
+    if (model.fused(i)) {  // the layer before applies it: timed in its row
+      std::printf("%-4s %-10s %-34s %9s %9s %9s\n", workload.c_str(), model.layer_name(i).c_str(),
+                  (l.name() + " (fused: in the row above)").substr(0, 34).c_str(), "-", "-", "-");
+      continue;
+    }
     total += layer_row(l, model.layer_name(i), batch, ctx, reps, workload, salt, parts);
     // A convolution that runs as per-thread samples also shows the chunks
     // algorithm, timed right after (Conv2d's two host algorithms).

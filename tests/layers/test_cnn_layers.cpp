@@ -5,18 +5,22 @@
 // sizes; bad shapes and options as clear errors.
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
+#include "layers/activation.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/conv_unfold.hpp"
 #include "layers/flatten.hpp"
 #include "layers/pool2d.hpp"
+#include "layers/linear.hpp"
 #include "layers/registry.hpp"
+#include "layers/sequential.hpp"
 #include "layer_harness.hpp"
 #include "test_utils.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -495,6 +499,68 @@ TEST(BatchNorm, HostChannelItemsGiveTheBitsOfTheAllChannelKernels) {
     };
     EXPECT_EQ(run(true), run(false)) << in.str();
   }
+}
+
+// BatchNorm with the ReLU after it fused (FusedActivation; Sequential's
+// default) against the two layers apart (BuildOptions::fuse_activations =
+// false) as oracle: the same bits for the model output, the model input's
+// gradient, every parameter gradient and the running statistics, on each
+// kernel path: channel items (28 x 28 rows: forward and backward; 7 x 9:
+// backward only), the all-channel kernels (BatchNorm1d's single values),
+// evaluation (running statistics) and --reproducible's exact sums. Two pairs
+// in a row: the gradient buffers alternate over the layers that run.
+TEST(BatchNorm, FusedReluGivesTheBitsOfTheTwoLayersApart) {
+  enum Mode { training, evaluation, exact };
+  for (const Shape in : {Shape{3, 28, 28}, Shape{5, 7, 9}, Shape{6}})
+    for (const Mode mode : {training, evaluation, exact}) {
+      const std::size_t batch = 8, n = in.numel(), C = in[0];  // whole chunks of 4 (exact)
+      const std::string what = in.str() + " mode " + std::to_string(mode);
+      auto run = [&](bool fuse) {
+        Sequential<float> m(in);
+        for (int k = 0; k < 2; ++k) {
+          m.add(std::make_unique<BatchNorm<float>>(C, 1e-5, 0.1, /*sync=*/mode == exact));
+          m.add(make_activation<float>(ActivationKind::relu));
+        }
+        m.add(std::make_unique<Flatten<float>>());
+        m.add(std::make_unique<Linear<float>>(n, 4));
+        m.add(make_activation<float>(ActivationKind::relu));  // after a Linear: apart
+        BuildOptions o;
+        o.max_batch = batch;
+        o.fuse_activations = fuse;
+        if (mode == exact) o.numerics.exact_chunk = 4;
+        m.build(o);
+        EXPECT_EQ(m.fused(1), fuse) << what;
+        EXPECT_EQ(m.fused(3), fuse) << what;
+        EXPECT_FALSE(m.fused(6)) << what;
+        // gamma and beta of either sign: the ReLU cuts each channel elsewhere.
+        Kokkos::deep_copy(m.params(), test::to_device(test::randn<float>(m.num_params(), 51)));
+        Context ctx;
+        ctx.reproducible = mode == exact;
+        auto x = test::to_device(test::randn<float>(batch * n, 52), batch, n);
+        if (mode == evaluation) {  // running statistics away from 0 and 1 first
+          m.forward(ctx, x);
+          m.set_training(false);
+        }
+        std::vector<float> out = test::to_host(m.forward(ctx, x));
+        Kokkos::deep_copy(m.output_grad(), test::to_device(test::randn<float>(batch * 4, 53), batch, 4));
+        MatrixBuffer<float> dx("dx", batch, n);
+        m.round_output_grad(ctx);
+        m.backward(ctx, m.output_grad(), dx, 0);
+        Kokkos::fence();
+        for (float v : test::to_host(dx)) out.push_back(v);
+        for (float v : test::to_host(m.grads())) out.push_back(v);
+        for (const auto& [name, values] : m.read_buffers())
+          for (double v : values) out.push_back(static_cast<float>(v));
+        return out;
+      };
+      const std::vector<float> apart = run(false), fused = run(true);
+      ASSERT_EQ(fused.size(), apart.size()) << what;
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < fused.size(); ++i)
+        if (std::memcmp(&fused[i], &apart[i], sizeof(float)) != 0 && differ++ < 5)
+          ADD_FAILURE() << what << ": value " << i << " fused " << fused[i] << ", apart " << apart[i];
+      EXPECT_EQ(differ, 0u) << what << ": of " << fused.size() << " values";
+    }
 }
 
 // A float layer on the first BatchNorm of the CNN at batch 128 (32 channels
