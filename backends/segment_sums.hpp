@@ -34,9 +34,12 @@
 #pragma once
 
 #include "backends/host_clones.hpp"
+#include "backends/lanes.hpp"
 #include "backends/launch.hpp"
 
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 
 namespace strata {
 
@@ -109,6 +112,47 @@ KOKKOS_INLINE_FUNCTION void contiguous_partial(const Term& term, std::size_t s, 
   for (std::size_t k = 0; k < K; ++k) out[k] = (a0[k] + a1[k]) + (a2[k] + a3[k]);
 }
 
+// Whether Term also adds four consecutive terms at once:
+// term.four(segment, o, i, acc) adds terms (o, i) .. (o, i + 3) into lanes
+// 0..3 of acc[K] (backends/lanes.hpp), each lane what term(segment, o, i + l,
+// acc_l) adds to accumulator l: host terms only.
+template <class Term, class = void>
+struct has_four : std::false_type {};
+template <class Term>
+struct has_four<Term, std::void_t<decltype(std::declval<const Term&>().four(
+                          std::size_t(), std::size_t(), std::size_t(), static_cast<Lanes4*>(nullptr)))>>
+    : std::true_type {};
+
+// contiguous_partial for a Term with `four`, on a host thread: the four
+// accumulators as the lanes of one vector (lane l is accumulator l), the
+// run's last terms into lane 0 one by one: the same additions in the same
+// order, so the same bits, four at a time.
+template <std::size_t K, class Term>
+inline void contiguous_partial_lanes(const Term& term, std::size_t s, std::size_t p, std::size_t L,
+                                     std::size_t terms, std::size_t inner, double* out) {
+  Lanes4 a[K] = {};
+  const std::size_t begin = p * L, end = begin + L < terms ? begin + L : terms;
+  std::size_t o = begin / inner, i = begin % inner;
+  for (std::size_t j = begin; j < end;) {
+    const std::size_t run = end - j < inner - i ? end - j : inner - i;
+    std::size_t r = 0;
+    for (; r + 4 <= run; r += 4) term.four(s, o, i + r, a);
+    for (; r < run; ++r) {
+      double a0[K];
+      for (std::size_t k = 0; k < K; ++k) a0[k] = a[k][0];
+      term(s, o, i + r, a0);
+      for (std::size_t k = 0; k < K; ++k) a[k][0] = a0[k];
+    }
+    j += run;
+    i += run;
+    if (i == inner) {
+      i = 0;
+      ++o;
+    }
+  }
+  for (std::size_t k = 0; k < K; ++k) out[k] = (a[k][0] + a[k][1]) + (a[k][2] + a[k][3]);
+}
+
 // Segments per block of contiguous_partials_by_rows (its accumulators are
 // on the stack: 4 K doubles per segment).
 inline constexpr std::size_t rows_block_segments = 64;
@@ -174,7 +218,7 @@ STRATA_HOST_CLONES_FLAT void contiguous_partials_by_rows(
 // (BatchNorm's channels: statistics, then the channel normalised while its
 // values are still in the core's cache).
 template <std::size_t K, class Term>
-KOKKOS_INLINE_FUNCTION void segment_total(const Term& term, std::size_t s, std::size_t segments,
+inline void segment_total(const Term& term, std::size_t s, std::size_t segments,
                                           std::size_t outer, std::size_t inner, double* total) {
   if (inner == 0) outer = 0, inner = 1;
   const std::size_t terms = outer * inner, P = segment_partials(segments, terms);
@@ -182,7 +226,10 @@ KOKKOS_INLINE_FUNCTION void segment_total(const Term& term, std::size_t s, std::
   for (std::size_t k = 0; k < K; ++k) total[k] = 0;
   for (std::size_t p = 0; p < P; ++p) {
     double part[K];
-    detail::contiguous_partial<K>(term, s, p, L, terms, inner, part);
+    if constexpr (detail::has_four<Term>::value)
+      detail::contiguous_partial_lanes<K>(term, s, p, L, terms, inner, part);
+    else
+      detail::contiguous_partial<K>(term, s, p, L, terms, inner, part);
     for (std::size_t k = 0; k < K; ++k) total[k] += part[k];
   }
 }

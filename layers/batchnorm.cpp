@@ -2,6 +2,7 @@
 
 #include "backends/error.hpp"
 #include "backends/host_clones.hpp"
+#include "backends/lanes.hpp"
 #include "backends/launch.hpp"
 #include "backends/segment_sums.hpp"
 #include "layers/activation.hpp"
@@ -11,6 +12,7 @@
 #include "layers/registry.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 namespace strata {
 
@@ -53,6 +55,12 @@ struct ValueTerm {  // the values
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
     acc[0] += static_cast<double>(x(b, c * S + s));
   }
+  // Values s .. s + 3 into lanes 0..3 (host: segment_total; backends/lanes.hpp).
+  void four(std::size_t c, std::size_t b, std::size_t s, Lanes4* acc) const {
+    Lanes4 v;
+    load_wide(v, &x(b, c * S + s));
+    acc[0] += v;
+  }
 };
 template <class T>
 struct SquareTerm {  // their squared deviations from the channel's mean
@@ -61,6 +69,12 @@ struct SquareTerm {  // their squared deviations from the channel's mean
   const double* mean;
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, std::size_t b, std::size_t s, double* acc) const {
     const double dev = static_cast<double>(x(b, c * S + s)) - mean[c];
+    acc[0] += dev * dev;
+  }
+  void four(std::size_t c, std::size_t b, std::size_t s, Lanes4* acc) const {
+    Lanes4 dev;
+    load_wide(dev, &x(b, c * S + s));
+    dev = dev - mean[c];
     acc[0] += dev * dev;
   }
 };
@@ -110,6 +124,21 @@ struct ChannelGradTerm {  // channel c's on a host thread (segment_total), its c
     if constexpr (Relu)
       d = d * static_cast<T>(opaque(static_cast<unsigned>(normalised(xv, n.scale, n.shift, true) > T(0))));
     add_grad_terms(d, xv, mean, rstd, acc);
+  }
+  // Without a ReLU to apply: positions s .. s + 3 into lanes 0..3, each
+  // lane add_grad_terms' arithmetic (backends/lanes.hpp).
+  template <bool R = Relu, std::enable_if_t<!R, int> = 0>
+  void four(std::size_t c, std::size_t b, std::size_t s, Lanes4* acc) const {
+    Lanes4 g, xhat;  // xhat in T, as add_grad_terms', then in double
+    load_wide(g, &dy(b, c * S + s));
+    if constexpr (std::is_same_v<T, float>) {
+      widen(xhat, (load4(&x(b, c * S + s)) - mean) * rstd);
+    } else {
+      load_wide(xhat, &x(b, c * S + s));
+      xhat = (xhat - mean) * rstd;
+    }
+    acc[0] += g;
+    acc[1] += g * xhat;
   }
 };
 

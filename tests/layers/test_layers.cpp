@@ -4,6 +4,7 @@
 #include "backends/error.hpp"
 #include "backends/launch.hpp"
 #include "backends/random.hpp"
+#include "backends/lanes.hpp"
 #include "backends/segment_sums.hpp"
 #include "backends/vmath.hpp"
 #include "layers/block.hpp"
@@ -847,6 +848,61 @@ TEST(SegmentSums, HostRowOrderGivesTheBitsOfThePerPartialOrder) {
                               std::to_string(c.inner);
     EXPECT_EQ(segment_sums_of(Terms::contiguous, a, S, c.outer, c.inner, false), want) << shape;
     EXPECT_EQ(segment_sums_of(Terms::contiguous, a, S, c.outer, c.inner, true), want) << shape;
+  }
+}
+
+// segment_total (one segment's totals on a host thread) with a term that
+// adds four terms at once into the lanes of one vector (Term::four,
+// backends/lanes.hpp) against the same term one at a time, and both
+// against the per-partial order: the same bits. Shapes: runs shorter than
+// four, runs that end mid-vector at a row's end, partials across rows.
+TEST(SegmentSums, FourLanesGiveTheBitsOfTheScalarTerms) {
+  if (!host_kernels) GTEST_SKIP() << "host terms";
+  struct Scalar {
+    const float* v;
+    std::size_t terms, inner;
+    void operator()(std::size_t seg, std::size_t o, std::size_t i, double* acc) const {
+      const double t = v[seg * terms + o * inner + i];
+      acc[0] += t;
+      acc[1] += t * t;
+    }
+  };
+  struct Four : Scalar {
+    void four(std::size_t seg, std::size_t o, std::size_t i, Lanes4* acc) const {
+      Lanes4 t;
+      load_wide(t, v + seg * terms + o * inner + i);
+      acc[0] += t;
+      acc[1] += t * t;
+    }
+  };
+  static_assert(detail::has_four<Four>::value && !detail::has_four<Scalar>::value);
+  struct Case {
+    std::size_t segments, outer, inner;
+  };
+  for (const Case c : {Case{4, 128, 784}, Case{3, 7, 5}, Case{2, 1000, 3}, Case{70, 9, 13},
+                       Case{5, 1, 4099}, Case{2, 3, 1}, Case{1, 4000, 1}, Case{3, 64, 49}}) {
+    const std::size_t S = c.segments, terms = c.outer * c.inner;
+    const std::vector<float> v = test::randn<float>(S * terms, 19 + S);
+    const Scalar scalar{v.data(), terms, c.inner};
+    const Four four{{v.data(), terms, c.inner}};
+    const std::size_t P = segment_partials(S, terms), L = (terms + P - 1) / P;
+    for (std::size_t s = 0; s < S; ++s) {
+      double want[2] = {0, 0}, one[2], lanes[2];
+      for (std::size_t p = 0; p < P; ++p) {
+        double part[2];
+        detail::contiguous_partial<2>(scalar, s, p, L, terms, c.inner, part);
+        want[0] += part[0];
+        want[1] += part[1];
+      }
+      segment_total<2>(scalar, s, S, c.outer, c.inner, one);
+      segment_total<2>(four, s, S, c.outer, c.inner, lanes);
+      const std::string at = std::to_string(S) + " x " + std::to_string(c.outer) + " x " +
+                             std::to_string(c.inner) + ", segment " + std::to_string(s);
+      for (int k : {0, 1}) {
+        EXPECT_EQ(std::memcmp(&one[k], &want[k], sizeof(double)), 0) << at << ": " << one[k] << " " << want[k];
+        EXPECT_EQ(std::memcmp(&lanes[k], &want[k], sizeof(double)), 0) << at << ": " << lanes[k] << " " << want[k];
+      }
+    }
   }
 }
 
