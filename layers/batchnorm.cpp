@@ -86,8 +86,8 @@ KOKKOS_INLINE_FUNCTION NormaliseRow<T> normalise_row(std::size_t b, std::size_t 
   return NormaliseRow<T>{b, c * S, scale, beta(c) - mean(c) * scale};
 }
 
-// The two gradient terms of one value: dy (beta's gradient) and dy xhat
-// (gamma's), dy through a fused ReLU; n: the channel's NormaliseRow.
+// The two gradient terms of one value: d (beta's gradient) and d xhat
+// (gamma's), d the gradient reaching the normalised value (grad_in).
 template <class T>
 KOKKOS_INLINE_FUNCTION void add_grad_terms(T d, T x, T mean, T rstd, double* acc) {
   const double g = static_cast<double>(d);

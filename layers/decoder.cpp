@@ -44,6 +44,7 @@ ConstMatrix<T> Decoder<T>::step(Context& ctx, int token) {
   Kokkos::deep_copy(ctx.exec, token_, static_cast<T>(token));
   ConstMatrix<T> in = token_;
   for (std::size_t i = 0; i < model_.num_layers(); ++i) {
+    if (model_.fused(i)) continue;  // the layer before applied it (Sequential::fused)
     decode_layer(ctx, model_.layer(i), in, Matrix<T>(rows_[i]), position_, max_positions_, states_[i]);
     in = rows_[i];
   }

@@ -619,7 +619,7 @@ void Sequential<T>::set_training(bool training) {
 }
 
 template <class T>
-std::string Sequential<T>::describe() const {
+std::string Sequential<T>::describe(const BuildOptions& planned) const {
   // Columns: name, layer, output shape, parameters, forward FLOPs and
   // activation bytes per sample: the output plus what the layer saves for
   // backward and its workspace (blocks: their inner outputs and gradient
@@ -627,8 +627,7 @@ std::string Sequential<T>::describe() const {
   std::vector<std::array<std::string, 6>> rows{
       {"name", "layer", "output", "params", "FLOPs/sample", "act/sample"}};
   double flops = 0, acts = 0;
-  // Before build(): what a plain (fp32) build fuses.
-  const std::vector<bool> fused = built_ ? fused_ : fusions(BuildOptions());
+  const std::vector<bool> fused = built_ ? fused_ : fusions(planned);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const double f = layers_[i]->flops();
     const double a = static_cast<double>(((fused[i] ? 0 : widths_[i + 1]) + layers_[i]->saved_size(1)) *

@@ -248,13 +248,17 @@ class Sequential {
 
   // The layer table of --describe: name, layer, output shape, parameters,
   // forward FLOPs and activation bytes per sample; then the totals. Fused
-  // activations (fused()) say so; before build(), those an fp32 build fuses.
-  std::string describe() const;
+  // activations (fused()) say so; before build(), those a build with
+  // `planned` would fuse.
+  std::string describe(const BuildOptions& planned = BuildOptions()) const;
 
   // After a forward and backward with a non-finite loss: names the first
   // layer (forward order) whose output holds a NaN or an Inf, else the first
   // (backward order) whose parameter gradients do; "" when none does. Used to
-  // report where a numerical failure began. With 16-bit storage, outputs
+  // report where a numerical failure began. A layer with a fused ReLU
+  // (fused()) holds its output after the ReLU, which turns a NaN into 0:
+  // such a NaN shows in the layer's parameter gradients instead. With
+  // 16-bit storage, outputs
   // that are not kept for backward are checked only while the scratch still
   // holds them; the answer names the earlier ones it could not check.
   std::string first_nonfinite(Context& ctx) const;

@@ -510,7 +510,9 @@ void describe_model(const TrainConfig& c, std::ostream& out) {
   const ModelSpec spec = model_spec(c);
   out << "model " << (spec.name.empty() ? spec.source : spec.name + " (" + spec.source + ")") << "\n";
   auto model = build_model<float>(with_recompute(spec, c.recompute), c.seed);
-  out << model.describe();
+  BuildOptions planned;  // what the run's build fuses (none with 16-bit storage)
+  planned.numerics.storage = c.precision;
+  out << model.describe(planned);
 }
 
 std::string kokkos_threads(const TrainConfig& c, const std::vector<char*>& kokkos_args) {

@@ -507,14 +507,17 @@ TEST(BatchNorm, HostChannelItemsGiveTheBitsOfTheAllChannelKernels) {
 // gradient, every parameter gradient and the running statistics, on each
 // kernel path: channel items (28 x 28 rows: forward and backward; 7 x 9:
 // backward only), the all-channel kernels (BatchNorm1d's single values),
-// evaluation (running statistics) and --reproducible's exact sums. Two pairs
-// in a row: the gradient buffers alternate over the layers that run.
+// evaluation (running statistics) and --reproducible's exact sums; with
+// and without the model input's gradient (the first BatchNorm's backward
+// then sums through the ReLU itself). Two pairs in a row: two skipped
+// layers in one model.
 TEST(BatchNorm, FusedReluGivesTheBitsOfTheTwoLayersApart) {
   enum Mode { training, evaluation, exact };
   for (const Shape in : {Shape{3, 28, 28}, Shape{5, 7, 9}, Shape{6}})
-    for (const Mode mode : {training, evaluation, exact}) {
+    for (const Mode mode : {training, evaluation, exact})
+    for (const bool want_dx : {true, false}) {
       const std::size_t batch = 8, n = in.numel(), C = in[0];  // whole chunks of 4 (exact)
-      const std::string what = in.str() + " mode " + std::to_string(mode);
+      const std::string what = in.str() + " mode " + std::to_string(mode) + (want_dx ? " with dx" : "");
       auto run = [&](bool fuse) {
         Sequential<float> m(in);
         for (int k = 0; k < 2; ++k) {
@@ -543,11 +546,16 @@ TEST(BatchNorm, FusedReluGivesTheBitsOfTheTwoLayersApart) {
         }
         std::vector<float> out = test::to_host(m.forward(ctx, x));
         Kokkos::deep_copy(m.output_grad(), test::to_device(test::randn<float>(batch * 4, 53), batch, 4));
-        MatrixBuffer<float> dx("dx", batch, n);
-        m.round_output_grad(ctx);
-        m.backward(ctx, m.output_grad(), dx, 0);
-        Kokkos::fence();
-        for (float v : test::to_host(dx)) out.push_back(v);
+        if (want_dx) {
+          MatrixBuffer<float> dx("dx", batch, n);
+          m.round_output_grad(ctx);
+          m.backward(ctx, m.output_grad(), dx, 0);
+          Kokkos::fence();
+          for (float v : test::to_host(dx)) out.push_back(v);
+        } else {
+          m.backward(ctx);
+          Kokkos::fence();
+        }
         for (float v : test::to_host(m.grads())) out.push_back(v);
         for (const auto& [name, values] : m.read_buffers())
           for (double v : values) out.push_back(static_cast<float>(v));
@@ -561,6 +569,15 @@ TEST(BatchNorm, FusedReluGivesTheBitsOfTheTwoLayersApart) {
           ADD_FAILURE() << what << ": value " << i << " fused " << fused[i] << ", apart " << apart[i];
       EXPECT_EQ(differ, 0u) << what << ": of " << fused.size() << " values";
     }
+  // --describe before the build says what the run's build fuses: fp32 runs
+  // the ReLU in the BatchNorm, 16-bit storage keeps them apart.
+  Sequential<float> m(Shape{3, 4, 4});
+  m.add(std::make_unique<BatchNorm<float>>(3));
+  m.add(make_activation<float>(ActivationKind::relu));
+  BuildOptions bf16;
+  bf16.numerics.storage = Precision::bf16;
+  EXPECT_NE(m.describe().find("ReLU (fused)"), std::string::npos) << m.describe();
+  EXPECT_EQ(m.describe(bf16).find("(fused)"), std::string::npos) << m.describe(bf16);
 }
 
 // A float layer on the first BatchNorm of the CNN at batch 128 (32 channels
