@@ -820,12 +820,15 @@ TEST(SegmentSums, MatchANaiveDoubleSumInBothLayoutsAndAnyThreadCount) {
 // partials added in order as stage 2 does. Shapes: partials that end
 // mid-row and span rows, one row, more segments than one block of the row
 // visit, and partials left without terms.
+struct ContiguousCase {
+  std::size_t segments, outer, inner;
+};
+const std::vector<ContiguousCase> contiguous_cases = {
+    {4, 128, 784}, {3, 7, 5}, {2, 1000, 3}, {70, 9, 13}, {5, 1, 4099},
+    {33, 2, 1},    {2, 3, 1}, {1, 4000, 1}, {3, 64, 49}};
+
 TEST(SegmentSums, HostRowOrderGivesTheBitsOfThePerPartialOrder) {
-  struct Case {
-    std::size_t segments, outer, inner;
-  };
-  for (const Case c : {Case{4, 128, 784}, Case{3, 7, 5}, Case{2, 1000, 3}, Case{70, 9, 13},
-                       Case{5, 1, 4099}, Case{33, 2, 1}, Case{2, 3, 1}, Case{1, 4000, 1}}) {
+  for (const ContiguousCase c : contiguous_cases) {
     const std::size_t S = c.segments, terms = c.outer * c.inner;
     const std::vector<float> v = test::randn<float>(S * terms, 9 + S);
     const std::size_t P = segment_partials(S, terms), L = (terms + P - 1) / P;
@@ -876,11 +879,7 @@ TEST(SegmentSums, FourLanesGiveTheBitsOfTheScalarTerms) {
     }
   };
   static_assert(detail::has_four<Four>::value && !detail::has_four<Scalar>::value);
-  struct Case {
-    std::size_t segments, outer, inner;
-  };
-  for (const Case c : {Case{4, 128, 784}, Case{3, 7, 5}, Case{2, 1000, 3}, Case{70, 9, 13},
-                       Case{5, 1, 4099}, Case{2, 3, 1}, Case{1, 4000, 1}, Case{3, 64, 49}}) {
+  for (const ContiguousCase c : contiguous_cases) {
     const std::size_t S = c.segments, terms = c.outer * c.inner;
     const std::vector<float> v = test::randn<float>(S * terms, 19 + S);
     const Scalar scalar{v.data(), terms, c.inner};
